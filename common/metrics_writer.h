@@ -1,0 +1,46 @@
+// metrics.csv: one row per rank per step, written as the run goes and flushed per row so that
+// a run that dies keeps every row written before the failure.
+//
+// Columns (header line first):
+//   step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received
+// time_s is seconds since the run's start at the end of the step.
+//
+// Thread-safe: dp replicas on several threads share one writer. Throws gradsync::Error naming
+// the path when the file cannot be created or a write fails (disk full).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "common/step_stats.h"
+
+namespace gradsync {
+
+struct MetricsRow {
+  std::int64_t step = 0;
+  int rank = 0;
+  std::int64_t epoch = 0;
+  double time_s = 0;
+  double loss = 0;
+  StepStats stats;
+};
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // creates/truncates and writes the header
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void write(const MetricsRow& row);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::mutex mutex_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,25 @@
+// `gradsync bench mlp`: training throughput of the CPU MLP on one thread, measured the way
+// experiments/bench/torch_mlp.py measures PyTorch: a fixed pool of random batches already in
+// memory, then forward + backward + SGD-with-momentum steps for a fixed time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+struct MlpBenchOptions {
+  std::vector<int> hidden = {256, 256};
+  int input = 784;
+  int classes = 10;
+  int batch = 64;
+  double seconds = 5.0;
+  int warmup_steps = 50;
+  bool json = false;
+};
+
+// Returns the result line: "gradsync: samples/s=... steps=... seconds=... batch=... threads=1"
+// (or one JSON object with options.json).
+std::string run_mlp_bench(const MlpBenchOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,56 @@
+// The fully resolved configuration of one run. Every field has a default; presets (YAML) and
+// `--set key=value` override them. The schema, with each key's meaning, is in
+// experiments/preset.cpp (kSchema) and docs/presets.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+struct TrainConfig {
+  std::int64_t steps = 0;         // > 0: exactly this many steps; 0: run `epochs` whole epochs
+  std::int64_t epochs = 1;
+  int batch = 64;                 // per worker, as in DistributedDataParallel
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  std::uint64_t seed = 1;
+  std::int64_t eval_every = 0;    // steps between test-set evaluations; 0 = once per epoch
+  double target_accuracy = 0.85;  // for time-to-accuracy in summary.json
+};
+
+struct DataConfig {
+  std::string kind = "fashion-mnist";  // fashion-mnist | idx | synthetic
+  std::string dir;                     // idx: an MNIST-format directory; fashion-mnist: optional
+  // synthetic teacher-student set
+  std::int64_t train_samples = 8192;
+  std::int64_t test_samples = 2048;
+  int dim = 32;
+  int classes = 10;
+
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::vector<int> hidden = {256, 256};  // hidden layer widths; input and output come from data
+};
+
+struct OutputConfig {
+  std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
+  std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
+  std::string progress = "auto";  // auto | terminal | plain | off
+};
+
+struct Config {
+  std::string name;             // run name: `runs[i].name`, else "<strategy>-<workers>"
+  std::string strategy = "single";
+  int workers = 1;
+  TrainConfig train;
+  DataConfig data;
+  ModelConfig model;
+  OutputConfig output;
+};
+
+}  // namespace gradsync

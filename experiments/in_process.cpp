@@ -1,0 +1,70 @@
+#include "experiments/in_process.h"
+
+#include <atomic>
+#include <exception>
+#include <thread>
+
+#include "strategies/strategy_factory.h"
+#include "worker/mlp.h"
+#include "worker/sampler.h"
+
+namespace gradsync {
+
+std::int64_t steps_per_epoch(const Config& config, const TrainTest& data) {
+  return DistributedSampler(data.train.size, 0, config.workers, config.train.batch,
+                            config.train.seed)
+      .steps_per_epoch();
+}
+
+std::int64_t planned_steps(const Config& config, const TrainTest& data) {
+  return config.train.steps > 0 ? config.train.steps
+                                : config.train.epochs * steps_per_epoch(config, data);
+}
+
+std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,
+                                         const LoopOptions& loop, const LoopSinks& rank0_sinks,
+                                         const LoopSinks& other_sinks) {
+  StrategyOptions options;
+  options.name = config.strategy;
+  options.workers = config.workers;
+  options.sgd = {config.train.lr, config.train.momentum, config.train.weight_decay};
+  std::vector<std::unique_ptr<SyncStrategy>> strategies = make_strategies(options);
+
+  std::vector<int> widths = {data.train.dim};
+  widths.insert(widths.end(), config.model.hidden.begin(), config.model.hidden.end());
+  widths.push_back(data.train.classes);
+
+  const std::size_t n = strategies.size();
+  std::vector<LoopResult> results(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<int> failure_order(n, -1);
+  std::atomic<int> failures{0};
+  auto replica = [&](std::size_t r) {
+    try {
+      // Built on the replica's own thread, so its buffers are first touched where they are used.
+      Mlp model(widths, config.train.batch);
+      model.init_params(config.train.seed);
+      DistributedSampler sampler(data.train.size, static_cast<int>(r), config.workers,
+                                 config.train.batch, config.train.seed);
+      results[r] = run_worker_loop(model, *strategies[r], sampler, data, loop,
+                                   r == 0 ? rank0_sinks : other_sinks);
+    } catch (...) {
+      errors[r] = std::current_exception();
+      failure_order[r] = failures++;
+      strategies[r]->abort("replica " + std::to_string(r) + " failed");
+    }
+  };
+  if (n == 1) {
+    replica(0);
+  } else {
+    std::vector<std::jthread> threads;
+    for (std::size_t r = 0; r < n; ++r) threads.emplace_back(replica, r);
+  }
+  // The first replica to fail holds the cause; the others only saw the abort it triggered.
+  for (std::size_t r = 0; r < n; ++r) {
+    if (failure_order[r] == 0) std::rethrow_exception(errors[r]);
+  }
+  return results;
+}
+
+}  // namespace gradsync

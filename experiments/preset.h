@@ -1,0 +1,46 @@
+// Presets: YAML files that describe one run or a comparison of several.
+//
+//   strategy: single          # top-level keys: the base configuration (experiments/config.h)
+//   workers: 1
+//   train: {epochs: 10, batch: 64, lr: 0.05}
+//   runs:                     # optional: each entry overrides the base; one run per entry
+//     - {name: single, strategy: single}
+//     - {name: dp-4, strategy: dp, workers: 4}
+//
+// Overrides from the command line (`--set train.lr=0.1`) apply to every run, after the run's
+// own entry. Every problem throws gradsync::ConfigError with one line naming the file, the line
+// and the dotted key: an unknown key (with the known ones of that section listed), a value of
+// the wrong type or out of range, a data directory or file that does not exist.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "experiments/config.h"
+
+namespace gradsync {
+
+struct Preset {
+  std::string name;  // file stem, e.g. "quickstart"
+  std::string path;  // as given / as found
+  std::vector<Config> runs;  // at least one
+};
+
+// `name_or_path` is a YAML file path, or the name of a shipped preset found as
+// <presets_dir>/<name>.yaml. `presets_dir` is experiments/presets of the source tree.
+std::string find_preset(const std::string& name_or_path, const std::string& presets_dir);
+
+Preset load_preset(const std::string& path, const std::vector<std::string>& overrides);
+
+// Parses YAML text as if read from `source_name` (for tests and for config.yaml round trips).
+Preset load_preset_text(const std::string& yaml_text, const std::string& source_name,
+                        const std::vector<std::string>& overrides);
+
+// The fully resolved configuration as YAML (what config.yaml in a results folder holds). Loading
+// it back with load_preset_text gives the same Config.
+std::string to_yaml(const Config& config);
+
+// One line per key: "train.lr  number  0.05  learning rate" (for `gradsync run --keys`).
+std::string describe_keys();
+
+}  // namespace gradsync

@@ -1,0 +1,111 @@
+#include "experiments/run_experiment.h"
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/metrics_writer.h"
+#include "common/progress.h"
+#include "common/trace_writer.h"
+#include "experiments/data_loader.h"
+#include "experiments/in_process.h"
+
+namespace gradsync {
+namespace fs = std::filesystem;
+namespace {
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) throw Error(path.string() + ": cannot write");
+}
+
+// A new folder under `root`: <preset>-<timestamp>, with a suffix if that exists already, so a
+// run never writes into (or over) an earlier run's results.
+fs::path fresh_folder(const fs::path& root, const std::string& preset) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  fs::path dir = root / (preset + "-" + stamp);
+  for (int i = 2; fs::exists(dir); ++i) dir = root / (preset + "-" + stamp + "-" + std::to_string(i));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir.string() + ": cannot create results folder: " + ec.message());
+  return dir;
+}
+
+void point_latest_at(const fs::path& root, const fs::path& target) {
+  const fs::path link = root / "latest";
+  std::error_code ec;
+  if (fs::is_symlink(link, ec)) fs::remove(link, ec);
+  if (!fs::exists(link, ec)) fs::create_directory_symlink(target.filename(), link, ec);
+}
+
+}  // namespace
+
+RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw Error(run_dir + ": cannot create run folder: " + ec.message());
+  write_text(fs::path(run_dir) / "config.yaml", to_yaml(config));
+
+  const std::int64_t steps = planned_steps(config, data);
+  const std::int64_t epoch_steps = steps_per_epoch(config, data);
+  const Clock::time_point origin = Clock::now();
+  MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string());
+  TraceWriter trace(origin, config.output.trace_steps * 4);
+  ProgressReporter progress(config.name, steps, (steps + epoch_steps - 1) / epoch_steps,
+                            static_cast<std::int64_t>(config.train.batch) * config.workers,
+                            parse_progress_mode(config.output.progress));
+  LoopOptions loop;
+  loop.steps = steps;
+  loop.eval_every = config.train.eval_every > 0 ? config.train.eval_every : epoch_steps;
+  loop.trace_steps = config.output.trace_steps;
+  loop.origin = origin;
+  const std::vector<LoopResult> results = train_in_process(
+      config, data, loop, LoopSinks{&metrics, &trace, &progress}, LoopSinks{&metrics, &trace, nullptr});
+
+  trace.write((fs::path(run_dir) / "trace.json").string());
+  RunOutcome outcome{summarize(config, results.front().parameters, results), run_dir};
+  write_summary((fs::path(run_dir) / "summary.json").string(), outcome.summary);
+  return outcome;
+}
+
+PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
+  GRADSYNC_CHECK(!preset.runs.empty(), "a preset has at least one run");
+  const fs::path root = output_dir.empty() ? fs::path(preset.runs.front().output.dir)
+                                           : fs::path(output_dir);
+  const fs::path dir = fresh_folder(root, preset.name);
+  point_latest_at(root, dir);
+  PresetOutcome outcome{dir.string(), {}};
+
+  const TrainTest* data = nullptr;
+  TrainTest cached;
+  DataConfig cached_for;
+  std::uint64_t cached_seed = 0;
+  for (const Config& config : preset.runs) {
+    // Runs of one preset usually share their data: load it once.
+    if (!data || cached_for != config.data || cached_seed != config.train.seed) {
+      cached = load_data(config.data, config.train.seed);
+      cached_for = config.data;
+      cached_seed = config.train.seed;
+      data = &cached;
+    }
+    std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
+              << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
+              << config.train.batch << " per worker)\n";
+    RunOutcome run = run_experiment(config, *data, (dir / config.name).string());
+    std::cerr << "gradsync: run " << config.name << ": "
+              << static_cast<long long>(run.summary.samples_per_s) << " samples/s, test accuracy "
+              << run.summary.final_test_accuracy * 100.0 << "%\n";
+    outcome.runs.push_back(std::move(run));
+  }
+  std::vector<RunSummary> summaries;
+  for (const RunOutcome& run : outcome.runs) summaries.push_back(run.summary);
+  write_text(dir / "comparison.md", comparison_table(summaries));
+  return outcome;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,43 @@
+// Runs presets: one results folder per run, a comparison table across runs.
+//
+//   <output.dir>/<preset>-<YYYYmmdd-HHMMSS>/
+//       comparison.md            the table printed at the end
+//       <run>/config.yaml        the fully resolved configuration
+//       <run>/metrics.csv        one row per rank per step, flushed as it goes
+//       <run>/summary.json       throughput, accuracy, time-to-accuracy, busiest node
+//       <run>/trace.json         Chrome trace: one track per rank
+//   <output.dir>/latest -> the folder above
+//
+// `single` and `dp` run in this process (dp as one thread per replica). A failure of any
+// replica aborts the others and propagates the first failure's error; files already written
+// stay as they are.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "experiments/config.h"
+#include "experiments/preset.h"
+#include "experiments/summary.h"
+#include "worker/dataset.h"
+
+namespace gradsync {
+
+struct RunOutcome {
+  RunSummary summary;
+  std::string dir;
+};
+
+// Runs one configuration on already-loaded data, writing into `run_dir` (created).
+RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir);
+
+struct PresetOutcome {
+  std::string dir;
+  std::vector<RunOutcome> runs;
+};
+
+// Runs every run of the preset in order; logs one line per run to stderr and returns the
+// results. `output_dir` overrides each run's output.dir when not empty.
+PresetOutcome run_preset(const Preset& preset, const std::string& output_dir);
+
+}  // namespace gradsync

@@ -1,0 +1,144 @@
+#include "experiments/summary.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace gradsync {
+namespace {
+
+std::string format(const char* fmt, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, fmt, value);
+  return buffer;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return format(unit == 0 ? "%.0f" : "%.1f", value) + " " + units[unit];
+}
+
+}  // namespace
+
+RunSummary summarize(const Config& config, std::int64_t parameters,
+                     const std::vector<LoopResult>& per_rank) {
+  GRADSYNC_CHECK(!per_rank.empty(), "a run has at least one rank");
+  const LoopResult& lead = per_rank.front();
+  RunSummary s;
+  s.run = config.name;
+  s.strategy = config.strategy;
+  s.workers = config.workers;
+  s.global_batch = static_cast<std::int64_t>(config.train.batch) * config.workers;
+  s.steps = lead.steps;
+  s.parameters = parameters;
+  // Synchronous ranks move in lockstep, so rank 0's clock is the run's clock.
+  s.train_seconds = lead.train_seconds;
+  if (s.train_seconds > 0) {
+    s.samples_per_s = static_cast<double>(s.steps * s.global_batch) / s.train_seconds;
+  }
+  s.target_accuracy = config.train.target_accuracy;
+  s.evals = lead.evals;
+  if (!s.evals.empty()) {
+    s.final_test_accuracy = s.evals.back().test_accuracy;
+    s.final_test_loss = s.evals.back().test_loss;
+  }
+  for (const EvalPoint& e : s.evals) {
+    if (e.test_accuracy >= s.target_accuracy) {
+      s.time_to_accuracy_s = e.train_seconds;
+      break;
+    }
+  }
+  double rank_steps = 0;
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    const StepStats& t = per_rank[r].totals;
+    const std::uint64_t bytes = t.bytes_sent + t.bytes_received;
+    if (bytes > s.busiest_bytes) {
+      s.busiest_bytes = bytes;
+      s.busiest_rank = static_cast<int>(r);
+    }
+    s.mean_step.compute_s += t.compute_s;
+    s.mean_step.communicate_s += t.communicate_s;
+    s.mean_step.wait_s += t.wait_s;
+    rank_steps += static_cast<double>(per_rank[r].steps);
+  }
+  if (rank_steps > 0) {
+    s.mean_step.compute_s /= rank_steps;
+    s.mean_step.communicate_s /= rank_steps;
+    s.mean_step.wait_s /= rank_steps;
+  }
+  return s;
+}
+
+void write_summary(const std::string& path, const RunSummary& s) {
+  nlohmann::json evals = nlohmann::json::array();
+  for (const EvalPoint& e : s.evals) {
+    evals.push_back({{"step", e.step},
+                     {"time_s", e.train_seconds},
+                     {"test_loss", e.test_loss},
+                     {"test_accuracy", e.test_accuracy}});
+  }
+  nlohmann::json j = {
+      {"run", s.run},
+      {"strategy", s.strategy},
+      {"workers", s.workers},
+      {"global_batch", s.global_batch},
+      {"steps", s.steps},
+      {"parameters", s.parameters},
+      {"train_seconds", s.train_seconds},
+      {"samples_per_s", s.samples_per_s},
+      {"final_test_accuracy", s.final_test_accuracy},
+      {"final_test_loss", s.final_test_loss},
+      {"target_accuracy", s.target_accuracy},
+      {"time_to_accuracy_s", s.time_to_accuracy_s ? nlohmann::json(*s.time_to_accuracy_s)
+                                                  : nlohmann::json(nullptr)},
+      {"busiest_node", {{"rank", s.busiest_rank}, {"bytes", s.busiest_bytes}}},
+      {"mean_step_s",
+       {{"compute", s.mean_step.compute_s},
+        {"communicate", s.mean_step.communicate_s},
+        {"wait", s.mean_step.wait_s}}},
+      {"evals", evals},
+  };
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << '\n';
+    if (!out) throw Error(tmp + ": cannot write summary: " + std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(path + ": cannot write summary: " + ec.message());
+}
+
+std::string comparison_table(const std::vector<RunSummary>& runs) {
+  std::string out =
+      "| run | strategy | workers | global batch | samples/s | vs first | test acc | "
+      "time to target | busiest node moved | comm+wait share |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  const double base = runs.empty() ? 0 : runs.front().samples_per_s;
+  for (const RunSummary& s : runs) {
+    const double step = s.mean_step.compute_s + s.mean_step.communicate_s + s.mean_step.wait_s;
+    const double comm_share =
+        step > 0 ? (s.mean_step.communicate_s + s.mean_step.wait_s) / step : 0;
+    out += "| " + s.run + " | " + s.strategy + " | " + std::to_string(s.workers) + " | " +
+           std::to_string(s.global_batch) + " | " + format("%.0f", s.samples_per_s) + " | " +
+           (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
+           format("%.2f%%", 100.0 * s.final_test_accuracy) + " | " +
+           (s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s) : "not reached") +
+           " | " + human_bytes(s.busiest_bytes) + " (rank " + std::to_string(s.busiest_rank) +
+           ") | " + format("%.0f%%", 100.0 * comm_share) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace gradsync

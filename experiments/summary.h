@@ -1,0 +1,45 @@
+// summary.json of one run, and the comparison table printed after a preset's runs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiments/config.h"
+#include "experiments/worker_loop.h"
+
+namespace gradsync {
+
+struct RunSummary {
+  std::string run;
+  std::string strategy;
+  int workers = 1;
+  std::int64_t global_batch = 0;
+  std::int64_t steps = 0;
+  std::int64_t parameters = 0;
+  double train_seconds = 0;  // rank 0's step time summed, evaluation excluded
+  double samples_per_s = 0;
+  double final_test_accuracy = 0;
+  double final_test_loss = 0;
+  double target_accuracy = 0;
+  std::optional<double> time_to_accuracy_s;  // first evaluation at or above the target
+  int busiest_rank = 0;                      // the node that moved the most bytes
+  std::uint64_t busiest_bytes = 0;           // sent + received over the run
+  StepStats mean_step;                       // per step, averaged over ranks
+  std::vector<EvalPoint> evals;
+};
+
+// Combines every rank's loop result; per_rank[0] must be rank 0's (it holds the evaluations).
+RunSummary summarize(const Config& config, std::int64_t parameters,
+                     const std::vector<LoopResult>& per_rank);
+
+// Writes summary.json atomically (temporary file, then rename). Throws Error naming the path.
+void write_summary(const std::string& path, const RunSummary& summary);
+
+// A markdown table with one row per run: strategy, workers, global batch, samples/s, speed-up
+// over the first run, test accuracy, time to target, bytes through the busiest node, and the
+// share of a step spent communicating or waiting.
+std::string comparison_table(const std::vector<RunSummary>& runs);
+
+}  // namespace gradsync

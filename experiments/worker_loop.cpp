@@ -1,0 +1,81 @@
+#include "experiments/worker_loop.h"
+
+#include <algorithm>
+
+namespace gradsync {
+namespace {
+
+void add(StepStats& total, const StepStats& step) {
+  total.compute_s += step.compute_s;
+  total.communicate_s += step.communicate_s;
+  total.wait_s += step.wait_s;
+  total.bytes_sent += step.bytes_sent;
+  total.bytes_received += step.bytes_received;
+}
+
+// The strategy reports durations, not timestamps; within synchronize() waiting for the slowest
+// peer comes before moving data in every synchronous strategy, so the spans are laid out so.
+void trace_step(TraceWriter& trace, int rank, std::int64_t step, Clock::time_point begin,
+                Clock::time_point computed, Clock::time_point end, const StepStats& stats) {
+  using std::chrono::duration_cast;
+  trace.add_span(rank, "compute", step, begin, computed);
+  const auto wait_end =
+      computed + duration_cast<Clock::duration>(std::chrono::duration<double>(stats.wait_s));
+  if (stats.wait_s > 0) trace.add_span(rank, "wait", step, computed, std::min(wait_end, end));
+  if (wait_end < end) trace.add_span(rank, "communicate", step, wait_end, end);
+}
+
+}  // namespace
+
+LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSampler& sampler,
+                           const TrainTest& data, const LoopOptions& options,
+                           const LoopSinks& sinks) {
+  const int rank = strategy.rank();
+  LoopResult result;
+  try {
+    strategy.init(model.params());
+    for (std::int64_t step = 0; step < options.steps; ++step) {
+      const Clock::time_point begin = Clock::now();
+      const double loss = model.forward_backward(data.train, sampler.indices(step));
+      const Clock::time_point computed = Clock::now();
+      strategy.synchronize(model.grads(), model.params());
+      const Clock::time_point end = Clock::now();
+
+      StepStats stats = strategy.last_step_stats();
+      stats.compute_s += seconds_between(begin, computed);
+      add(result.totals, stats);
+      result.train_seconds += seconds_between(begin, end);
+      result.final_loss = loss;
+      result.steps = step + 1;
+
+      const std::int64_t epoch = sampler.epoch_of(step);
+      if (sinks.metrics) {
+        sinks.metrics->write(MetricsRow{step, rank, epoch, seconds_between(options.origin, end),
+                                        loss, stats});
+      }
+      if (sinks.trace && step < options.trace_steps) {
+        trace_step(*sinks.trace, rank, step, begin, computed, end, stats);
+      }
+      if (rank != 0) continue;
+      if (sinks.progress) sinks.progress->update(step, epoch, loss);
+      const bool last = step + 1 == options.steps;
+      if (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0)) {
+        const Clock::time_point eval_begin = Clock::now();
+        const Evaluation eval = model.evaluate(data.test);
+        if (sinks.trace && step < options.trace_steps) {
+          sinks.trace->add_span(rank, "evaluate", step, eval_begin, Clock::now());
+        }
+        result.evals.push_back({step + 1, result.train_seconds, eval.loss, eval.accuracy});
+      }
+    }
+  } catch (const std::exception& e) {
+    strategy.abort("rank " + std::to_string(rank) + " failed: " + e.what());
+    throw;
+  }
+  if (rank == 0 && sinks.progress) sinks.progress->finish();
+  result.parameters = static_cast<std::int64_t>(model.param_count());
+  if (options.keep_params) result.final_params.assign(model.params().begin(), model.params().end());
+  return result;
+}
+
+}  // namespace gradsync

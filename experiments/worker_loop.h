@@ -1,0 +1,68 @@
+// The one worker loop every strategy runs under (DESIGN.md, "The one loop"). Nothing in it
+// knows which strategy is active:
+//
+//   strategy.init(model.params())
+//   for step in [0, steps):
+//     loss = model.forward_backward(sampler's batch for this rank)
+//     strategy.synchronize(model.grads(), model.params())
+//     record the step (metrics.csv row, trace spans, progress line on rank 0)
+//     rank 0 evaluates on the test set every `eval_every` steps and after the last step
+//
+// Lives in experiments/ rather than worker/ because it is where worker (model, data, sampler)
+// and strategies meet; worker/ stays free of any dependency on strategies/.
+// Blocking: as long as the strategy's waits; a failure in any call propagates as an exception
+// after strategy.abort() has been called, so peers in the same process are woken.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/metrics_writer.h"
+#include "common/progress.h"
+#include "common/step_stats.h"
+#include "common/stopwatch.h"
+#include "common/trace_writer.h"
+#include "strategies/sync_strategy.h"
+#include "worker/dataset.h"
+#include "worker/mlp.h"
+#include "worker/sampler.h"
+
+namespace gradsync {
+
+struct EvalPoint {
+  std::int64_t step = 0;      // steps completed when evaluated
+  double train_seconds = 0;   // training time so far, evaluation time excluded
+  double test_loss = 0;
+  double test_accuracy = 0;
+};
+
+struct LoopOptions {
+  std::int64_t steps = 0;
+  std::int64_t eval_every = 0;        // 0: never during training (still after the last step)
+  std::int64_t trace_steps = 0;       // steps recorded in the trace
+  Clock::time_point origin;           // the run's time zero, shared by every rank
+  bool keep_params = false;           // copy the final parameters into the result (tests)
+};
+
+// Optional sinks; null pointers are skipped. `progress` is used by rank 0 only.
+struct LoopSinks {
+  MetricsWriter* metrics = nullptr;
+  TraceWriter* trace = nullptr;
+  ProgressReporter* progress = nullptr;
+};
+
+struct LoopResult {
+  std::int64_t steps = 0;
+  double train_seconds = 0;  // wall time of the steps, evaluation excluded
+  double final_loss = 0;     // this rank's last training loss
+  StepStats totals;          // summed over steps
+  std::vector<EvalPoint> evals;  // rank 0 only
+  std::int64_t parameters = 0;
+  std::vector<float> final_params;  // only with LoopOptions::keep_params
+};
+
+LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSampler& sampler,
+                           const TrainTest& data, const LoopOptions& options,
+                           const LoopSinks& sinks);
+
+}  // namespace gradsync

@@ -1,0 +1,82 @@
+// The typed-key machinery behind presets: a KeySpec describes one dotted key (type, range, where
+// it lives in Config) and assign()/format_value() convert between YAML nodes and Config fields.
+// The table of keys itself (kSchema) is in experiments/preset.cpp; this header is private to
+// the experiments library (it exposes yaml-cpp types).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "experiments/config.h"
+
+namespace gradsync::yaml_schema {
+
+// The `where` of everything that comes from the command line.
+inline constexpr char kSetSource[] = "--set";
+
+enum class Type { kInteger, kNumber, kString, kBool, kIntList, kChoice };
+
+// "integer", "number", ... as describe_keys prints them.
+const char* type_name(Type type);
+
+using Field = std::variant<int*, std::int64_t*, std::uint64_t*, double*, bool*, std::string*,
+                           std::vector<int>*>;
+
+// The allowed interval of a numeric value (of each element, for lists).
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  bool hi_open = false;
+};
+constexpr Range kUnbounded{};
+constexpr Range at_least(double lo) { return {.lo = lo}; }                // [lo, inf)
+constexpr Range above(double lo) { return {.lo = lo, .lo_open = true}; }  // (lo, inf)
+constexpr Range at_least_below(double lo, double hi) {                    // [lo, hi)
+  return {.lo = lo, .hi = hi, .hi_open = true};
+}
+constexpr Range above_at_most(double lo, double hi) {  // (lo, hi]
+  return {.lo = lo, .hi = hi, .lo_open = true};
+}
+
+// A function, not a list, so that strategies added to the factory later appear without edits.
+using Choices = const std::vector<std::string>& (*)();
+
+struct KeySpec {
+  const char* key;  // dotted, as in YAML and --set
+  Type type;
+  Range range;
+  const char* description;
+  Field (*field)(Config&);
+  Choices choices = nullptr;  // Type::kChoice only
+  bool run_only = false;      // allowed only inside a runs entry
+};
+
+// Parses `value` into the spec's field of `config`. Throws ConfigError(where, spec.key, problem);
+// list elements are located by their own line in `source` ("--set" stays "--set").
+void assign(const KeySpec& spec, const YAML::Node& value, const std::string& source,
+            const std::string& where, Config* config);
+
+// The value as YAML that assign() reads back to the same value.
+std::string format_value(const Field& field);
+
+// "in [0, 1)", ">= 1", or "" for no limit.
+std::string range_text(const Range& range);
+
+// A string as a YAML scalar: plain where that reads back the same, else double-quoted.
+std::string quote(const std::string& text);
+
+// "'text'" for a scalar, else "a list" / "a map" / "nothing": for "expected X, got Y".
+std::string describe_node(const YAML::Node& node);
+
+// "file:line" (1-based) for a node's mark; just `source` for --set or a node without a mark.
+std::string location(const std::string& source, const YAML::Mark& mark);
+
+std::string join(const std::vector<std::string>& items);  // "a, b, c"
+
+}  // namespace gradsync::yaml_schema

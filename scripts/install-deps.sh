@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gradsync needs, and only those that are missing.
+#   scripts/install-deps.sh          build, test and demo dependencies
+#   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
+#                                    (PyTorch on OpenBLAS, Gloo, Open MPI)
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libzmq3-dev cppzmq-dev libeigen3-dev doctest-dev libbenchmark-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  dataset-fashion-mnist python3 python3-matplotlib python3-numpy
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch libopenblas0-serial libgloo-dev openmpi-bin libopenmpi-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,16 @@
+#include "strategies/single_strategy.h"
+
+#include "common/stopwatch.h"
+
+namespace gradsync {
+
+void SingleStrategy::init(std::span<float> params) { sgd_.emplace(params.size(), sgd_options_); }
+
+void SingleStrategy::synchronize(std::span<float> grads, std::span<float> params) {
+  Stopwatch update;
+  sgd_->step(params, grads);
+  stats_ = StepStats{};
+  stats_.compute_s = update.seconds();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,43 @@
+// SyncStrategy: how a rank's gradients become updated parameters. The one worker loop
+// (experiments/worker_loop.h) calls it and knows nothing else about the strategy:
+//
+//   strategy.init(params)                 // all replicas start equal
+//   for each step:
+//     loss = model.forward_backward(batch)       // fills grads
+//     strategy.synchronize(grads, params)        // params now updated on this rank
+//     record(strategy.last_step_stats())
+//
+// Where the optimizer runs is the strategy's business (locally, on replica 0, on the server
+// shards). `params` and `grads` are this rank's flat buffers; they stay valid and at the same
+// address from init() until the strategy is destroyed, so a strategy may keep pointers to them.
+// One object per rank; a rank calls it from one thread. synchronize() blocks until this rank's
+// parameters are updated; a strategy that waits on other ranks has a timeout and throws
+// gradsync::TimeoutError naming the rank it waited for.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/step_stats.h"
+
+namespace gradsync {
+
+class SyncStrategy {
+ public:
+  virtual ~SyncStrategy() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual int rank() const = 0;
+  virtual void init(std::span<float> params) = 0;
+  virtual void synchronize(std::span<float> grads, std::span<float> params) = 0;
+  // communicate / wait seconds and bytes of the last synchronize(). compute_s holds only
+  // compute the strategy itself did (an optimizer update); the loop adds forward/backward.
+  virtual StepStats last_step_stats() const = 0;
+
+  // Called when this rank fails outside synchronize(): wakes every wait of the strategy (this
+  // rank's and, in-process, its peers') with an error, so no one is left blocked.
+  virtual void abort(const std::string& /*reason*/) {}
+};
+
+}  // namespace gradsync

@@ -1,0 +1,63 @@
+"""`gradsync run` on a small preset writes a complete, consistent results folder per run."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+gradsync, preset = sys.argv[1], sys.argv[2]
+failures = []
+passed = 0
+
+
+def check(condition, message):
+    global passed
+    passed += bool(condition)
+    if not condition:
+        failures.append(message)
+        print("FAIL:", message)
+
+
+with tempfile.TemporaryDirectory() as out:
+    proc = subprocess.run([gradsync, "run", preset, "--output", out], capture_output=True,
+                          text=True, timeout=150)
+    check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr}")
+    check("| dp-3 |" in proc.stdout, "the comparison table lists every run")
+    top = os.path.realpath(os.path.join(out, "latest"))
+    check(os.path.isdir(top), "results/latest points at the preset's folder")
+    check(os.path.isfile(os.path.join(top, "comparison.md")), "comparison.md written")
+    for run, workers in [("single", 1), ("dp-2", 2), ("dp-3", 3)]:
+        d = os.path.join(top, run)
+        for name in ["config.yaml", "metrics.csv", "summary.json", "trace.json"]:
+            check(os.path.isfile(os.path.join(d, name)), f"{run}/{name} exists")
+        summary = json.load(open(os.path.join(d, "summary.json")))
+        steps = summary["steps"]
+        check(summary["workers"] == workers, f"{run}: workers recorded")
+        check(summary["global_batch"] == 48, f"{run}: global batch is 48")
+        check(steps == 3 * (4096 // 48), f"{run}: 3 epochs of steps, got {steps}")
+        check(summary["final_test_accuracy"] > 0.5, f"{run}: learned the task "
+              f"({summary['final_test_accuracy']:.3f})")
+        check(summary["time_to_accuracy_s"] is not None, f"{run}: reached the target")
+        check(summary["samples_per_s"] > 0, f"{run}: throughput recorded")
+        rows = list(csv.DictReader(open(os.path.join(d, "metrics.csv"))))
+        check(len(rows) == steps * workers, f"{run}: one metrics row per rank per step "
+              f"({len(rows)} != {steps * workers})")
+        ranks = {int(r["rank"]) for r in rows}
+        check(ranks == set(range(workers)), f"{run}: rows for every rank")
+        sent = sum(int(r["bytes_sent"]) for r in rows if r["rank"] == "0")
+        if workers == 1:
+            check(sent == 0, f"{run}: single moves no bytes")
+        else:
+            model_bytes = 4 * (32 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10)
+            check(sent == steps * (workers - 1) * model_bytes,
+                  f"{run}: replica 0 sends (N-1) models per step")
+            check(summary["busiest_node"]["rank"] == 0, f"{run}: replica 0 is the busiest")
+        trace = json.load(open(os.path.join(d, "trace.json")))
+        names = {e["tid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+        check(names == set(range(workers)), f"{run}: one trace track per rank")
+        config_text = open(os.path.join(d, "config.yaml")).read()
+        check(f"workers: {workers}" in config_text, f"{run}: config.yaml is the resolved config")
+
+print(f"{passed} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Checks plots/plot_results.py on fabricated results folders. Plain script, no pytest.
+
+Usage: /usr/bin/python3 tests/plots/test_plot_results.py [--keep]
+(--keep leaves the temp folder in place and prints where it is.)
+"""
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "plots", "plot_results.py")
+PYTHON = "/usr/bin/python3"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+HEADER = ("step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,"
+          "bytes_sent,bytes_received")
+
+
+def write_metrics(folder, workers, steps, step_s):
+    rng = random.Random(workers)
+    lines = [HEADER]
+    for step in range(steps):
+        loss = 2.3 * math.exp(-step / 150) + 0.3 + rng.uniform(-0.1, 0.1)
+        for rank in range(workers):
+            lines.append(f"{step},{rank},{step // 100},{(step + 1) * step_s:.6f},{loss:.5f},"
+                         f"{step_s * 0.6:.6f},{step_s * 0.3:.6f},{step_s * 0.1:.6f},1000,1000")
+    with open(os.path.join(folder, "metrics.csv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_trace(folder, workers, steps, step_s):
+    events = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": r,
+               "args": {"name": f"rank {r}"}} for r in range(workers)]
+    us = step_s * 1e6
+    for step in range(steps):
+        for rank in range(workers):
+            t = step * us
+            for name, frac, start in (("compute", 0.6, 0), ("communicate", 0.3, 0.6),
+                                      ("wait", 0.1, 0.9)):
+                events.append({"name": name, "ph": "X", "ts": t + start * us,
+                               "dur": frac * us, "pid": 0, "tid": rank, "args": {"step": step}})
+    with open(os.path.join(folder, "trace.json"), "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+
+
+def write_summary(folder, name, strategy, workers, steps, step_s):
+    evals = [{"step": s, "time_s": (s + 1) * step_s, "test_loss": 1.0 / (1 + s / 100),
+              "test_accuracy": min(0.95, 0.5 + s / 1000)} for s in range(99, steps, 100)]
+    summary = {"run": name, "strategy": strategy, "workers": workers, "global_batch": 256,
+               "steps": steps, "train_seconds": steps * step_s,
+               "samples_per_s": 256 / step_s, "final_test_accuracy": evals[-1]["test_accuracy"],
+               "final_test_loss": evals[-1]["test_loss"], "target_accuracy": 0.85,
+               "time_to_accuracy_s": None, "busiest_node": {"rank": 0, "bytes": 123456},
+               "mean_step_s": {"compute": step_s * 0.6, "communicate": step_s * 0.3,
+                               "wait": step_s * 0.1}, "evals": evals}
+    with open(os.path.join(folder, "summary.json"), "w") as f:
+        json.dump(summary, f)
+
+
+def make_run(parent, name, strategy, workers, steps=500, step_s=0.005):
+    folder = os.path.join(parent, name)
+    os.makedirs(folder)
+    write_metrics(folder, workers, steps, step_s)
+    write_trace(folder, workers, steps, step_s)
+    write_summary(folder, name, strategy, workers, steps, step_s)
+    return folder
+
+
+def run_plot(*args):
+    return subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=120)
+
+
+def check_png(path):
+    assert os.path.isfile(path), f"missing {path}"
+    with open(path, "rb") as f:
+        assert f.read(8) == PNG_MAGIC, f"{path}: not a PNG"
+    assert os.path.getsize(path) > 5000, f"{path}: only {os.path.getsize(path)} bytes"
+
+
+def test_comparison_folder(tmp):
+    cmp_dir = os.path.join(tmp, "cmp")
+    make_run(cmp_dir, "dp-4", "dp", 4)
+    make_run(cmp_dir, "ps-2", "ps", 2, step_s=0.008)
+    out = os.path.join(tmp, "out")
+    r = run_plot(cmp_dir, "--out", out)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    expected = ["loss_vs_time.png", "throughput.png", "step_breakdown.png",
+                "timeline_dp-4.png", "timeline_ps-2.png"]
+    for name in expected:
+        check_png(os.path.join(out, name))
+    printed = set(r.stdout.split())
+    assert printed == {os.path.join(out, n) for n in expected}, f"printed {r.stdout!r}"
+
+
+def test_single_run_default_out(tmp):
+    run = make_run(tmp, "single-1", "single", 1)
+    r = run_plot(run)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    for name in ["loss_vs_time.png", "throughput.png", "step_breakdown.png",
+                 "timeline_single-1.png"]:
+        check_png(os.path.join(run, "plots", name))
+
+
+def test_no_summary_fails(tmp):
+    empty = os.path.join(tmp, "empty")
+    os.makedirs(os.path.join(empty, "sub"))
+    r = run_plot(empty)
+    assert r.returncode != 0, "expected a non-zero exit"
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "summary.json" in lines[0], f"stderr {r.stderr!r}"
+
+
+def test_malformed_file_named(tmp):
+    run = make_run(tmp, "bad-1", "single", 1, steps=200)
+    with open(os.path.join(run, "summary.json"), "w") as f:
+        f.write("{not json")
+    r = run_plot(run)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, f"exit {r.returncode}, {r.stderr!r}"
+    assert os.path.join(run, "summary.json") in lines[0], f"stderr {r.stderr!r}"
+
+
+def test_bad_csv_row_named(tmp):
+    run = make_run(tmp, "badcsv-1", "single", 1, steps=200)
+    with open(os.path.join(run, "metrics.csv"), "a") as f:
+        f.write("7,0,0,oops,1.0,0,0,0,0,0\n")
+    r = run_plot(run)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, f"exit {r.returncode}, {r.stderr!r}"
+    assert "metrics.csv" in lines[0], f"stderr {r.stderr!r}"
+
+
+def main():
+    keep = "--keep" in sys.argv
+    tmp = tempfile.mkdtemp(prefix="plot_results_test_")
+    tests = [test_comparison_folder, test_single_run_default_out, test_no_summary_fails,
+             test_malformed_file_named, test_bad_csv_row_named]
+    passed = failed = 0
+    try:
+        for test in tests:
+            sub = os.path.join(tmp, test.__name__)
+            os.makedirs(sub)
+            try:
+                test(sub)
+                passed += 1
+                print(f"ok   {test.__name__}")
+            except AssertionError as e:
+                failed += 1
+                print(f"FAIL {test.__name__}: {e}")
+    finally:
+        if keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/metrics_writer.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kHeader[] =
+    "step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received";
+
+// A fresh directory per test so parallel ctest runs cannot collide.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() /
+            ("gradsync_metrics_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> fields;
+  std::stringstream stream(line);
+  for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
+  return fields;
+}
+
+MetricsRow make_row(std::int64_t step, int rank) {
+  MetricsRow row;
+  row.step = step;
+  row.rank = rank;
+  row.epoch = step / 100;
+  row.time_s = 1.0 + static_cast<double>(step) * 0.001;
+  row.loss = 2.302585 / static_cast<double>(step + 1);
+  row.stats.compute_s = 0.000123456;
+  row.stats.communicate_s = 0.25;
+  row.stats.wait_s = 0;
+  row.stats.bytes_sent = 5000000000ULL;  // beyond 32 bits: must not be truncated
+  row.stats.bytes_received = static_cast<std::uint64_t>(step) * 4;
+  return row;
+}
+
+}  // namespace
+
+TEST_CASE("metrics writer: header is exact even with no rows") {
+  TempDir dir;
+  const std::string path = dir.file("metrics.csv");
+  { MetricsWriter writer(path); }
+  const auto lines = read_lines(path);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == kHeader);
+}
+
+TEST_CASE("metrics writer: rows parse back with their values") {
+  TempDir dir;
+  const std::string path = dir.file("metrics.csv");
+  MetricsRow row;
+  row.step = 1234;
+  row.rank = 3;
+  row.epoch = 2;
+  row.time_s = 3723.123456789;
+  row.loss = 0.43125;
+  row.stats = {0.0123456789, 0.5, 1e-7, 5000000000ULL, 42};
+  {
+    MetricsWriter writer(path);
+    CHECK(writer.path() == path);
+    writer.write(row);
+  }
+  const auto lines = read_lines(path);
+  REQUIRE(lines.size() == 2);
+  const auto f = split(lines[1]);
+  REQUIRE(f.size() == 10);
+  CHECK(f[0] == "1234");
+  CHECK(f[1] == "3");
+  CHECK(f[2] == "2");
+  CHECK(std::stod(f[3]) == doctest::Approx(3723.123456789).epsilon(1e-9));
+  CHECK(f[4] == "0.43125");
+  CHECK(std::stod(f[5]) == doctest::Approx(0.0123456789).epsilon(1e-8));
+  CHECK(std::stod(f[6]) == 0.5);
+  CHECK(std::stod(f[7]) == doctest::Approx(1e-7).epsilon(1e-9));
+  CHECK(f[8] == "5000000000");
+  CHECK(f[9] == "42");
+}
+
+TEST_CASE("metrics writer: rows from 4 threads are all present and whole") {
+  TempDir dir;
+  const std::string path = dir.file("metrics.csv");
+  constexpr int kThreads = 4;
+  constexpr int kSteps = 300;
+  {
+    MetricsWriter writer(path);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kThreads; ++rank) {
+      threads.emplace_back([&writer, rank] {
+        for (int step = 0; step < kSteps; ++step) writer.write(make_row(step, rank));
+      });
+    }
+    for (auto& thread : threads) thread.join();
+  }
+  const auto lines = read_lines(path);
+  REQUIRE(lines.size() == 1 + kThreads * kSteps);
+  CHECK(lines[0] == kHeader);
+  std::set<std::pair<int, int>> seen;
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    const auto f = split(lines[i]);
+    REQUIRE_MESSAGE(f.size() == 10, lines[i]);
+    const int step = std::stoi(f[0]);
+    const int rank = std::stoi(f[1]);
+    CHECK(f[2] == std::to_string(step / 100));
+    CHECK(f[8] == "5000000000");
+    CHECK(f[9] == std::to_string(step * 4));
+    seen.insert({rank, step});
+  }
+  CHECK(seen.size() == static_cast<std::size_t>(kThreads * kSteps));
+}
+
+TEST_CASE("metrics writer: rows are on disk while the writer is still open") {
+  TempDir dir;
+  const std::string path = dir.file("metrics.csv");
+  MetricsWriter writer(path);
+  writer.write(make_row(0, 0));
+  writer.write(make_row(1, 0));
+  // Read through a separate handle: only flushed bytes are visible.
+  const auto lines = read_lines(path);
+  REQUIRE(lines.size() == 3);
+  CHECK(split(lines[2]).size() == 10);
+}
+
+TEST_CASE("metrics writer: an unwritable path throws naming the path") {
+  const std::string path = "/nonexistent_gradsync_dir/sub/metrics.csv";
+  try {
+    MetricsWriter writer(path);
+    FAIL("expected gradsync::Error");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("No such file or directory") != std::string::npos);
+  }
+}
+
+TEST_CASE("metrics writer: a full disk throws at the first flush") {
+  if (!fs::exists("/dev/full")) return;  // Linux only
+  CHECK_THROWS_WITH_AS(MetricsWriter("/dev/full"), doctest::Contains("/dev/full"), Error);
+}
+
+}  // namespace gradsync

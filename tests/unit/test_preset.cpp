@@ -1,0 +1,464 @@
+// Preset loading: layering (defaults <- top level <- runs entry <- --set), the one-line errors
+// (file, line and key in each), to_yaml round trips and describe_keys. Most tests use synthetic
+// data so that no data directory is needed.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "experiments/preset.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kFile[] = "presets/x.yaml";
+
+Preset load(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  return load_preset_text(yaml, kFile, sets);
+}
+
+// The message of the ConfigError that loading throws (fails the test if none is thrown).
+std::string error_of(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    load(yaml, sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("no ConfigError for: " << yaml);
+  return "";
+}
+
+// A fresh, empty directory removed when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = fs::temp_directory_path() / ("gradsync_preset_test_" + std::to_string(::getpid()) +
+                                         "_" + std::to_string(++counter));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+const char kSynthetic[] = "data: {kind: synthetic}\n";
+
+}  // namespace
+
+TEST_CASE("preset: an almost empty preset gives the defaults") {
+  const Preset preset = load(kSynthetic);
+  REQUIRE(preset.runs.size() == 1);
+  CHECK(preset.name == "x");
+  CHECK(preset.path == kFile);
+  const Config& c = preset.runs[0];
+  const Config defaults;
+  CHECK(c.name == "single-1");
+  CHECK(c.strategy == defaults.strategy);
+  CHECK(c.workers == defaults.workers);
+  CHECK(c.train.lr == defaults.train.lr);
+  CHECK(c.train.batch == defaults.train.batch);
+  CHECK(c.train.seed == defaults.train.seed);
+  CHECK(c.model.hidden == defaults.model.hidden);
+  CHECK(c.output.progress == defaults.output.progress);
+  CHECK(c.data.dir.empty());  // synthetic data needs no directory
+
+  // An empty document is valid too; here --set supplies the data kind.
+  CHECK(load("", {"data.kind=synthetic"}).runs[0].train.epochs == defaults.train.epochs);
+}
+
+TEST_CASE("preset: nested keys override their defaults only") {
+  const Config c = load(R"(
+strategy: dp
+workers: 4
+train:
+  lr: 0.1
+  batch: 32
+  momentum: 0
+  seed: 18446744073709551615
+data: {kind: synthetic, dim: 8, classes: 3}
+model:
+  hidden:
+    - 128
+    - 64
+output: {progress: plain}
+)")
+                       .runs[0];
+  CHECK(c.name == "dp-4");
+  CHECK(c.train.lr == 0.1);
+  CHECK(c.train.batch == 32);
+  CHECK(c.train.momentum == 0.0);
+  CHECK(c.train.seed == 18446744073709551615ull);
+  CHECK(c.train.epochs == Config().train.epochs);
+  CHECK(c.data.dim == 8);
+  CHECK(c.data.classes == 3);
+  CHECK(c.data.train_samples == Config().data.train_samples);
+  CHECK(c.model.hidden == std::vector<int>{128, 64});
+  CHECK(c.output.progress == "plain");
+}
+
+TEST_CASE("preset: runs inherit the top level and name themselves") {
+  const Preset preset = load(R"(
+data: {kind: synthetic}
+train: {lr: 0.1, batch: 16}
+runs:
+  - name: baseline
+  - strategy: dp
+    workers: 4
+    train: {lr: 0.2}
+  - {strategy: dp, workers: 2, model: {hidden: []}}
+)");
+  REQUIRE(preset.runs.size() == 3);
+  CHECK(preset.runs[0].name == "baseline");
+  CHECK(preset.runs[0].strategy == "single");
+  CHECK(preset.runs[0].train.lr == 0.1);
+  CHECK(preset.runs[1].name == "dp-4");
+  CHECK(preset.runs[1].workers == 4);
+  CHECK(preset.runs[1].train.lr == 0.2);
+  CHECK(preset.runs[1].train.batch == 16);  // from the top level
+  CHECK(preset.runs[2].name == "dp-2");
+  CHECK(preset.runs[2].model.hidden.empty());
+  CHECK(preset.runs[2].train.lr == 0.1);
+}
+
+TEST_CASE("preset: --set overrides every run, in order") {
+  const std::string yaml = R"(
+data: {kind: synthetic}
+train: {lr: 0.1}
+runs:
+  - {name: a, train: {lr: 0.2}}
+  - {name: b, strategy: dp, workers: 2}
+)";
+  const Preset preset = load(
+      yaml, {"train.lr=0.3", "model.hidden=64,32", "train.batch=8", "train.batch=9", "data.dir="});
+  for (const Config& c : preset.runs) {
+    CHECK(c.train.lr == 0.3);
+    CHECK(c.model.hidden == std::vector<int>{64, 32});
+    CHECK(c.train.batch == 9);  // the later --set wins
+  }
+  CHECK(preset.runs[1].workers == 2);
+  CHECK(load(yaml, {"model.hidden=[256, 128]"}).runs[0].model.hidden == std::vector<int>{256, 128});
+  CHECK(load(yaml, {" train.epochs = 3"}).runs[0].train.epochs == 3);
+  // Derived names follow --set, so forcing every run onto one strategy can collide.
+  CHECK(load("data: {kind: synthetic}\nruns: [{strategy: dp}, {workers: 3}]\n", {"strategy=dp"})
+            .runs[1]
+            .name == "dp-3");
+}
+
+TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
+  CHECK(error_of("data: {kind: synthetic}\nworkerz: 2\n") ==
+        "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, train, "
+        "data, model, output, runs)");
+  CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
+        "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
+        "momentum, weight_decay, seed, eval_every, target_accuracy)");
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
+        "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
+        "train, data, model, output)");
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - name: a\n    runs: []\n")
+            .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
+  CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
+        "presets/x.yaml:2: name: allowed only inside a runs entry");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: 0.1, lr: 0.2}\n") ==
+        "presets/x.yaml:2: train.lr: duplicate key");
+  CHECK(error_of("data: {kind: synthetic}\nmodel: {hidden: [1], extra: {a: 1}}\n")
+            .starts_with("presets/x.yaml:2: model.extra: unknown key (known in model: hidden)"));
+}
+
+TEST_CASE("preset: sections and runs must have the right shape") {
+  CHECK(error_of("data: {kind: synthetic}\ntrain: 5\n") ==
+        "presets/x.yaml:2: train: expected a map of train keys, got '5'");
+  CHECK(error_of("data: {kind: synthetic}\nruns: {name: a}\n") ==
+        "presets/x.yaml:2: runs: expected a non-empty list of run entries, got a map");
+  CHECK(error_of("data: {kind: synthetic}\nruns: []\n").starts_with("presets/x.yaml:2: runs:"));
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - dp\n") ==
+        "presets/x.yaml:4: runs: entry 2: expected a map of keys, got 'dp'");
+  CHECK(error_of("- 1\n- 2\n") == "presets/x.yaml:1: preset: expected a map of keys, got a list");
+  CHECK(error_of("train: {lr: [1, 2\n").starts_with("presets/x.yaml:"));
+  CHECK(error_of("train: {lr: [1, 2\n").find("preset: invalid YAML") != std::string::npos);
+  // A section left empty (everything in it commented out) is allowed.
+  CHECK(load("data: {kind: synthetic}\ntrain:\n").runs[0].train.lr == Config().train.lr);
+}
+
+TEST_CASE("preset: values of the wrong type") {
+  CHECK(error_of("data: {kind: synthetic}\ntrain:\n  batch: 8\n  lr: fast\n") ==
+        "presets/x.yaml:4: train.lr: expected a number, got 'fast'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {batch: 1.5}\n") ==
+        "presets/x.yaml:2: train.batch: expected an integer, got '1.5'");
+  CHECK(error_of("data: {kind: synthetic}\nworkers: abc\n") ==
+        "presets/x.yaml:2: workers: expected an integer, got 'abc'");
+  CHECK(error_of("data: {kind: synthetic}\nworkers: [1]\n") ==
+        "presets/x.yaml:2: workers: expected an integer, got a list");
+  CHECK(error_of("data: {kind: synthetic}\nworkers: 99999999999\n")
+            .starts_with("presets/x.yaml:2: workers: integer out of range"));
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {seed: 18446744073709551616}\n")
+            .starts_with("presets/x.yaml:2: train.seed: integer out of range"));
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {seed: -1}\n") ==
+        "presets/x.yaml:2: train.seed: must be >= 0, got '-1'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: nan}\n") ==
+        "presets/x.yaml:2: train.lr: expected a finite number, got 'nan'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: inf}\n") ==
+        "presets/x.yaml:2: train.lr: expected a finite number, got 'inf'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: .inf}\n") ==
+        "presets/x.yaml:2: train.lr: expected a number, got '.inf'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: 1e999}\n")
+            .starts_with("presets/x.yaml:2: train.lr: number out of range"));
+  CHECK(error_of("data: {kind: synthetic}\noutput: {dir: {a: 1}}\n") ==
+        "presets/x.yaml:2: output.dir: expected a string, got a map");
+  CHECK(error_of("data: {kind: synthetic}\nmodel:\n  hidden:\n    - 256\n    - wide\n") ==
+        "presets/x.yaml:5: model.hidden: element 2: expected an integer, got 'wide'");
+  CHECK(error_of("data: {kind: synthetic}\nmodel: {hidden: 7x}\n") ==
+        "presets/x.yaml:2: model.hidden: element 1: expected an integer, got '7x'");
+  // Numbers accept integers and exponents; integers accept a leading '+'.
+  CHECK(load("data: {kind: synthetic}\ntrain: {lr: 1, weight_decay: 5e-4, batch: +8}\n")
+            .runs[0]
+            .train.weight_decay == 5e-4);
+}
+
+TEST_CASE("preset: values out of range") {
+  CHECK(error_of("data: {kind: synthetic}\nworkers: 0\n") ==
+        "presets/x.yaml:2: workers: must be >= 1, got '0'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: 0}\n") ==
+        "presets/x.yaml:2: train.lr: must be > 0, got '0'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {momentum: 1}\n") ==
+        "presets/x.yaml:2: train.momentum: must be in [0, 1), got '1'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {target_accuracy: 0}\n") ==
+        "presets/x.yaml:2: train.target_accuracy: must be in (0, 1], got '0'");
+  CHECK(error_of("data: {kind: synthetic}\ntrain: {steps: -1}\n") ==
+        "presets/x.yaml:2: train.steps: must be >= 0, got '-1'");
+  CHECK(error_of("data: {kind: synthetic, classes: 0}\n") ==
+        "presets/x.yaml:1: data.classes: must be >= 1, got '0'");
+  CHECK(error_of("data: {kind: synthetic}\nmodel: {hidden: [256, 0]}\n") ==
+        "presets/x.yaml:2: model.hidden: element 2: must be >= 1, got '0'");
+  CHECK(load("data: {kind: synthetic}\ntrain: {target_accuracy: 1, momentum: 0.99}\n")
+            .runs[0]
+            .train.target_accuracy == 1.0);
+}
+
+TEST_CASE("preset: choices list the valid values") {
+  CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
+        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp)");
+  CHECK(error_of("data: {kind: mnist}\n") ==
+        "presets/x.yaml:1: data.kind: unknown data.kind 'mnist' (valid: fashion-mnist, idx, "
+        "synthetic)");
+  CHECK(error_of("data: {kind: synthetic}\noutput:\n  progress: loud\n")
+            .starts_with("presets/x.yaml:3: output.progress: unknown output.progress 'loud'"));
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {strategy: dp}\n  - {strategy: ddp}\n")
+            .starts_with("presets/x.yaml:4: strategy: unknown strategy 'ddp'"));
+}
+
+TEST_CASE("preset: run names must be unique folder names") {
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {name: a}\n") ==
+        "presets/x.yaml:4: name: duplicate run name 'a' (also at presets/x.yaml:3)");
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {workers: 2}\n  - name: b\n  - {}\n",
+                 {"strategy=dp", "workers=2"}) ==
+        "presets/x.yaml:5: name: duplicate run name 'dp-2' (also at presets/x.yaml:3)");
+  CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: ../up}\n") ==
+        "presets/x.yaml:3: name: run name '../up' may use only letters, digits, '.', '_', '-'");
+}
+
+TEST_CASE("preset: data directories are checked after resolution") {
+  TempDir dir;
+  CHECK(error_of("data: {kind: idx}\n") ==
+        "presets/x.yaml:1: data.dir: required when data.kind is idx (an MNIST-format folder)");
+  CHECK(error_of("train: {lr: 0.1}\ndata:\n  kind: idx\n  dir: /nope/gradsync\n") ==
+        "presets/x.yaml:4: data.dir: directory '/nope/gradsync' does not exist");
+  CHECK(error_of("data: {kind: synthetic}\n", {"data.kind=idx", "data.dir=/nope/gradsync"}) ==
+        "--set: data.dir: directory '/nope/gradsync' does not exist");
+  const std::string fashion = error_of("data:\n  kind: fashion-mnist\n  dir: /nope/fm\n");
+  CHECK(fashion.starts_with("presets/x.yaml:3: data.dir: directory '/nope/fm' does not exist"));
+  CHECK(fashion.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+
+  const std::string file = dir.path() + "/plain-file";
+  std::ofstream(file) << "x";
+  CHECK(error_of("data: {kind: idx, dir: '" + file + "'}\n") ==
+        "presets/x.yaml:1: data.dir: '" + file + "' is not a directory");
+
+  CHECK(load("data: {kind: idx, dir: '" + dir.path() + "'}\n").runs[0].data.dir == dir.path());
+  CHECK(load("data: {kind: fashion-mnist}\n", {"data.dir=" + dir.path()}).runs[0].data.dir ==
+        dir.path());
+
+  // Without data.dir, fashion-mnist resolves the packaged default (present or not here).
+  const std::string packaged = "/usr/share/datasets/fashion-mnist";
+  if (fs::is_directory(packaged)) {
+    CHECK(load("strategy: single\n").runs[0].data.dir == packaged);
+  } else {
+    const std::string missing = error_of("strategy: single\ndata:\n  kind: fashion-mnist\n");
+    CHECK(missing.starts_with("presets/x.yaml:3: data.dir: directory '" + packaged + "'"));
+    CHECK(missing.find("apt-get install dataset-fashion-mnist") != std::string::npos);
+  }
+}
+
+TEST_CASE("preset: bad --set overrides") {
+  CHECK(error_of(kSynthetic, {"train.lr"}) == "--set: train.lr: expected key=value");
+  CHECK(error_of(kSynthetic, {"train.stpes=3"}) ==
+        "--set: train.stpes: unknown key (known in train: steps, epochs, batch, lr, momentum, "
+        "weight_decay, seed, eval_every, target_accuracy)");
+  CHECK(error_of(kSynthetic, {"lr=3"}) ==
+        "--set: lr: unknown key (known at top level: strategy, workers, train, data, model, "
+        "output)");
+  CHECK(error_of(kSynthetic, {"train=3"}).starts_with("--set: train: is a section, not a key"));
+  CHECK(error_of(kSynthetic, {"name=x"}) == "--set: name: allowed only inside a runs entry");
+  CHECK(error_of(kSynthetic, {"train.batch=1.5"}) ==
+        "--set: train.batch: expected an integer, got '1.5'");
+  CHECK(error_of(kSynthetic, {"model.hidden=256,x"}) ==
+        "--set: model.hidden: element 2: expected an integer, got 'x'");
+  CHECK(error_of(kSynthetic, {"model.hidden=[256"})
+            .starts_with("--set: model.hidden: cannot parse value '[256'"));
+  CHECK(error_of(kSynthetic, {"strategy=ddp"}) ==
+        "--set: strategy: unknown strategy 'ddp' (valid: single, dp)");
+  // The error names --set even though the file itself is fine.
+  try {
+    load(kSynthetic, {"workers=0"});
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(e.where() == "--set");
+    CHECK(e.key() == "workers");
+  }
+}
+
+TEST_CASE("preset: files on disk") {
+  TempDir dir;
+  const std::string presets = dir.path() + "/presets";
+  fs::create_directories(presets);
+  std::ofstream(presets + "/quickstart.yaml") << "data: {kind: synthetic}\ntrain: {lr: 0.2}\n";
+  std::ofstream(presets + "/compare.yaml") << "data: {kind: synthetic}\n";
+
+  CHECK(find_preset("quickstart", presets) == presets + "/quickstart.yaml");
+  CHECK(find_preset(presets + "/compare.yaml", "/nope") == presets + "/compare.yaml");
+  try {
+    find_preset("quikstart", presets);
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) ==
+          "quikstart: preset: no such file, and no shipped preset of that name (shipped: "
+          "compare, quickstart)");
+  }
+
+  const Preset preset = load_preset(presets + "/quickstart.yaml", {"train.batch=4"});
+  CHECK(preset.name == "quickstart");
+  CHECK(preset.path == presets + "/quickstart.yaml");
+  CHECK(preset.runs.at(0).train.lr == 0.2);
+  CHECK(preset.runs.at(0).train.batch == 4);
+
+  const std::string missing = presets + "/missing.yaml";
+  try {
+    load_preset(missing, {});
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()) == missing + ": preset: cannot open: no such file");
+    CHECK(e.where() == missing);
+    CHECK(e.key() == "preset");
+  }
+
+  // Errors inside a file name the path as given.
+  std::ofstream(presets + "/bad.yaml") << "data: {kind: synthetic}\ntrain:\n  lr: fast\n";
+  try {
+    load_preset(presets + "/bad.yaml", {});
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK(e.where() == presets + "/bad.yaml:3");
+    CHECK(e.key() == "train.lr");
+  }
+}
+
+TEST_CASE("preset: to_yaml round-trips through load_preset_text") {
+  TempDir dir;
+  const Preset preset =
+      load("data: {kind: idx, dir: '" + dir.path() + "'}\nruns:\n  - name: every_key.v2\n",
+           {"strategy=dp", "workers=3", "train.steps=123", "train.epochs=7", "train.batch=17",
+            "train.lr=0.0123", "train.momentum=0.5", "train.weight_decay=1e-05", "train.seed=99",
+            "train.eval_every=11", "train.target_accuracy=0.9", "data.train_samples=100",
+            "data.test_samples=50", "data.dim=5", "data.classes=4", "model.hidden=[7, 9, 11]",
+            "output.dir=\"my results: #1\"", "output.trace_steps=12", "output.progress=off"});
+  const Config& original = preset.runs.at(0);
+  CHECK(original.output.dir == "my results: #1");
+
+  const std::string yaml = to_yaml(original);
+  const Preset reloaded = load_preset_text(yaml, "config.yaml", {});
+  REQUIRE(reloaded.runs.size() == 1);
+  const Config& c = reloaded.runs[0];
+  CHECK(to_yaml(c) == yaml);
+  CHECK(c.name == "every_key.v2");
+  CHECK(c.strategy == "dp");
+  CHECK(c.workers == 3);
+  CHECK(c.train.steps == 123);
+  CHECK(c.train.epochs == 7);
+  CHECK(c.train.batch == 17);
+  CHECK(c.train.lr == original.train.lr);
+  CHECK(c.train.momentum == 0.5);
+  CHECK(c.train.weight_decay == original.train.weight_decay);
+  CHECK(c.train.seed == 99);
+  CHECK(c.train.eval_every == 11);
+  CHECK(c.train.target_accuracy == original.train.target_accuracy);
+  CHECK(c.data.kind == "idx");
+  CHECK(c.data.dir == dir.path());
+  CHECK(c.data.train_samples == 100);
+  CHECK(c.data.test_samples == 50);
+  CHECK(c.data.dim == 5);
+  CHECK(c.data.classes == 4);
+  CHECK(c.model.hidden == std::vector<int>{7, 9, 11});
+  CHECK(c.output.dir == original.output.dir);
+  CHECK(c.output.trace_steps == 12);
+  CHECK(c.output.progress == "off");
+
+  // Doubles are written in their shortest exact form, so awkward values survive too.
+  const Config awkward =
+      load(kSynthetic, {"train.lr=0.1", "train.momentum=0.30000000000000004", "output.dir='null'",
+                        "data.dir=\"a \\\"b\\\" \\\\ \\t ~\""})
+          .runs[0];
+  CHECK(awkward.data.dir == "a \"b\" \\ \t ~");
+  const Config back = load_preset_text(to_yaml(awkward), "config.yaml", {}).runs[0];
+  CHECK(back.train.momentum == awkward.train.momentum);
+  CHECK(back.output.dir == "null");
+  CHECK(back.data.dir == awkward.data.dir);
+  CHECK(to_yaml(back) == to_yaml(awkward));
+}
+
+TEST_CASE("preset: describe_keys lists every key with its default") {
+  const std::string table = describe_keys();
+  // clang-format off
+  const std::vector<std::string> keys = {
+      "name", "strategy", "workers",
+      "train.steps", "train.epochs", "train.batch", "train.lr", "train.momentum",
+      "train.weight_decay", "train.seed", "train.eval_every", "train.target_accuracy",
+      "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
+      "data.classes", "model.hidden", "output.dir", "output.trace_steps", "output.progress"};
+  // clang-format on
+  std::istringstream lines(table);
+  std::vector<std::string> listed;
+  std::string line;
+  while (std::getline(lines, line)) listed.push_back(line.substr(0, line.find(' ')));
+  CHECK(listed == keys);
+  // --set knows every listed key (name aside: it lives in runs entries): a bad value is blamed
+  // on the key's value, not reported as an unknown key.
+  for (const std::string& key : keys) {
+    if (key == "name") continue;
+    const std::string message = error_of(kSynthetic, {key + "=[[]]"});
+    CHECK_MESSAGE(message.starts_with("--set: " + key + ": "), message);
+    CHECK_MESSAGE(message.find("unknown key") == std::string::npos, message);
+  }
+  CHECK(table.find("train.lr ") != std::string::npos);
+  CHECK(table.find("0.05") != std::string::npos);
+  CHECK(table.find("[256, 256]") != std::string::npos);
+  CHECK(table.find("single, dp") != std::string::npos);
+  // Columns line up: every line has its type column at the same offset.
+  std::istringstream again(table);
+  std::size_t column = std::string::npos;
+  while (std::getline(again, line)) {
+    const std::size_t type_at = line.find_first_not_of(' ', line.find(' '));
+    if (column == std::string::npos) column = type_at;
+    CHECK(type_at == column);
+  }
+}
+
+}  // namespace gradsync
