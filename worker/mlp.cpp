@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/random.h"
+#include "worker/cpu_gemm.h"
 
 namespace gradsync {
 
@@ -24,7 +25,12 @@ Mlp::Mlp(std::vector<int> widths, int max_batch)
   params_.assign(offset, 0.f);
   grads_.assign(offset, 0.f);
   for (int width : widths_) activations_.emplace_back(width, max_batch_);
-  for (std::size_t l = 1; l < widths_.size(); ++l) deltas_.emplace_back(widths_[l], max_batch_);
+  std::size_t largest_weight = 0;
+  for (std::size_t l = 1; l < widths_.size(); ++l) {
+    deltas_.emplace_back(widths_[l], max_batch_);
+    largest_weight = std::max(largest_weight, layers_[l - 1].bias_offset - layers_[l - 1].weight_offset);
+  }
+  transposed_weight_.resize(largest_weight);
 }
 
 void Mlp::init_params(std::uint64_t seed) {
@@ -62,7 +68,9 @@ void Mlp::forward(int batch) {
   for (int l = 0; l <= last; ++l) {
     auto in = activations_[l].leftCols(batch);
     auto out = activations_[l + 1].leftCols(batch);
-    out.noalias() = weight(params_, l) * in;
+    const LayerRange& r = layers_[l];
+    gemm_nn(r.out, batch, r.in, params_.data() + r.weight_offset, r.out, in.data(), r.in,
+            out.data(), r.out);
     const VectorMap b = bias(params_, l);
     // Bias and ReLU in one pass over the output, while it is still in cache.
     if (l < last) {
@@ -114,12 +122,16 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
   for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
     auto delta = deltas_[l].leftCols(batch);
     auto in = activations_[l].leftCols(batch);
-    weight(grads_, l).noalias() = delta * in.transpose();
+    const LayerRange& r = layers_[l];
+    gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in,
+            grads_.data() + r.weight_offset, r.out);
     bias(grads_, l) = delta.rowwise().sum();
     if (grad_ready_) grad_ready_(l);
     if (l == 0) break;  // nobody needs the gradient with respect to the input
     auto prev = deltas_[l - 1].leftCols(batch);
-    prev.noalias() = weight(params_, l).transpose() * delta;
+    transpose(r.out, r.in, params_.data() + r.weight_offset, transposed_weight_.data());
+    gemm_nn(r.in, batch, r.out, transposed_weight_.data(), r.in, delta.data(), r.out,
+            prev.data(), r.in);
     // ReLU's derivative: pass the gradient where the activation was positive.
     prev = (in.array() > 0.f).select(prev, 0.f);
   }
