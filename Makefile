@@ -21,12 +21,14 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	@$(GRADSYNC) run quickstart
-	@$(PYTHON) plots/plot_results.py results/latest
+	@$(GRADSYNC) run quickstart > /dev/null
+	@$(PYTHON) plots/plot_results.py results/latest > /dev/null
 	@echo
-	@echo "results: $$(readlink -f results/latest)"
+	@cat results/latest/comparison.md
+	@echo
+	@echo "results: $$(readlink -f results/latest)   (config.yaml, metrics.csv, summary.json per run)"
 	@echo "plots:   $$(readlink -f results/latest)/plots"
-	@echo "trace:   open results/latest/<run>/trace.json in https://ui.perfetto.dev or chrome://tracing"
+	@echo "trace:   results/latest/<run>/trace.json (open in https://ui.perfetto.dev or chrome://tracing)"
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
