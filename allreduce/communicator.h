@@ -1,0 +1,76 @@
+// Communicator: the collectives every multi-process strategy is built on.
+//
+//   auto comm = TcpRing::create(store, rank, size, options);   // allreduce/tcp/tcp_ring.h
+//   comm->allreduce(grads, ReduceOp::kAvg);                     // blocks until done
+//   auto work = comm->allreduce_async(bucket, ReduceOp::kAvg);  // returns at once
+//   ... more backward ...
+//   work->wait(timeout);                                        // rethrows a failure
+//
+// Collectives run one at a time, in the order they were issued, on a background thread of the
+// communicator (as a c10d ProcessGroup does); every rank must issue the same sequence of
+// collectives with the same sizes. The buffers passed to an *_async call must stay valid and
+// untouched until its Work is complete. World size 1 and zero elements are plain no-ops that
+// complete at once.
+//
+// Failures: a collective that cannot finish within the communicator's timeout fails on every
+// live rank with gradsync::TimeoutError naming the rank it waited for and, per rank, the last
+// collective sequence number it started and finished; ranks that issue mismatched collectives
+// (another operation, size or sequence) fail with a desync error naming both. After a failure
+// the communicator is unusable: every later call throws the same error.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace gradsync {
+
+enum class ReduceOp { kSum, kAvg };
+
+// Handle to an issued collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective completes; throws its error, or TimeoutError after `timeout`.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+  virtual bool completed() const = 0;
+};
+
+// Traffic counters of this rank since creation (payload bytes, not headers).
+struct CommCounters {
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t collectives = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The deadline every wait of this communicator uses (configuration `comm.timeout_s`).
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  virtual std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) = 0;
+  // data on `root` is sent to every rank; others' data is overwritten.
+  virtual std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) = 0;
+  // out.size() == size() * in.size(); rank r's input lands at out[r * in.size()].
+  virtual std::shared_ptr<Work> allgather_async(std::span<const float> in,
+                                                std::span<float> out) = 0;
+  virtual std::shared_ptr<Work> barrier_async() = 0;
+
+  virtual CommCounters counters() const = 0;
+
+  // Blocking forms: issue, then wait with timeout().
+  void allreduce(std::span<float> data, ReduceOp op) { allreduce_async(data, op)->wait(timeout()); }
+  void broadcast(std::span<float> data, int root) { broadcast_async(data, root)->wait(timeout()); }
+  void allgather(std::span<const float> in, std::span<float> out) {
+    allgather_async(in, out)->wait(timeout());
+  }
+  void barrier() { barrier_async()->wait(timeout()); }
+};
+
+}  // namespace gradsync

@@ -1,0 +1,41 @@
+// TcpRing: the CPU Communicator. Ranks form a ring over TCP (rank r sends to r+1 and receives
+// from r-1, modulo N), found through a Store. Allreduce is reduce-scatter then all-gather
+// around the ring: each rank sends and receives 2(N-1)/N of the buffer, the bandwidth-optimal
+// schedule (Patarasuk & Yuan 2009; baidu-allreduce). Buffers of any length work: the first
+// length % N segments take one extra element. Each segment moves in chunks so that sending
+// chunk c+1 overlaps reducing chunk c, and large buffers stream at link speed.
+//
+// Every message carries (collective sequence number, operation, element count); a receiver
+// that sees anything but what it expects fails with a desync error naming both ranks and both
+// collectives. A collective that waits past `timeout` fails on every live rank: each rank
+// then publishes its last started / finished sequence numbers through the Store and waits a
+// short grace period for the others', so the message names the rank waited for and what every
+// rank (or "no report") was doing. A rank whose peer dies (connection reset / EOF) fails at
+// once with a PeerError naming that peer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "allreduce/communicator.h"
+#include "allreduce/store.h"
+
+namespace gradsync {
+
+struct TcpRingOptions {
+  std::chrono::milliseconds timeout{60000};
+  std::string bind_host = "127.0.0.1";  // this rank's listening address for its left neighbour
+  std::size_t chunk_bytes = 1 << 20;     // pipelining granularity of a segment
+  std::string store_prefix = "ring";     // several communicators can share one Store
+};
+
+// Connects the ring: publishes this rank's address in `store`, connects to the next rank and
+// accepts the previous one. Blocks until the ring is formed or `options.timeout` passes. The
+// Store must outlive the call; the communicator keeps a reference for failure reports, so it
+// must outlive the communicator too.
+std::unique_ptr<Communicator> make_tcp_ring(Store& store, int rank, int size,
+                                            const TcpRingOptions& options);
+
+}  // namespace gradsync
