@@ -19,6 +19,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   std::int64_t eval_every = 0;    // steps between test-set evaluations; 0 = once per epoch
   double target_accuracy = 0.85;  // for time-to-accuracy in summary.json
+  int accumulation_steps = 1;     // micro-batches per optimizer step, no communication between
 };
 
 struct DataConfig {
@@ -37,6 +38,12 @@ struct ModelConfig {
   std::vector<int> hidden = {256, 256};  // hidden layer widths; input and output come from data
 };
 
+struct CommConfig {
+  double timeout_s = 60;    // every wait on another rank or replica
+  double bucket_mb = 25;    // allreduce: gradient bucket size (DistributedDataParallel's default)
+  bool overlap = true;      // allreduce: reduce each bucket as soon as backward has filled it
+};
+
 struct OutputConfig {
   std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
   std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
@@ -50,6 +57,7 @@ struct Config {
   TrainConfig train;
   DataConfig data;
   ModelConfig model;
+  CommConfig comm;
   OutputConfig output;
 };
 

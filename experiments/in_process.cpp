@@ -1,5 +1,6 @@
 #include "experiments/in_process.h"
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <thread>
@@ -11,9 +12,11 @@
 namespace gradsync {
 
 std::int64_t steps_per_epoch(const Config& config, const TrainTest& data) {
-  return DistributedSampler(data.train.size, 0, config.workers, config.train.batch,
-                            config.train.seed)
-      .steps_per_epoch();
+  const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
+                                                  config.train.batch, config.train.seed)
+                                   .steps_per_epoch();
+  // An optimizer step consumes accumulation_steps batches per rank.
+  return std::max<std::int64_t>(1, batches / config.train.accumulation_steps);
 }
 
 std::int64_t planned_steps(const Config& config, const TrainTest& data) {

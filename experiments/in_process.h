@@ -12,7 +12,8 @@
 
 namespace gradsync {
 
-// Steps the run will take: train.steps, or train.epochs whole epochs of the distributed sampler.
+// Optimizer steps the run will take: train.steps, or train.epochs whole epochs of the
+// distributed sampler (an optimizer step takes train.accumulation_steps batches per rank).
 std::int64_t planned_steps(const Config& config, const TrainTest& data);
 std::int64_t steps_per_epoch(const Config& config, const TrainTest& data);
 

@@ -63,6 +63,7 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
   loop.steps = steps;
   loop.eval_every = config.train.eval_every > 0 ? config.train.eval_every : epoch_steps;
   loop.trace_steps = config.output.trace_steps;
+  loop.accumulation_steps = config.train.accumulation_steps;
   loop.origin = origin;
   const std::vector<LoopResult> results = train_in_process(
       config, data, loop, LoopSinks{&metrics, &trace, &progress}, LoopSinks{&metrics, &trace, nullptr});

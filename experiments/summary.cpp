@@ -39,7 +39,8 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
   s.run = config.name;
   s.strategy = config.strategy;
   s.workers = config.workers;
-  s.global_batch = static_cast<std::int64_t>(config.train.batch) * config.workers;
+  s.global_batch = static_cast<std::int64_t>(config.train.batch) * config.workers *
+                   config.train.accumulation_steps;
   s.steps = lead.steps;
   s.parameters = parameters;
   // Synchronous ranks move in lockstep, so rank 0's clock is the run's clock.

@@ -31,12 +31,26 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
                            const TrainTest& data, const LoopOptions& options,
                            const LoopSinks& sinks) {
   const int rank = strategy.rank();
+  const int micro_steps = options.accumulation_steps;
+  const float micro_scale = 1.0f / static_cast<float>(micro_steps);
   LoopResult result;
+  bool last_micro = false;
+  model.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
+    if (last_micro) strategy.gradient_ready(begin, end);
+  });
   try {
     strategy.init(model.params());
     for (std::int64_t step = 0; step < options.steps; ++step) {
       const Clock::time_point begin = Clock::now();
-      const double loss = model.forward_backward(data.train, sampler.indices(step));
+      double loss = 0;
+      for (int micro = 0; micro < micro_steps; ++micro) {
+        // Micro-batch m of step t is sampler step t*k + m, so k micro-batches of B cover the
+        // same samples as one batch of k*B (tests/unit/test_allreduce_strategy.cpp holds it).
+        last_micro = micro + 1 == micro_steps;
+        loss += model.forward_backward(data.train, sampler.indices(step * micro_steps + micro),
+                                       micro_scale, micro > 0) /
+                micro_steps;
+      }
       const Clock::time_point computed = Clock::now();
       strategy.synchronize(model.grads(), model.params());
       const Clock::time_point end = Clock::now();
@@ -48,7 +62,7 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
       result.final_loss = loss;
       result.steps = step + 1;
 
-      const std::int64_t epoch = sampler.epoch_of(step);
+      const std::int64_t epoch = sampler.epoch_of(step * micro_steps);
       if (sinks.metrics) {
         sinks.metrics->write(MetricsRow{step, rank, epoch, seconds_between(options.origin, end),
                                         loss, stats});
@@ -69,9 +83,11 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
       }
     }
   } catch (const std::exception& e) {
+    model.set_grad_ready_callback(nullptr);
     strategy.abort("rank " + std::to_string(rank) + " failed: " + e.what());
     throw;
   }
+  model.set_grad_ready_callback(nullptr);
   if (rank == 0 && sinks.progress) sinks.progress->finish();
   result.parameters = static_cast<std::int64_t>(model.param_count());
   if (options.keep_params) result.final_params.assign(model.params().begin(), model.params().end());

@@ -3,7 +3,9 @@
 //
 //   strategy.init(model.params())
 //   for step in [0, steps):
-//     loss = model.forward_backward(sampler's batch for this rank)
+//     for each of k micro-batches:      // k = accumulation_steps; no communication between
+//       loss = model.forward_backward(sampler's batch, scale 1/k, accumulate after the first)
+//                                       // the last one reports ranges to strategy.gradient_ready
 //     strategy.synchronize(model.grads(), model.params())
 //     record the step (metrics.csv row, trace spans, progress line on rank 0)
 //     rank 0 evaluates on the test set every `eval_every` steps and after the last step
@@ -40,6 +42,7 @@ struct LoopOptions {
   std::int64_t steps = 0;
   std::int64_t eval_every = 0;        // 0: never during training (still after the last step)
   std::int64_t trace_steps = 0;       // steps recorded in the trace
+  int accumulation_steps = 1;         // micro-batches per step; sampler steps = steps * this
   Clock::time_point origin;           // the run's time zero, shared by every rank
   bool keep_params = false;           // copy the final parameters into the result (tests)
 };

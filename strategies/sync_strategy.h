@@ -15,6 +15,7 @@
 // gradsync::TimeoutError naming the rank it waited for.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,6 +32,12 @@ class SyncStrategy {
   virtual int rank() const = 0;
   virtual void init(std::span<float> params) = 0;
   virtual void synchronize(std::span<float> grads, std::span<float> params) = 0;
+
+  // Called during the backward pass of the last micro-batch of a step, each time a range
+  // [begin, end) of the gradient buffer is final, in the order backward produces them (last
+  // layer first). A strategy that overlaps communication with backward starts reducing here;
+  // synchronize() follows once backward is done. Default: nothing to overlap.
+  virtual void gradient_ready(std::size_t /*begin*/, std::size_t /*end*/) {}
   // communicate / wait seconds and bytes of the last synchronize(). compute_s holds only
   // compute the strategy itself did (an optimizer update); the loop adds forward/backward.
   virtual StepStats last_step_stats() const = 0;

@@ -23,7 +23,7 @@ inline const float* b_element(const float* b, int ldb, int k, int j) {
 // One block: C[0:rows, 0:NR] = A[0:rows, 0:K] * B(0:K, 0:NR), rows <= 32 through the masks.
 template <int NR, bool kTransposedB>
 void block(int k_size, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
-           __mmask16 low, __mmask16 high) {
+           __mmask16 low, __mmask16 high, bool accumulate) {
   // Every loop over the accumulators is fully unrolled: only then does GCC keep the arrays in
   // registers instead of storing them to the stack on every iteration.
   __m512 acc0[NR], acc1[NR];
@@ -46,6 +46,10 @@ void block(int k_size, const float* a, int lda, const float* b, int ldb, float* 
 #pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) {
     float* c_col = c + static_cast<long>(j) * ldc;
+    if (accumulate) {
+      acc0[j] = _mm512_add_ps(acc0[j], _mm512_maskz_loadu_ps(low, c_col));
+      acc1[j] = _mm512_add_ps(acc1[j], _mm512_maskz_loadu_ps(high, c_col + 16));
+    }
     _mm512_mask_storeu_ps(c_col, low, acc0[j]);
     _mm512_mask_storeu_ps(c_col + 16, high, acc1[j]);
   }
@@ -53,7 +57,7 @@ void block(int k_size, const float* a, int lda, const float* b, int ldb, float* 
 
 template <bool kTransposedB>
 using BlockFn = void (*)(int, const float*, int, const float*, int, float*, int, __mmask16,
-                         __mmask16);
+                         __mmask16, bool);
 
 // The column tail (n % 8) runs a narrower instantiation of the same block.
 template <bool kTransposedB>
@@ -73,7 +77,7 @@ BlockFn<kTransposedB> block_for_columns(int columns) {
 
 template <bool kTransposedB>
 void gemm(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-          int ldc) {
+          int ldc, bool accumulate) {
   // Row blocks outermost: the 32-row strip of A is reused by every column block while it is
   // still in cache; the B columns it meets are re-read from L1/L2.
   for (int i = 0; i < m; i += kMr) {
@@ -85,12 +89,12 @@ void gemm(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
     int j = 0;
     for (; j + kNr <= n; j += kNr) {
       block<kNr, kTransposedB>(k, a + i, lda, b_element<kTransposedB>(b, ldb, 0, j), ldb,
-                               c + static_cast<long>(j) * ldc + i, ldc, low, high);
+                               c + static_cast<long>(j) * ldc + i, ldc, low, high, accumulate);
     }
     if (j < n) {
       block_for_columns<kTransposedB>(n - j)(k, a + i, lda, b_element<kTransposedB>(b, ldb, 0, j),
                                              ldb, c + static_cast<long>(j) * ldc + i, ldc, low,
-                                             high);
+                                             high, accumulate);
     }
   }
 }
@@ -103,23 +107,34 @@ using Map = Eigen::Map<Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 }  // namespace
 
 void gemm_nn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-             int ldc) {
+             int ldc, bool accumulate) {
 #if defined(__AVX512F__)
-  gemm<false>(m, n, k, a, lda, b, ldb, c, ldc);
+  gemm<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 #else
-  Map(c, m, n, Eigen::OuterStride<>(ldc)).noalias() =
+  Map out(c, m, n, Eigen::OuterStride<>(ldc));
+  const auto product =
       ConstMap(a, m, k, Eigen::OuterStride<>(lda)) * ConstMap(b, k, n, Eigen::OuterStride<>(ldb));
+  if (accumulate) {
+    out.noalias() += product;
+  } else {
+    out.noalias() = product;
+  }
 #endif
 }
 
 void gemm_nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-             int ldc) {
+             int ldc, bool accumulate) {
 #if defined(__AVX512F__)
-  gemm<true>(m, n, k, a, lda, b, ldb, c, ldc);
+  gemm<true>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 #else
-  Map(c, m, n, Eigen::OuterStride<>(ldc)).noalias() =
-      ConstMap(a, m, k, Eigen::OuterStride<>(lda)) *
-      ConstMap(b, n, k, Eigen::OuterStride<>(ldb)).transpose();
+  Map out(c, m, n, Eigen::OuterStride<>(ldc));
+  const auto product = ConstMap(a, m, k, Eigen::OuterStride<>(lda)) *
+                       ConstMap(b, n, k, Eigen::OuterStride<>(ldb)).transpose();
+  if (accumulate) {
+    out.noalias() += product;
+  } else {
+    out.noalias() = product;
+  }
 #endif
 }
 

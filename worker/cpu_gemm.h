@@ -1,7 +1,8 @@
-// The three matrix products of an MLP training step, column-major, overwriting C:
+// The matrix products of an MLP training step, column-major; C is overwritten, or added to
+// when `accumulate` (gradient accumulation over micro-batches):
 //
-//   gemm_nn:  C[M x N] = A[M x K] * B[K x N]      forward:        Z  = W * X
-//   gemm_nt:  C[M x N] = A[M x K] * B[N x K]^T    weight grad:    dW = dZ * X^T
+//   gemm_nn:  C[M x N] (+)= A[M x K] * B[K x N]      forward:        Z  = W * X
+//   gemm_nt:  C[M x N] (+)= A[M x K] * B[N x K]^T    weight grad:    dW = dZ * X^T
 //
 // The input gradient dX = W^T * dZ is gemm_nn on W^T, transposed into a scratch buffer first
 // by transpose(): 256 x 256 floats take ~20 us, a few percent of the step, and keep one kernel.
@@ -16,9 +17,9 @@
 namespace gradsync {
 
 void gemm_nn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-             int ldc);
+             int ldc, bool accumulate = false);
 void gemm_nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-             int ldc);
+             int ldc, bool accumulate = false);
 
 // out[cols x rows] = in[rows x cols]^T, both column-major and dense; in 16 x 16 tiles so that
 // both the reads and the writes stay within a few cache lines at a time.

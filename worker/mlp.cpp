@@ -83,11 +83,12 @@ void Mlp::forward(int batch) {
 
 std::pair<double, std::int64_t> Mlp::softmax_cross_entropy(const Dataset& data,
                                                            std::span<const std::int64_t> indices,
-                                                           int batch, bool want_grad) {
+                                                           int batch, bool want_grad,
+                                                           float grad_scale) {
   const Matrix& logits = activations_.back();
   Matrix& delta = deltas_.back();
   const int classes = widths_.back();
-  const float inv_batch = 1.0f / static_cast<float>(batch);
+  const float inv_batch = grad_scale / static_cast<float>(batch);
   double loss = 0;
   std::int64_t correct = 0;
   for (int j = 0; j < batch; ++j) {
@@ -112,21 +113,26 @@ std::pair<double, std::int64_t> Mlp::softmax_cross_entropy(const Dataset& data,
   return {loss, correct};
 }
 
-double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices) {
+double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                             float grad_scale, bool accumulate) {
   const int batch = static_cast<int>(indices.size());
   GRADSYNC_CHECK(batch >= 1 && batch <= max_batch_, "batch size outside [1, max_batch]");
   gather(data, indices);
   forward(batch);
-  const double loss_sum = softmax_cross_entropy(data, indices, batch, true).first;
+  const double loss_sum = softmax_cross_entropy(data, indices, batch, true, grad_scale).first;
 
   for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
     auto delta = deltas_[l].leftCols(batch);
     auto in = activations_[l].leftCols(batch);
     const LayerRange& r = layers_[l];
     gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in,
-            grads_.data() + r.weight_offset, r.out);
-    bias(grads_, l) = delta.rowwise().sum();
-    if (grad_ready_) grad_ready_(l);
+            grads_.data() + r.weight_offset, r.out, accumulate);
+    if (accumulate) {
+      bias(grads_, l) += delta.rowwise().sum();
+    } else {
+      bias(grads_, l) = delta.rowwise().sum();
+    }
+    if (grad_ready_) grad_ready_(r.weight_offset, r.end());
     if (l == 0) break;  // nobody needs the gradient with respect to the input
     auto prev = deltas_[l - 1].leftCols(batch);
     transpose(r.out, r.in, params_.data() + r.weight_offset, transposed_weight_.data());

@@ -49,13 +49,15 @@ class Mlp {
   const std::vector<int>& widths() const { return widths_; }
 
   // Gathers `indices` of `data` into the input matrix, runs forward and backward, and writes
-  // the gradient of the mean loss over the batch into grads() (overwriting it). Returns the
-  // mean loss. indices.size() must be in [1, max_batch].
-  double forward_backward(const Dataset& data, std::span<const std::int64_t> indices);
+  // grad_scale times the gradient of the mean loss over the batch into grads(): overwriting
+  // them, or adding to them when `accumulate` (micro-batches of one optimizer step, with
+  // grad_scale = 1/k). Returns the mean loss. indices.size() must be in [1, max_batch].
+  double forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                          float grad_scale = 1.0f, bool accumulate = false);
 
-  // Called during backward with each layer's index as soon as its gradient is final (last
-  // layer first), so a strategy can start reducing that range while backward continues.
-  void set_grad_ready_callback(std::function<void(int layer)> callback) {
+  // Called during backward with each layer's range [begin, end) of grads() as soon as it is
+  // final (last layer first), so a strategy can start reducing it while backward continues.
+  void set_grad_ready_callback(std::function<void(std::size_t begin, std::size_t end)> callback) {
     grad_ready_ = std::move(callback);
   }
 
@@ -79,7 +81,8 @@ class Mlp {
   // delta_.back() when `want_grad`, and returns the summed loss and the correct count.
   std::pair<double, std::int64_t> softmax_cross_entropy(const Dataset& data,
                                                         std::span<const std::int64_t> indices,
-                                                        int batch, bool want_grad);
+                                                        int batch, bool want_grad,
+                                                        float grad_scale = 1.0f);
 
   std::vector<int> widths_;
   int max_batch_;
@@ -90,7 +93,7 @@ class Mlp {
   std::vector<Matrix> deltas_;       // [l] = d(loss)/d(pre-activation of layer l)
   FlatBuffer transposed_weight_;      // W^T of one layer, for the input gradient
   std::vector<std::int64_t> eval_indices_;
-  std::function<void(int)> grad_ready_;
+  std::function<void(std::size_t, std::size_t)> grad_ready_;
 };
 
 }  // namespace gradsync

@@ -89,16 +89,15 @@ TEST_CASE("mlp: the gradient-ready callback reports layers last to first, each a
   const std::vector<float> expected(mlp.grads().begin(), mlp.grads().end());
   std::fill(mlp.grads().begin(), mlp.grads().end(), 0.f);
 
-  std::vector<int> order;
-  mlp.set_grad_ready_callback([&](int layer) {
-    order.push_back(layer);
-    const auto& range = mlp.layers()[layer];
-    for (std::size_t k = range.weight_offset; k < range.end(); ++k) {
-      CHECK(mlp.grads()[k] == expected[k]);
-    }
+  std::vector<std::size_t> begins;
+  mlp.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
+    begins.push_back(begin);
+    for (std::size_t k = begin; k < end; ++k) CHECK(mlp.grads()[k] == expected[k]);
   });
   mlp.forward_backward(data, batch);
-  CHECK(order == std::vector<int>{2, 1, 0});
+  const auto& layers = mlp.layers();
+  CHECK(begins == std::vector<std::size_t>{layers[2].weight_offset, layers[1].weight_offset,
+                                           layers[0].weight_offset});
 }
 
 TEST_CASE("mlp: evaluate reports the loss and accuracy of the whole dataset") {
@@ -124,4 +123,22 @@ TEST_CASE("mlp: evaluate reports the loss and accuracy of the whole dataset") {
   }
   CHECK(eval.loss == doctest::Approx(loss / 10).epsilon(1e-5));
   CHECK(eval.accuracy == doctest::Approx(correct / 10.0));
+}
+
+TEST_CASE("mlp: accumulating k scaled micro-batches gives the gradient of their union") {
+  const gradsync::Dataset data = random_dataset(12, 5, 3, 21);
+  gradsync::Mlp mlp({5, 6, 3}, 12);
+  mlp.init_params(4);
+  std::vector<std::int64_t> all(12);
+  std::iota(all.begin(), all.end(), 0);
+  mlp.forward_backward(data, all);
+  const std::vector<float> whole(mlp.grads().begin(), mlp.grads().end());
+
+  const std::span<const std::int64_t> indices(all);
+  for (int micro = 0; micro < 3; ++micro) {
+    mlp.forward_backward(data, indices.subspan(micro * 4, 4), 1.0f / 3, micro > 0);
+  }
+  for (std::size_t k = 0; k < whole.size(); ++k) {
+    CHECK(mlp.grads()[k] == doctest::Approx(whole[k]).epsilon(1e-5));
+  }
 }

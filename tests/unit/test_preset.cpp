@@ -157,13 +157,13 @@ runs:
 TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(error_of("data: {kind: synthetic}\nworkerz: 2\n") ==
         "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, train, "
-        "data, model, output, runs)");
+        "data, model, comm, output, runs)");
   CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
         "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
-        "momentum, weight_decay, seed, eval_every, target_accuracy)");
+        "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
         "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
-        "train, data, model, output)");
+        "train, data, model, comm, output)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - name: a\n    runs: []\n")
             .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
   CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
@@ -302,10 +302,10 @@ TEST_CASE("preset: bad --set overrides") {
   CHECK(error_of(kSynthetic, {"train.lr"}) == "--set: train.lr: expected key=value");
   CHECK(error_of(kSynthetic, {"train.stpes=3"}) ==
         "--set: train.stpes: unknown key (known in train: steps, epochs, batch, lr, momentum, "
-        "weight_decay, seed, eval_every, target_accuracy)");
+        "weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of(kSynthetic, {"lr=3"}) ==
         "--set: lr: unknown key (known at top level: strategy, workers, train, data, model, "
-        "output)");
+        "comm, output)");
   CHECK(error_of(kSynthetic, {"train=3"}).starts_with("--set: train: is a section, not a key"));
   CHECK(error_of(kSynthetic, {"name=x"}) == "--set: name: allowed only inside a runs entry");
   CHECK(error_of(kSynthetic, {"train.batch=1.5"}) ==
@@ -431,8 +431,9 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "name", "strategy", "workers",
       "train.steps", "train.epochs", "train.batch", "train.lr", "train.momentum",
       "train.weight_decay", "train.seed", "train.eval_every", "train.target_accuracy",
-      "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
-      "data.classes", "model.hidden", "output.dir", "output.trace_steps", "output.progress"};
+      "train.accumulation_steps", "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
+      "data.classes", "model.hidden", "comm.timeout_s", "comm.bucket_mb", "comm.overlap",
+      "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on
   std::istringstream lines(table);
   std::vector<std::string> listed;
