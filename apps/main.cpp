@@ -6,9 +6,11 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "experiments/bench/collective_bench.h"
 #include "experiments/bench/mlp_throughput.h"
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
+#include "experiments/worker_process.h"
 
 namespace {
 
@@ -53,6 +55,13 @@ int main(int argc, char** argv) {
   run->add_option("--output", output_dir, "results root (default: output.dir of the preset)");
   run->add_flag("--keys", list_keys, "list every preset key with its default and meaning");
 
+  std::string worker_config;
+  std::string worker_run_dir;
+  CLI::App* worker = app.add_subcommand(
+      "worker", "one rank of a multi-process run (started by `run`, mpirun, srun or torchrun)");
+  worker->add_option("--config", worker_config, "the run's resolved config.yaml")->required();
+  worker->add_option("--run-dir", worker_run_dir, "the run's results folder")->required();
+
   gradsync::MlpBenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -63,6 +72,35 @@ int main(int argc, char** argv) {
   bench_mlp->add_option("--seconds", bench_options.seconds, "timed seconds");
   bench_mlp->add_option("--warmup-steps", bench_options.warmup_steps, "untimed steps first");
   bench_mlp->add_flag("--json", bench_options.json, "print one JSON object");
+
+  gradsync::CollectiveBenchOptions collective_options;
+  std::string min_size = "4K";
+  std::string max_size = "64M";
+  double collective_timeout_s = 60;
+  CLI::App* bench_allreduce = bench->add_subcommand(
+      "allreduce", "collective bandwidth of TcpRing (and Gloo) on loopback, as nccl-tests");
+  bench_allreduce->add_option("-b,--minbytes", min_size, "smallest size: 512, 4K, 64M, 1G")
+      ->capture_default_str();
+  bench_allreduce->add_option("-e,--maxbytes", max_size, "largest size")->capture_default_str();
+  bench_allreduce->add_option("-f,--stepfactor", collective_options.factor,
+                              "each size is the previous one times this")
+      ->capture_default_str();
+  bench_allreduce->add_option("-n,--ranks", collective_options.ranks,
+                              "ranks, run as threads of this process")
+      ->capture_default_str();
+  bench_allreduce->add_option("--op", collective_options.op, "collective to measure")
+      ->check(CLI::IsMember({"allreduce", "broadcast", "allgather"}))
+      ->capture_default_str();
+  bench_allreduce->add_option("-w,--warmup", collective_options.warmup,
+                              "untimed iterations per size")
+      ->capture_default_str();
+  bench_allreduce->add_option("--iters", collective_options.iters,
+                              "timed iterations per size (0: enough for about 0.3 s)")
+      ->capture_default_str();
+  bench_allreduce->add_option("--timeout-s", collective_timeout_s, "deadline of every wait")
+      ->capture_default_str();
+  bench_allreduce->add_flag("--json", collective_options.json, "one JSON object per size");
+  bench_allreduce->add_flag("!--no-gloo", collective_options.gloo, "leave out Gloo's columns");
 
   try {
     app.parse(argc, argv);
@@ -81,6 +119,18 @@ int main(int argc, char** argv) {
         return 2;
       }
       return run_command(preset, overrides, output_dir, only);
+    }
+    if (worker->parsed()) {
+      gradsync::run_worker_process(worker_config, worker_run_dir);
+      return 0;
+    }
+    if (bench_allreduce->parsed()) {
+      collective_options.min_bytes = gradsync::parse_size(min_size);
+      collective_options.max_bytes = gradsync::parse_size(max_size);
+      collective_options.timeout =
+          std::chrono::milliseconds(static_cast<long long>(collective_timeout_s * 1000));
+      std::cout << gradsync::run_collective_bench(collective_options);
+      return 0;
     }
     if (bench_mlp->parsed()) {
       std::cout << gradsync::run_mlp_bench(bench_options) << "\n";

@@ -20,9 +20,10 @@ constexpr char kHeader[] =
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
-  file_ = std::fopen(path_.c_str(), "w");
+MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
+  file_ = std::fopen(path_.c_str(), mode == Mode::kCreate ? "w" : "a");
   if (file_ == nullptr) throw_io_error(path_, "cannot create metrics file");
+  if (mode == Mode::kAppend) return;
   // Flushing the header now surfaces a full disk (or /dev/full) at construction, not mid-run.
   if (std::fputs(kHeader, file_) < 0 || std::fflush(file_) != 0) {
     const int saved = errno;

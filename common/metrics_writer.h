@@ -5,7 +5,9 @@
 //   step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received
 // time_s is seconds since the run's start at the end of the step.
 //
-// Thread-safe: dp replicas on several threads share one writer. Throws gradsync::Error naming
+// Thread-safe: dp replicas on several threads share one writer. Process-safe in kAppend mode:
+// the file is opened O_APPEND and every row leaves in one write(2), so rank processes can
+// append to the one metrics.csv the launcher created without tearing each other's rows. Throws gradsync::Error naming
 // the path when the file cannot be created or a write fails (disk full).
 #pragma once
 
@@ -29,7 +31,9 @@ struct MetricsRow {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // creates/truncates and writes the header
+  enum class Mode { kCreate, kAppend };
+  // kCreate: creates/truncates and writes the header; kAppend: adds rows to an existing file.
+  explicit MetricsWriter(const std::string& path, Mode mode = Mode::kCreate);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -42,6 +42,7 @@ struct CommConfig {
   double timeout_s = 60;    // every wait on another rank or replica
   double bucket_mb = 25;    // allreduce: gradient bucket size (DistributedDataParallel's default)
   bool overlap = true;      // allreduce: reduce each bucket as soon as backward has filled it
+  bool uneven_inputs = false;  // allreduce: DDP's Join, for ranks with different batch counts
 };
 
 struct OutputConfig {

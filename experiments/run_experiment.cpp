@@ -11,6 +11,9 @@
 #include "common/trace_writer.h"
 #include "experiments/data_loader.h"
 #include "experiments/in_process.h"
+#include "experiments/launcher.h"
+#include "experiments/rank_outputs.h"
+#include "experiments/worker_process.h"
 
 namespace gradsync {
 namespace fs = std::filesystem;
@@ -36,6 +39,14 @@ fs::path fresh_folder(const fs::path& root, const std::string& preset) {
   return dir;
 }
 
+bool runs_in_worker_processes(const std::string& strategy) { return strategy == "allreduce"; }
+
+void report(const RunOutcome& run) {
+  std::cerr << "gradsync: run " << run.summary.run << ": "
+            << static_cast<long long>(run.summary.samples_per_s) << " samples/s, test accuracy "
+            << run.summary.final_test_accuracy * 100.0 << "%\n";
+}
+
 void point_latest_at(const fs::path& root, const fs::path& target) {
   const fs::path link = root / "latest";
   std::error_code ec;
@@ -44,6 +55,53 @@ void point_latest_at(const fs::path& root, const fs::path& target) {
 }
 
 }  // namespace
+
+RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw Error(run_dir + ": cannot create run folder: " + ec.message());
+  const std::string config_path = (fs::path(run_dir) / "config.yaml").string();
+  write_text(config_path, to_yaml(config));
+  // The ranks append to it; the header is written once, here.
+  { MetricsWriter header((fs::path(run_dir) / "metrics.csv").string()); }
+
+  const std::string exe = current_executable();
+  const std::string port = std::to_string(free_local_port());
+  const auto origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             Clock::now().time_since_epoch())
+                             .count();
+  std::vector<ProcessSpec> processes;
+  for (int r = 0; r < config.workers; ++r) {
+    processes.push_back(
+        {"rank " + std::to_string(r),
+         {exe, "worker", "--config", config_path, "--run-dir", run_dir},
+         {{"RANK", std::to_string(r)},
+          {"WORLD_SIZE", std::to_string(config.workers)},
+          {"LOCAL_RANK", std::to_string(r)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", port},
+          {kOriginEnv, std::to_string(origin_ns)}}});
+  }
+  std::vector<std::string> traces;
+  for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
+  try {
+    launch(processes, LaunchOptions{});
+  } catch (...) {
+    // Keep what the surviving ranks wrote: the trace up to the failure is worth having.
+    merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+    throw;
+  }
+  merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+  std::vector<LoopResult> results;
+  for (int r = 0; r < config.workers; ++r) {
+    const std::string path = rank_result_path(run_dir, r);
+    results.push_back(read_rank_result(path));
+    fs::remove(path);
+  }
+  RunOutcome outcome{summarize(config, results.front().parameters, results), run_dir};
+  write_summary((fs::path(run_dir) / "summary.json").string(), outcome.summary);
+  return outcome;
+}
 
 RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir) {
   std::error_code ec;
@@ -87,6 +145,15 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   DataConfig cached_for;
   std::uint64_t cached_seed = 0;
   for (const Config& config : preset.runs) {
+    std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
+              << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
+              << config.train.batch << " per worker)\n";
+    const std::string run_dir = (dir / config.name).string();
+    if (runs_in_worker_processes(config.strategy)) {
+      outcome.runs.push_back(run_multi_process(config, run_dir));
+      report(outcome.runs.back());
+      continue;
+    }
     // Runs of one preset usually share their data: load it once.
     if (!data || cached_for != config.data || cached_seed != config.train.seed) {
       cached = load_data(config.data, config.train.seed);
@@ -94,14 +161,8 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
       cached_seed = config.train.seed;
       data = &cached;
     }
-    std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
-              << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
-              << config.train.batch << " per worker)\n";
-    RunOutcome run = run_experiment(config, *data, (dir / config.name).string());
-    std::cerr << "gradsync: run " << config.name << ": "
-              << static_cast<long long>(run.summary.samples_per_s) << " samples/s, test accuracy "
-              << run.summary.final_test_accuracy * 100.0 << "%\n";
-    outcome.runs.push_back(std::move(run));
+    outcome.runs.push_back(run_experiment(config, *data, run_dir));
+    report(outcome.runs.back());
   }
   std::vector<RunSummary> summaries;
   for (const RunOutcome& run : outcome.runs) summaries.push_back(run.summary);

@@ -8,9 +8,10 @@
 //       <run>/trace.json         Chrome trace: one track per rank
 //   <output.dir>/latest -> the folder above
 //
-// `single` and `dp` run in this process (dp as one thread per replica). A failure of any
-// replica aborts the others and propagates the first failure's error; files already written
-// stay as they are.
+// `single` and `dp` run in this process (dp as one thread per replica); `allreduce` runs one
+// `gradsync worker` process per rank under the local launcher (experiments/launcher.h). A
+// failure of any replica or process stops the others and propagates the first failure's
+// error; files already written stay as they are.
 #pragma once
 
 #include <string>
@@ -30,6 +31,9 @@ struct RunOutcome {
 
 // Runs one configuration on already-loaded data, writing into `run_dir` (created).
 RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir);
+
+// Runs one configuration as `workers` processes of this executable on this machine.
+RunOutcome run_multi_process(const Config& config, const std::string& run_dir);
 
 struct PresetOutcome {
   std::string dir;

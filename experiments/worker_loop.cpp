@@ -36,7 +36,7 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
   LoopResult result;
   bool last_micro = false;
   model.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
-    if (last_micro) strategy.gradient_ready(begin, end);
+    if (last_micro) strategy.gradient_ready(model.grads(), begin, end);
   });
   try {
     strategy.init(model.params());
@@ -82,6 +82,7 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
         result.evals.push_back({step + 1, result.train_seconds, eval.loss, eval.accuracy});
       }
     }
+    strategy.finish(model.grads(), model.params());
   } catch (const std::exception& e) {
     model.set_grad_ready_callback(nullptr);
     strategy.abort("rank " + std::to_string(rank) + " failed: " + e.what());

@@ -7,7 +7,7 @@
 namespace gradsync {
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"single", "dp"};
+  static const std::vector<std::string> names = {"single", "dp", "allreduce"};
   return names;
 }
 
@@ -22,6 +22,10 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions
     return out;
   }
   if (options.name == "dp") return make_dp_group(options.workers, options.sgd, options.timeout);
+  if (options.name == "allreduce") {
+    throw ConfigError("strategy", "strategy",
+                      "`allreduce` runs one process per rank (gradsync worker), not in-process");
+  }
   std::string valid;
   for (const auto& name : strategy_names()) valid += (valid.empty() ? "" : ", ") + name;
   throw ConfigError("strategy", "strategy",

@@ -37,7 +37,13 @@ class SyncStrategy {
   // [begin, end) of the gradient buffer is final, in the order backward produces them (last
   // layer first). A strategy that overlaps communication with backward starts reducing here;
   // synchronize() follows once backward is done. Default: nothing to overlap.
-  virtual void gradient_ready(std::size_t /*begin*/, std::size_t /*end*/) {}
+  virtual void gradient_ready(std::span<float> /*grads*/, std::size_t /*begin*/,
+                              std::size_t /*end*/) {}
+  // Called once after this rank's last step. A strategy whose peers may still be training
+  // (uneven inputs) keeps serving their collectives here until every rank is done, then
+  // leaves every rank with the same parameters. Default: nothing to do.
+  virtual void finish(std::span<float> /*grads*/, std::span<float> /*params*/) {}
+
   // communicate / wait seconds and bytes of the last synchronize(). compute_s holds only
   // compute the strategy itself did (an optimizer update); the loop adds forward/backward.
   virtual StepStats last_step_stats() const = 0;

@@ -12,6 +12,12 @@
 // short grace period for the others', so the message names the rank waited for and what every
 // rank (or "no report") was doing. A rank whose peer dies (connection reset / EOF) fails at
 // once with a PeerError naming that peer.
+//
+// Threads: make_tcp_ring blocks until the ring is formed. The *_async calls only queue the
+// collective and may come from any thread (the issue order is the execution order, and must be
+// the same on every rank); one background thread per communicator moves the data, sending and
+// receiving at once on non-blocking sockets. Destroying the communicator shuts its sockets down,
+// fails whatever is running or queued, and joins that thread: it never hangs.
 #pragma once
 
 #include <chrono>

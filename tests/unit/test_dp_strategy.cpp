@@ -115,5 +115,5 @@ TEST_CASE("strategies: a wrong name lists the valid ones") {
   gradsync::StrategyOptions options;
   options.name = "ddp";
   CHECK_THROWS_WITH(gradsync::make_strategies(options),
-                    doctest::Contains("valid: single, dp"));
+                    doctest::Contains("valid: single, dp, allreduce"));
 }

@@ -246,7 +246,7 @@ TEST_CASE("preset: values out of range") {
 
 TEST_CASE("preset: choices list the valid values") {
   CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
-        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp)");
+        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce)");
   CHECK(error_of("data: {kind: mnist}\n") ==
         "presets/x.yaml:1: data.kind: unknown data.kind 'mnist' (valid: fashion-mnist, idx, "
         "synthetic)");
@@ -315,7 +315,7 @@ TEST_CASE("preset: bad --set overrides") {
   CHECK(error_of(kSynthetic, {"model.hidden=[256"})
             .starts_with("--set: model.hidden: cannot parse value '[256'"));
   CHECK(error_of(kSynthetic, {"strategy=ddp"}) ==
-        "--set: strategy: unknown strategy 'ddp' (valid: single, dp)");
+        "--set: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce)");
   // The error names --set even though the file itself is fine.
   try {
     load(kSynthetic, {"workers=0"});
@@ -432,7 +432,7 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "train.steps", "train.epochs", "train.batch", "train.lr", "train.momentum",
       "train.weight_decay", "train.seed", "train.eval_every", "train.target_accuracy",
       "train.accumulation_steps", "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
-      "data.classes", "model.hidden", "comm.timeout_s", "comm.bucket_mb", "comm.overlap",
+      "data.classes", "model.hidden", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs",
       "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on
   std::istringstream lines(table);

@@ -1,0 +1,293 @@
+#include "allreduce/tcp/ring_pipeline.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace gradsync::tcp {
+namespace {
+
+const char* op_name(std::uint32_t op) {
+  switch (static_cast<RingOp>(op)) {
+    case RingOp::kAllreduceSum:
+      return "allreduce";
+    case RingOp::kAllreduceAvg:
+      return "allreduce avg";
+    case RingOp::kBroadcast:
+      return "broadcast";
+    case RingOp::kAllgather:
+      return "allgather";
+    case RingOp::kBarrier:
+      return "barrier";
+  }
+  return "unknown operation";
+}
+
+// Separate loops so that the compiler vectorises each (restrict: the scratch chunk never
+// aliases the user's buffer).
+void add_into(float* __restrict dst, const float* __restrict src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void divide(float* __restrict dst, std::size_t n, float divisor) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] /= divisor;
+}
+
+bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
+
+class Pipeline {
+ public:
+  Pipeline(int send_fd, int recv_fd, const LinkHeader& header, std::span<const RingStep> steps,
+           std::size_t chunk_bytes, std::span<float> scratch, Clock::time_point deadline,
+           Traffic& traffic)
+      : send_fd_(send_fd),
+        recv_fd_(recv_fd),
+        header_(header),
+        steps_(steps),
+        chunk_bytes_(chunk_bytes),
+        scratch_(reinterpret_cast<std::byte*>(scratch.data())),
+        deadline_(deadline),
+        traffic_(traffic),
+        done_(steps.size(), 0) {}
+
+  void run() {
+    try {
+      while (!sending_done() || !receiving_done()) {
+        send_blocked_ = false;
+        // Alternate one send and one receive per turn so that neither link idles while the
+        // other one is busy; poll only when neither can move.
+        bool progressed = !sending_done() && try_send();
+        progressed = (!receiving_done() && try_receive()) || progressed;
+        if (!progressed) wait_for_io();
+      }
+    } catch (const LinkFailure& failure) {
+      if (failure.kind == LinkFailure::Kind::kClosed && !failure.left) read_header_after_failure();
+      throw;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kHeaderBytes = sizeof(LinkHeader);
+
+  // Skips steps with nothing to send (empty segments, the last rank of a broadcast chain).
+  bool sending_done() {
+    if (header_sent_ < kHeaderBytes) return false;
+    while (send_step_ < steps_.size() && send_offset_ == steps_[send_step_].send_bytes) {
+      ++send_step_;
+      send_offset_ = 0;
+    }
+    return send_step_ == steps_.size();
+  }
+
+  bool receiving_done() {
+    if (header_received_ < kHeaderBytes) return false;
+    while (recv_step_ < steps_.size() && recv_offset_ == steps_[recv_step_].recv_bytes) {
+      ++recv_step_;
+      recv_offset_ = 0;
+    }
+    return recv_step_ == steps_.size();
+  }
+
+  // Bytes of the current send step that exist already: see RingStep::Gate.
+  std::size_t sendable(std::size_t k) const {
+    switch (steps_[k].gate) {
+      case RingStep::Gate::kNone:
+        return steps_[k].send_bytes;
+      case RingStep::Gate::kPreviousStep:
+        return done_[k - 1];
+      case RingStep::Gate::kThisStep:
+        return done_[k];
+    }
+    return 0;
+  }
+
+  bool try_send() {
+    const std::byte* data;
+    std::size_t size;
+    if (header_sent_ < kHeaderBytes) {
+      data = reinterpret_cast<const std::byte*>(&header_) + header_sent_;
+      size = kHeaderBytes - header_sent_;
+    } else {
+      const std::size_t ready = sendable(send_step_);
+      if (ready <= send_offset_) return false;  // gated: waits for our own receive side
+      data = steps_[send_step_].send + send_offset_;
+      size = ready - send_offset_;
+    }
+    const ssize_t n = ::send(send_fd_, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (!would_block(errno))
+        throw LinkFailure{LinkFailure::Kind::kClosed, false, std::strerror(errno)};
+      send_blocked_ = true;
+      return false;
+    }
+    const auto sent = static_cast<std::size_t>(n);
+    if (header_sent_ < kHeaderBytes) {
+      header_sent_ += sent;
+    } else {
+      send_offset_ += sent;
+      traffic_.sent += sent;
+    }
+    return sent > 0;
+  }
+
+  bool try_receive() {
+    std::byte* into;
+    std::size_t size;
+    const RingStep* step = nullptr;
+    std::size_t chunk_begin = 0, chunk_end = 0;
+    if (header_received_ < kHeaderBytes) {
+      into = reinterpret_cast<std::byte*>(&received_header_) + header_received_;
+      size = kHeaderBytes - header_received_;
+    } else if (!(step = &steps_[recv_step_])->reduce) {
+      // Plain receive straight into the user's buffer; cap it at a chunk so that forwarding
+      // (gated on these bytes) starts before a large receive finishes.
+      into = step->recv + recv_offset_;
+      size = std::min(step->recv_bytes - recv_offset_, chunk_bytes_);
+    } else {
+      // Reducing receive: chunk c of the segment is [c * chunk, min((c + 1) * chunk, segment));
+      // its bytes collect in the scratch chunk until it is whole, then are added in one pass.
+      chunk_begin = recv_offset_ - recv_offset_ % chunk_bytes_;
+      chunk_end = std::min(chunk_begin + chunk_bytes_, step->recv_bytes);
+      into = scratch_ + (recv_offset_ - chunk_begin);
+      size = chunk_end - recv_offset_;
+    }
+    const ssize_t n = ::recv(recv_fd_, into, size, MSG_DONTWAIT);
+    if (n == 0) throw LinkFailure{LinkFailure::Kind::kClosed, true, "connection closed"};
+    if (n < 0) {
+      if (!would_block(errno))
+        throw LinkFailure{LinkFailure::Kind::kClosed, true, std::strerror(errno)};
+      return false;
+    }
+    const auto got = static_cast<std::size_t>(n);
+    if (step == nullptr) {
+      header_received_ += got;
+      if (header_received_ == kHeaderBytes) check_header();
+      return true;
+    }
+    recv_offset_ += got;
+    traffic_.received += got;
+    if (!step->reduce) {
+      done_[recv_step_] = recv_offset_;
+    } else if (recv_offset_ == chunk_end) {
+      auto* dst = reinterpret_cast<float*>(step->recv + chunk_begin);
+      const std::size_t floats = (chunk_end - chunk_begin) / sizeof(float);
+      add_into(dst, reinterpret_cast<const float*>(scratch_), floats);
+      if (step->divisor != 0.0f) divide(dst, floats, step->divisor);
+      done_[recv_step_] = chunk_end;
+    }
+    return true;
+  }
+
+  // The right neighbour went away, perhaps because it failed on a desync that started at our
+  // left. If the left's header is (about to be) here, a mismatch in it is the better error: it
+  // names the collectives that disagree. Waits at most a moment; throws only a desync.
+  void read_header_after_failure() {
+    const auto deadline = std::min(deadline_, Clock::now() + std::chrono::milliseconds(100));
+    while (header_received_ < kHeaderBytes) {
+      pollfd fd{recv_fd_, POLLIN, 0};
+      if (::poll(&fd, 1, poll_timeout_ms(deadline)) <= 0) return;
+      const ssize_t n =
+          ::recv(recv_fd_, reinterpret_cast<std::byte*>(&received_header_) + header_received_,
+                 kHeaderBytes - header_received_, MSG_DONTWAIT);
+      if (n <= 0) return;
+      header_received_ += static_cast<std::size_t>(n);
+    }
+    if (received_header_.magic == kLinkMagic) check_header();
+  }
+
+  void check_header() {
+    const LinkHeader& h = received_header_;
+    if (h.magic != kLinkMagic) {
+      char hex[16];
+      std::snprintf(hex, sizeof(hex), "%08x", h.magic);
+      throw LinkFailure{LinkFailure::Kind::kProtocol, true,
+                        std::string("sent bytes that are not a ring header (magic 0x") + hex +
+                            "): the streams are out of step"};
+    }
+    if (h.op != header_.op || h.seq != header_.seq || h.count != header_.count ||
+        h.root != header_.root) {
+      throw LinkFailure{LinkFailure::Kind::kDesync, true, "", h};
+    }
+  }
+
+  void wait_for_io() {
+    // The right link only ever carries data from us, so anything readable on it is the right
+    // neighbour going away (EOF or reset): watch it while we still owe it bytes, to fail at once
+    // rather than at the deadline. (Once our sends are done, the right neighbour may finish and
+    // close legitimately while we still receive.) The left link is watched while we still
+    // expect bytes from it.
+    const bool sending = !sending_done();
+    const bool receiving = !receiving_done();
+    pollfd fds[2];
+    nfds_t count = 0;
+    if (sending) fds[count++] = {send_fd_, short(POLLIN | (send_blocked_ ? POLLOUT : 0)), 0};
+    if (receiving) fds[count++] = {recv_fd_, POLLIN, 0};
+    const int rc = ::poll(fds, count, poll_timeout_ms(deadline_));
+    if (rc < 0) {
+      if (errno == EINTR) return;
+      throw LinkFailure{LinkFailure::Kind::kClosed, receiving, std::strerror(errno)};
+    }
+    // Timed out: blame the side that holds us up: the left while we still wait for its bytes
+    // (a gated send waits for them too), else the right, which stopped taking ours.
+    if (rc == 0) throw LinkFailure{LinkFailure::Kind::kTimeout, receiving, ""};
+    if (sending && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) check_right_link();
+  }
+
+  void check_right_link() {
+    char byte;
+    const ssize_t n = ::recv(send_fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (n == 0) throw LinkFailure{LinkFailure::Kind::kClosed, false, "connection closed"};
+    if (n > 0) {
+      throw LinkFailure{LinkFailure::Kind::kProtocol, false,
+                        "sent data against the ring's direction"};
+    }
+    if (!would_block(errno))
+      throw LinkFailure{LinkFailure::Kind::kClosed, false, std::strerror(errno)};
+  }
+
+  const int send_fd_;
+  const int recv_fd_;
+  const LinkHeader& header_;
+  const std::span<const RingStep> steps_;
+  const std::size_t chunk_bytes_;
+  std::byte* const scratch_;
+  const Clock::time_point deadline_;
+  Traffic& traffic_;
+
+  LinkHeader received_header_{};
+  std::size_t header_sent_ = 0;
+  std::size_t header_received_ = 0;
+  std::size_t send_step_ = 0;
+  std::size_t send_offset_ = 0;
+  std::size_t recv_step_ = 0;
+  std::size_t recv_offset_ = 0;
+  std::vector<std::size_t> done_;  // per step: received bytes that are final (reduced if need be)
+  bool send_blocked_ = false;
+};
+
+}  // namespace
+
+std::string describe_operation(RingOp op, std::uint64_t count, int root) {
+  std::string text = op_name(std::uint32_t(op));
+  if (op == RingOp::kBarrier) return text;
+  text += " of " + std::to_string(count) + " floats";
+  if (op == RingOp::kBroadcast) text += " from rank " + std::to_string(root);
+  return text;
+}
+
+std::string describe(const LinkHeader& header) {
+  return "collective #" + std::to_string(header.seq) + " " +
+         describe_operation(static_cast<RingOp>(header.op), header.count, header.root);
+}
+
+void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
+                       std::span<const RingStep> steps, std::size_t chunk_bytes,
+                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic) {
+  Pipeline(send_fd, recv_fd, header, steps, chunk_bytes, scratch, deadline, traffic).run();
+}
+
+}  // namespace gradsync::tcp

@@ -1,0 +1,84 @@
+// Deadline-aware TCP plumbing shared by TcpStore and TcpRing: an RAII socket, listening,
+// connecting with retries, accepting, and whole-buffer send / receive that never wait past a
+// deadline.
+//
+//   auto deadline = Clock::now() + timeout;
+//   Socket listener = listen_on("127.0.0.1", 0);               // ephemeral port
+//   Socket conn = connect_with_retry("127.0.0.1", port, deadline);
+//   IoResult r = send_all(conn.fd(), bytes, size, deadline);   // kOk, kTimeout or kClosed
+//
+// Every wait here is a poll() bounded by the deadline; nothing blocks forever. Functions that
+// only move bytes return an IoResult instead of throwing, so that the caller, which knows which
+// rank sits behind a socket and what it was doing, composes the error message. Sockets are not
+// thread-safe; shutdown() may be called from another thread to wake a poll() on them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace gradsync::tcp {
+
+using Clock = std::chrono::steady_clock;
+
+// Milliseconds left until `deadline` for poll(): 0 when past, rounded up so that a poll never
+// returns early just to find a few microseconds left.
+int poll_timeout_ms(Clock::time_point deadline);
+
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& other) noexcept : fd_(other.release()) {}
+  Socket& operator=(Socket&& other) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() { close(); }
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release();
+  void close();
+  // Wakes any poll() on this socket and sends FIN after queued data; the fd stays open (and
+  // cannot be reused by another thread's open()) until close().
+  void shutdown();
+
+ private:
+  int fd_ = -1;
+};
+
+// "host:port" (IPv4, name, or [IPv6]:port).
+std::string format_endpoint(const std::string& host, int port);
+// Splits "host:port"; throws gradsync::Error on anything else.
+void parse_endpoint(const std::string& endpoint, std::string& host, int& port);
+
+// Listens on host:port only (port 0: ephemeral). Throws gradsync::Error naming the address.
+// buffer_bytes > 0 applies tune_socket() before listen(), so accepted sockets inherit it.
+Socket listen_on(const std::string& host, int port, int buffer_bytes = 0);
+int local_port(const Socket& socket);
+
+// Connects to host:port, retrying refused / unreachable attempts until `deadline` (the peer may
+// not be listening yet). Returns an invalid Socket on timeout; `last_error` says why the last
+// attempt failed. Throws gradsync::Error only for an unresolvable host.
+Socket connect_with_retry(const std::string& host, int port, Clock::time_point deadline,
+                          std::string& last_error, int buffer_bytes = 0);
+
+// Accepts one connection; an invalid Socket means the deadline passed.
+Socket accept_until(const Socket& listener, Clock::time_point deadline);
+
+void set_nonblocking(int fd);
+// TCP_NODELAY (headers and small collectives must not wait for Nagle) and, when buffer_bytes > 0,
+// SO_SNDBUF / SO_RCVBUF so that a whole pipeline of chunks fits in flight.
+void tune_socket(int fd, int buffer_bytes);
+
+enum class IoStatus { kOk, kTimeout, kClosed };
+struct IoResult {
+  IoStatus status = IoStatus::kOk;
+  std::string detail;  // for kClosed: "connection closed" or strerror of the failure
+};
+
+// Whole-buffer transfers on a blocking or non-blocking fd, each wait bounded by `deadline`.
+IoResult send_all(int fd, const void* data, std::size_t size, Clock::time_point deadline);
+IoResult recv_all(int fd, void* data, std::size_t size, Clock::time_point deadline);
+
+}  // namespace gradsync::tcp

@@ -1,0 +1,139 @@
+#include "allreduce/tcp/work_queue.h"
+
+#include "common/error.h"
+
+namespace gradsync::tcp {
+namespace {
+
+// How close to a Work::wait deadline the collective's own deadline must fall for wait() to let
+// the collective fail by itself: the blocking forms wait exactly the communicator's timeout,
+// measured from the call, and the collective starts a moment after the call.
+constexpr auto kOwnDeadlineSlack = std::chrono::milliseconds(250);
+
+}  // namespace
+
+RingWork::RingWork(std::uint64_t seq, std::string what, int rank,
+                   std::chrono::milliseconds comm_timeout, std::chrono::milliseconds report_grace)
+    : seq_(seq),
+      what_(std::move(what)),
+      rank_(rank),
+      comm_timeout_(comm_timeout),
+      report_grace_(report_grace) {}
+
+void RingWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  const auto deadline = Clock::now() + timeout;
+  const auto done = [&] { return state_ == State::kDone; };
+  if (!done_.wait_until(lock, deadline, done)) {
+    // Prefer the collective's own error (it names the rank waited for and every rank's
+    // progress) when it is due about now; it arrives within its deadline plus the report grace.
+    const bool own_error_due =
+        state_ == State::kFailing ||
+        (state_ == State::kRunning && started_ + comm_timeout_ <= deadline + kOwnDeadlineSlack);
+    const auto own_error_by =
+        std::max(started_ + comm_timeout_, Clock::now()) + report_grace_ + std::chrono::seconds(1);
+    if (!own_error_due || !done_.wait_until(lock, own_error_by, done)) {
+      throw TimeoutError(rank_, "this process", what_,
+                         "wait gave up after " + std::to_string(timeout.count()) +
+                             " ms; the collective is still " +
+                             (state_ == State::kQueued ? "queued behind earlier ones" : "running"));
+    }
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool RingWork::completed() const {
+  std::lock_guard lock(mutex_);
+  return state_ == State::kDone;
+}
+
+void RingWork::mark_started() {
+  std::lock_guard lock(mutex_);
+  state_ = State::kRunning;
+  started_ = Clock::now();
+}
+
+void RingWork::mark_failing() {
+  std::lock_guard lock(mutex_);
+  state_ = State::kFailing;
+}
+
+void RingWork::finish(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    state_ = State::kDone;
+    error_ = std::move(error);
+  }
+  done_.notify_all();
+}
+
+WorkQueue::WorkQueue(int rank, std::chrono::milliseconds comm_timeout,
+                     std::chrono::milliseconds report_grace)
+    : rank_(rank),
+      comm_timeout_(comm_timeout),
+      report_grace_(report_grace),
+      thread_([this] { run(); }) {}
+
+std::shared_ptr<Work> WorkQueue::submit(const std::string& description, Task task) {
+  std::unique_lock lock(mutex_);
+  const std::uint64_t seq = ++issued_;
+  auto work =
+      std::make_shared<RingWork>(seq, "collective #" + std::to_string(seq) + " " + description,
+                                 rank_, comm_timeout_, report_grace_);
+  if (failure_) {
+    work->finish(failure_);
+  } else if (stopping_) {
+    work->finish(std::make_exception_ptr(Error("rank " + std::to_string(rank_) + ": " +
+                                               work->what() + " issued to a closed communicator")));
+  } else {
+    queue_.emplace_back(work, std::move(task));
+    lock.unlock();
+    changed_.notify_one();
+  }
+  return work;
+}
+
+void WorkQueue::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  changed_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void WorkQueue::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    auto [work, task] = std::move(queue_.front());
+    queue_.pop_front();
+    if (failure_) {
+      work->finish(failure_);
+      continue;
+    }
+    if (stopping_) {
+      work->finish(
+          std::make_exception_ptr(Error("rank " + std::to_string(rank_) + ": " + work->what() +
+                                        " never ran: the communicator was destroyed")));
+      continue;
+    }
+    lock.unlock();
+    work->mark_started();
+    std::exception_ptr error;
+    try {
+      task(*work);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error) failure_ = error;
+    // Complete after recording the failure: a caller that sees this Work fail and issues again
+    // must get the same error, not a fresh attempt.
+    work->finish(error);
+  }
+}
+
+}  // namespace gradsync::tcp

@@ -1,0 +1,187 @@
+#include "experiments/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "common/error.h"
+#include "common/stopwatch.h"
+
+namespace gradsync {
+namespace {
+
+struct Child {
+  const ProcessSpec* spec;
+  pid_t pid = -1;
+  int output = -1;          // read end of the child's stdout + stderr
+  std::string partial;      // an unfinished line
+  std::optional<int> status;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "stopped with status " + std::to_string(status);
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+Child start(const ProcessSpec& spec) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("launcher: pipe: ") + strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("launcher: fork: ") + strerror(errno));
+  if (pid == 0) {
+    // Child: die with the launcher, whatever kills it; then become the rank's executable.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    for (const auto& [key, value] : spec.env) setenv(key.c_str(), value.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    std::fprintf(stderr, "cannot start %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return Child{&spec, pid, fds[0], {}, std::nullopt};
+}
+
+// Relays whole lines from a child, prefixed with its name; returns false at end of stream.
+bool relay(Child& child) {
+  char buffer[4096];
+  const ssize_t n = read(child.output, buffer, sizeof buffer);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    if (!child.partial.empty()) {
+      std::fprintf(stderr, "[%s] %s\n", child.spec->name.c_str(), child.partial.c_str());
+      child.partial.clear();
+    }
+    close(child.output);
+    child.output = -1;
+    return false;
+  }
+  if (n < 0) return true;
+  child.partial.append(buffer, static_cast<std::size_t>(n));
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = child.partial.find_first_of("\n\r", start)) != std::string::npos;
+       start = nl + 1) {
+    if (nl > start) {
+      std::fprintf(stderr, "[%s] %.*s\n", child.spec->name.c_str(), static_cast<int>(nl - start),
+                   child.partial.data() + start);
+    }
+  }
+  child.partial.erase(0, start);
+  return true;
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (Child& c : children) {
+    if (!c.status) kill(c.pid, sig);
+  }
+}
+
+}  // namespace
+
+void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options) {
+  std::vector<Child> children;
+  children.reserve(processes.size());
+  try {
+    for (const ProcessSpec& spec : processes) children.push_back(start(spec));
+  } catch (...) {
+    signal_all(children, SIGKILL);
+    for (Child& c : children) waitpid(c.pid, nullptr, 0);
+    throw;
+  }
+
+  const Child* first_failure = nullptr;
+  std::optional<Stopwatch> terminating;  // since the first failure
+  bool killed = false;
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<Child*> owners;
+    for (Child& c : children) {
+      if (c.output >= 0) {
+        fds.push_back({c.output, POLLIN, 0});
+        owners.push_back(&c);
+      }
+    }
+    if (!fds.empty()) poll(fds.data(), fds.size(), 50);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) relay(*owners[i]);
+    }
+    bool all_done = true;
+    for (Child& c : children) {
+      if (c.status) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.status = status;
+        if (failed(status) && first_failure == nullptr) {
+          first_failure = &c;
+          terminating.emplace();
+          signal_all(children, SIGTERM);
+        }
+      } else {
+        all_done = false;
+      }
+    }
+    if (all_done && fds.empty()) break;
+    if (all_done && !fds.empty()) continue;  // drain what is left in the pipes
+    if (fds.empty()) usleep(20000);          // outputs closed, processes still exiting
+    if (terminating && !killed &&
+        terminating->seconds() * 1000 > static_cast<double>(options.grace.count())) {
+      signal_all(children, SIGKILL);
+      killed = true;
+    }
+  }
+  if (first_failure != nullptr) {
+    throw Error(first_failure->spec->name + " (pid " + std::to_string(first_failure->pid) + ") " +
+                describe_status(*first_failure->status) + "; stopped the other " +
+                std::to_string(children.size() - 1) + " process(es)");
+  }
+}
+
+std::string current_executable() {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("cannot find the gradsync executable: " + ec.message());
+  return path.string();
+}
+
+int free_local_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error(std::string("socket: ") + strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int saved = errno;
+    close(fd);
+    throw Error(std::string("cannot find a free port on 127.0.0.1: ") + strerror(saved));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace gradsync

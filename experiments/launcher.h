@@ -1,0 +1,37 @@
+// The local launcher: starts one process per rank (as torchrun --standalone does), relays
+// their output line by line with a "[rank R] " prefix, and tears everything down when one
+// fails.
+//
+// Guarantees: when any process exits non-zero or is killed, every other process is sent
+// SIGTERM, then SIGKILL after `grace`; launch() then throws gradsync::Error naming the first
+// process that failed and its exit code or signal. Children are tied to the launcher with
+// PR_SET_PDEATHSIG, so even a launcher killed with SIGKILL leaves no orphans. Blocks until all
+// processes have exited.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gradsync {
+
+struct ProcessSpec {
+  std::string name;                                         // "rank 2", "server 0"
+  std::vector<std::string> argv;                            // argv[0] is the executable path
+  std::vector<std::pair<std::string, std::string>> env;     // added to the launcher's environment
+};
+
+struct LaunchOptions {
+  std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
+};
+
+void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options);
+
+// The path of the running executable (/proc/self/exe), to start `gradsync worker` children.
+std::string current_executable();
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
+int free_local_port();
+
+}  // namespace gradsync

@@ -1,0 +1,27 @@
+// What a rank process leaves in the run folder for the launcher, and how the launcher folds
+// it into the run's files:
+//   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations)
+//   trace.rank<R>.json  that rank's Chrome trace, merged into trace.json (one track per rank)
+// The per-rank files are removed once merged.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "experiments/worker_loop.h"
+
+namespace gradsync {
+
+std::string rank_result_path(const std::string& run_dir, int rank);
+std::string rank_trace_path(const std::string& run_dir, int rank);
+
+// Atomic (temporary file, then rename). Throws Error naming the path.
+void write_rank_result(const std::string& path, const LoopResult& result);
+// Throws Error naming the path when the file is missing or malformed.
+LoopResult read_rank_result(const std::string& path);
+
+// Concatenates the ranks' trace events into `out` and removes the inputs. Missing inputs (a
+// rank that died) are skipped.
+void merge_traces(const std::vector<std::string>& inputs, const std::string& out);
+
+}  // namespace gradsync

@@ -1,0 +1,96 @@
+"""`gradsync run` with the ring all-reduce: N worker processes, results merged, and teardown.
+
+1. A preset with single, allreduce-2 and allreduce-3 runs; each allreduce run writes one
+   metrics row per rank per step, a merged trace with a track per rank, a summary, and ends
+   at the same test accuracy as single (same global batch, same trajectory up to rounding).
+2. A worker killed with SIGKILL mid-run ends the whole run within the timeout, with a message
+   naming the rank and the signal, and leaves no process behind.
+"""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+gradsync, preset = sys.argv[1], sys.argv[2]
+failures = []
+passed = 0
+
+
+def check(condition, message):
+    global passed
+    passed += bool(condition)
+    if not condition:
+        failures.append(message)
+        print("FAIL:", message)
+
+
+def children_of(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+with tempfile.TemporaryDirectory() as out:
+    proc = subprocess.run([gradsync, "run", preset, "--output", out], capture_output=True,
+                          text=True, timeout=240)
+    check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr[-2000:]}")
+    top = os.path.realpath(os.path.join(out, "latest"))
+    accuracy = {}
+    for run, workers in [("single", 1), ("allreduce-2", 2), ("allreduce-3", 3)]:
+        d = os.path.join(top, run)
+        summary = json.load(open(os.path.join(d, "summary.json")))
+        accuracy[run] = summary["final_test_accuracy"]
+        check(summary["steps"] == 120, f"{run}: 120 steps")
+        rows = list(csv.DictReader(open(os.path.join(d, "metrics.csv"))))
+        check(len(rows) == 120 * workers, f"{run}: {len(rows)} rows, expected {120 * workers}")
+        trace = json.load(open(os.path.join(d, "trace.json")))
+        tracks = {e["tid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+        check(tracks == set(range(workers)), f"{run}: one trace track per rank, got {tracks}")
+        leftovers = [n for n in os.listdir(d) if n.startswith("rank") or ".rank" in n]
+        check(leftovers == [], f"{run}: per-rank files merged and removed: {leftovers}")
+        if workers > 1:
+            # Ring: each rank sends 2(N-1)/N of the model per step, up to segment rounding.
+            params = summary["parameters"]
+            sent = sum(int(r["bytes_sent"]) for r in rows if r["rank"] == "1")
+            expected = 120 * 2 * (workers - 1) / workers * params * 4
+            check(abs(sent - expected) / expected < 0.01,
+                  f"{run}: rank 1 sent {sent} bytes, ring predicts {expected:.0f}")
+    for run in ["allreduce-2", "allreduce-3"]:
+        check(abs(accuracy[run] - accuracy["single"]) <= 0.01,
+              f"{run}: accuracy {accuracy[run]:.4f} vs single {accuracy['single']:.4f}")
+
+    # A rank killed mid-run.
+    launcher = subprocess.Popen([gradsync, "run", preset, "--output", out, "--only", "allreduce-3",
+                                 "--set", "train.steps=100000", "--set", "comm.timeout_s=10"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = []
+    deadline = time.time() + 30
+    while len(workers) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+        workers = children_of(launcher.pid)
+    check(len(workers) == 3, f"three worker processes started ({workers})")
+    time.sleep(1.5)
+    victim = sorted(workers)[1]
+    os.kill(victim, signal.SIGKILL)
+    started = time.time()
+    try:
+        _, err = launcher.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        _, err = launcher.communicate()
+    elapsed = time.time() - started
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    check(launcher.returncode not in (0, None), f"the run failed (exit {launcher.returncode})")
+    check(elapsed < 15, f"the run ended {elapsed:.1f} s after the kill (timeout 10 s)")
+    check(f"pid {victim}" in last and "signal 9" in last,
+          f"the error names the killed rank and its signal: {last!r}")
+    time.sleep(0.5)
+    alive = [p for p in workers if os.path.exists(f"/proc/{p}") and
+             "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+    check(alive == [], f"no worker left behind: {alive}")
+
+print(f"{passed} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)

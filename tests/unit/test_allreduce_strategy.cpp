@@ -1,0 +1,202 @@
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "allreduce/in_memory_store.h"
+#include "allreduce/tcp/tcp_ring.h"
+#include "experiments/in_process.h"
+#include "experiments/worker_loop.h"
+#include "strategies/allreduce_strategy.h"
+#include "tests/support/compare.h"
+#include "worker/mlp.h"
+#include "worker/sampler.h"
+#include "worker/synthetic_data.h"
+
+namespace {
+
+using gradsync::LoopResult;
+
+const gradsync::TrainTest& data() {
+  static const gradsync::TrainTest set = [] {
+    gradsync::SyntheticDataOptions options;
+    options.train_samples = 4096;
+    options.test_samples = 256;
+    return gradsync::make_synthetic_data(options);
+  }();
+  return set;
+}
+
+const std::vector<int> kWidths = {32, 64, 32, 10};
+
+struct RankRun {
+  int batch = 16;
+  int accumulation = 1;
+  std::size_t bucket_bytes = 25u << 20;
+  bool overlap = true;
+  bool join_uneven = false;
+  std::vector<std::int64_t> steps_per_rank;  // empty: every rank takes `steps`
+};
+
+// N ranks as N threads, each with its own model, sampler and TcpRing over loopback: the same
+// code path as `gradsync worker`, minus the processes.
+std::vector<LoopResult> train_ring(int ranks, const RankRun& run, std::int64_t steps,
+                                   std::vector<std::vector<std::pair<std::size_t, std::size_t>>>*
+                                       buckets = nullptr,
+                                   std::vector<std::string>* errors_out = nullptr) {
+  gradsync::InMemoryStore store;
+  std::vector<LoopResult> results(static_cast<std::size_t>(ranks));
+  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  if (buckets) buckets->assign(static_cast<std::size_t>(ranks), {});
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          gradsync::TcpRingOptions ring;
+          ring.timeout = std::chrono::milliseconds(errors_out ? 2000 : 20000);
+          std::shared_ptr<gradsync::Communicator> comm(
+              gradsync::make_tcp_ring(store, r, ranks, ring));
+          gradsync::AllreduceStrategyOptions options;
+          options.bucket_bytes = run.bucket_bytes;
+          options.overlap = run.overlap;
+          options.join_uneven = run.join_uneven;
+          options.sgd = {0.05, 0.9, 1e-4};
+          gradsync::AllreduceStrategy strategy(comm, options);
+          gradsync::Mlp model(kWidths, run.batch);
+          // Different initial weights per rank: init's broadcast must make them equal.
+          model.init_params(1 + static_cast<std::uint64_t>(r) * 100);
+          gradsync::DistributedSampler sampler(data().train.size, r, ranks, run.batch, 1);
+          gradsync::LoopOptions loop;
+          loop.steps = run.steps_per_rank.empty() ? steps : run.steps_per_rank[r];
+          loop.accumulation_steps = run.accumulation;
+          loop.keep_params = true;
+          results[r] = gradsync::run_worker_loop(model, strategy, sampler, data(), loop, {});
+          if (buckets) (*buckets)[r] = strategy.last_buckets();
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+  }
+  if (errors_out) {
+    *errors_out = errors;
+    return results;
+  }
+  for (int r = 0; r < ranks; ++r) REQUIRE_MESSAGE(errors[r].empty(), "rank " << r << ": " << errors[r]);
+  return results;
+}
+
+std::vector<float> train_single(int batch, std::int64_t steps) {
+  gradsync::Config config;
+  config.train.batch = batch;
+  config.train.lr = 0.05;
+  config.train.momentum = 0.9;
+  config.train.weight_decay = 1e-4;
+  config.model.hidden = {64, 32};
+  gradsync::LoopOptions loop;
+  loop.steps = steps;
+  loop.keep_params = true;
+  return gradsync::train_in_process(config, data(), loop, {}, {}).front().final_params;
+}
+
+const std::vector<gradsync::LayerRange>& layers() {
+  static const gradsync::Mlp model(kWidths, 1);
+  return model.layers();
+}
+
+}  // namespace
+
+TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 50 steps") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    // Small buckets: several reductions in flight during backward.
+    RankRun run;
+    run.bucket_bytes = 4096;
+    const auto results = train_ring(ranks, run, 50);
+    for (const auto& r : results) CHECK(r.final_params == results.front().final_params);
+    const auto single = train_single(16 * ranks, 50);
+    const double diff =
+        gradsync::testing::max_relative_difference(results.front().final_params, single, layers());
+    MESSAGE("allreduce with " << ranks << " ranks vs single: max relative difference " << diff);
+    CHECK(diff <= 1e-5);
+    CHECK(results.front().totals.bytes_sent > 0);
+  }
+}
+
+TEST_CASE("allreduce strategy: accumulating k micro-batches equals one step on k times the batch") {
+  RankRun micro;
+  micro.batch = 8;
+  micro.accumulation = 4;
+  RankRun whole;
+  whole.batch = 32;
+  const auto accumulated = train_ring(2, micro, 20);
+  const auto reference = train_ring(2, whole, 20);
+  const double diff = gradsync::testing::max_relative_difference(
+      accumulated.front().final_params, reference.front().final_params, layers());
+  MESSAGE("k=4 micro-batches of 8 vs batch 32: max relative difference " << diff);
+  CHECK(diff <= 1e-5);
+  // No communication between micro-batches: the same bytes per optimizer step either way.
+  CHECK(accumulated.front().totals.bytes_sent == reference.front().totals.bytes_sent);
+}
+
+TEST_CASE("allreduce strategy: buckets hold whole layers, last layer first, about bucket_bytes") {
+  RankRun run;
+  // Layer sizes in floats: 32*64+64 = 2112, 64*32+32 = 2080, 32*10+10 = 330.
+  run.bucket_bytes = 2080 * sizeof(float);
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> buckets;
+  train_ring(2, run, 2, &buckets);
+  const auto& l = layers();
+  // The last two layers reach the cap together; the first layer is a bucket of its own.
+  const std::vector<std::pair<std::size_t, std::size_t>> expected = {
+      {l[1].weight_offset, l[2].end()}, {l[0].weight_offset, l[0].end()}};
+  CHECK(buckets[0] == expected);
+  CHECK(buckets[1] == expected);
+}
+
+TEST_CASE("allreduce strategy: without overlap the same buckets give the same parameters") {
+  RankRun overlapped;
+  overlapped.bucket_bytes = 4096;
+  RankRun after = overlapped;
+  after.overlap = false;
+  const auto a = train_ring(2, overlapped, 10);
+  const auto b = train_ring(2, after, 10);
+  CHECK(a.front().final_params == b.front().final_params);
+}
+
+TEST_CASE("allreduce strategy: with join, ranks with fewer batches serve the others until done") {
+  RankRun run;
+  run.bucket_bytes = 4096;
+  run.join_uneven = true;
+  run.steps_per_rank = {10, 14, 12};
+  const auto uneven = train_ring(3, run, 0);
+  // Every rank ends with the parameters of the rank that trained longest.
+  CHECK(uneven[0].final_params == uneven[1].final_params);
+  CHECK(uneven[2].final_params == uneven[1].final_params);
+  // And those went further than the 10 steps all ranks shared.
+  run.steps_per_rank = {10, 10, 10};
+  const auto even = train_ring(3, run, 0);
+  CHECK(gradsync::testing::max_relative_difference(uneven[0].final_params,
+                                                   even[0].final_params, layers()) > 1e-4);
+}
+
+TEST_CASE("allreduce strategy: with join and even inputs, training equals the plain strategy") {
+  RankRun joined;
+  joined.bucket_bytes = 4096;
+  joined.join_uneven = true;
+  RankRun plain = joined;
+  plain.join_uneven = false;
+  const auto a = train_ring(2, joined, 10);
+  const auto b = train_ring(2, plain, 10);
+  CHECK(gradsync::testing::max_relative_difference(a[0].final_params, b[0].final_params,
+                                                   layers()) <= 1e-6);
+}
+
+TEST_CASE("allreduce strategy: without join, a rank that runs out ends the others, never hangs") {
+  RankRun run;
+  run.steps_per_rank = {5, 8};
+  std::vector<std::string> errors;
+  train_ring(2, run, 0, nullptr, &errors);
+  CHECK(errors[0].empty());
+  MESSAGE("rank 1: " << errors[1]);
+  CHECK(errors[1].find("rank 0") != std::string::npos);
+}

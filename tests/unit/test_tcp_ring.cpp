@@ -1,0 +1,492 @@
+// TcpRing: N ranks as N threads of this process over loopback, found through an InMemoryStore
+// (and once through a real TcpStore). Expected values are known in closed form: rank r holds
+// r + 1 + i % 7 at element i, so the sum over ranks is n(n+1)/2 + n (i % 7), exactly
+// representable, and any summation order must reproduce it bit for bit.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "allreduce/in_memory_store.h"
+#include "allreduce/tcp/socket.h"
+#include "allreduce/tcp/tcp_ring.h"
+#include "allreduce/tcp/tcp_store.h"
+#include "common/error.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using gradsync::Communicator;
+using gradsync::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+gradsync::TcpRingOptions ring_options(std::chrono::milliseconds timeout = 10s) {
+  gradsync::TcpRingOptions options;
+  options.timeout = timeout;
+  return options;
+}
+
+// Runs body(rank) on `size` threads and joins them. A thread still running after `limit` is a
+// hang: say so and abort, rather than block the whole test run.
+void run_ranks(int size, const std::function<void(int)>& body, std::chrono::seconds limit = 30s) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int done = 0;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[std::size_t(r)] = std::current_exception();
+      }
+      std::lock_guard lock(mutex);
+      ++done;
+      changed.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(mutex);
+    if (!changed.wait_for(lock, limit, [&] { return done == size; })) {
+      std::fprintf(stderr, "rank threads still running after %lld s: hang\n",
+                   static_cast<long long>(limit.count()));
+      std::abort();
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) {
+    if (!errors[std::size_t(r)]) continue;
+    try {
+      std::rethrow_exception(errors[std::size_t(r)]);
+    } catch (const std::exception& e) {
+      FAIL_CHECK("rank " << r << " threw: " << std::string(e.what()));
+    }
+  }
+}
+
+std::vector<float> rank_data(int rank, std::size_t length) {
+  std::vector<float> data(length);
+  for (std::size_t i = 0; i < length; ++i) data[i] = float(rank + 1 + int(i % 7));
+  return data;
+}
+
+// Sum over n ranks of rank_data: n(n+1)/2 + n (i % 7).
+float expected_sum(int n, std::size_t i) { return float(n * (n + 1) / 2 + n * int(i % 7)); }
+
+// Counts the elements that differ from expected(i); reports the first one.
+template <typename Expected>
+std::size_t wrong_elements(const std::vector<float>& got, Expected expected) {
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != expected(i)) {
+      if (wrong == 0) MESSAGE("element " << i << ": " << got[i] << " != " << expected(i));
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
+// A flag the rank threads of a failure test wait on (bounded), e.g. "the others have failed".
+class Latch {
+ public:
+  explicit Latch(int count) : count_(count) {}
+  void count_down() {
+    std::lock_guard lock(mutex_);
+    if (--count_ <= 0) changed_.notify_all();
+  }
+  bool wait(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, limit, [&] { return count_ <= 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int count_;
+};
+
+long long ms_since(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("tcp ring: allreduce sum is exact for world sizes 1..7 and awkward lengths") {
+  for (int n = 1; n <= 7; ++n) {
+    CAPTURE(n);
+    // Empty, one element (one non-empty segment), fewer and more elements than ranks, and
+    // ~4 MB per rank that no n > 1 divides.
+    const std::vector<std::size_t> lengths = {0,    1,      std::size_t(n - 1), std::size_t(n + 1),
+                                              1000, 1000003};
+    gradsync::InMemoryStore store;
+    std::vector<std::uint64_t> sent(std::size_t(n), 0), received(std::size_t(n), 0);
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+      CHECK(comm->rank() == r);
+      CHECK(comm->size() == n);
+      for (std::size_t length : lengths) {
+        std::vector<float> data = rank_data(r, length);
+        comm->allreduce(data, ReduceOp::kSum);
+        CHECK_MESSAGE(wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0,
+                      "rank " << r << " length " << length);
+      }
+      const auto counters = comm->counters();
+      CHECK(counters.collectives == lengths.size());
+      sent[std::size_t(r)] = counters.bytes_sent;
+      received[std::size_t(r)] = counters.bytes_received;
+    });
+    // Each of the 2(n-1) steps moves every segment once over some link: 2(n-1) buffers in all.
+    // (Per rank, sent and received differ by the odd elements of the longer segments.)
+    std::uint64_t total_sent = 0, total_received = 0, floats = 0;
+    for (auto s : sent) total_sent += s;
+    for (auto s : received) total_received += s;
+    for (auto length : lengths) floats += length;
+    CHECK(total_sent == 2 * std::uint64_t(n - 1) * floats * sizeof(float));
+    CHECK(total_received == total_sent);
+  }
+}
+
+TEST_CASE("tcp ring: allreduce avg is exact and bit-identical on every rank") {
+  for (int n : {2, 3, 4, 5}) {
+    CAPTURE(n);
+    gradsync::InMemoryStore store;
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+      // Integers averaged: (n+1)/2 + i % 7, a multiple of 1/2 and so exact.
+      std::vector<float> data = rank_data(r, 10007);
+      comm->allreduce(data, ReduceOp::kAvg);
+      CHECK(wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i) / float(n); }) ==
+            0);
+      // Non-integers: the sum's rounding depends on the order, but every rank must agree.
+      std::vector<float> noisy(4099);
+      for (std::size_t i = 0; i < noisy.size(); ++i) noisy[i] = 0.1f * float(r + 1) / float(i + 3);
+      comm->allreduce(noisy, ReduceOp::kAvg);
+      results[std::size_t(r)] = noisy;
+    });
+    for (int r = 1; r < n; ++r) CHECK(results[std::size_t(r)] == results[0]);
+  }
+}
+
+TEST_CASE("tcp ring: broadcast from every root") {
+  for (int n : {1, 2, 3, 5}) {
+    CAPTURE(n);
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t length : {std::size_t(1), std::size_t(100003)}) {
+          std::vector<float> data(length, -1.0f);
+          if (r == root) {
+            for (std::size_t i = 0; i < length; ++i) data[i] = float(root * 1000 + int(i % 1000));
+          }
+          comm->broadcast(data, root);
+          CHECK_MESSAGE(
+              wrong_elements(
+                  data, [&](std::size_t i) { return float(root * 1000 + int(i % 1000)); }) == 0,
+              "rank " << r << " root " << root << " length " << length);
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("tcp ring: allgather places rank r's input at out[r * in.size()]") {
+  for (int n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+      for (std::size_t m : {std::size_t(0), std::size_t(1), std::size_t(257), std::size_t(65537)}) {
+        std::vector<float> in(m);
+        for (std::size_t i = 0; i < m; ++i) in[i] = float(r * 100000 + int(i));
+        std::vector<float> out(m * std::size_t(n), -1.0f);
+        comm->allgather(in, out);
+        CHECK_MESSAGE(
+            wrong_elements(
+                out, [&](std::size_t j) { return float(int(j / m) * 100000 + int(j % m)); }) == 0,
+            "rank " << r << " m " << m);
+      }
+    });
+  }
+}
+
+TEST_CASE("tcp ring: no rank leaves a barrier before every rank has entered it") {
+  const int n = 4;
+  gradsync::InMemoryStore store;
+  std::atomic<int> entered{0};
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+    for (int round = 1; round <= 3; ++round) {
+      // Stagger the arrivals, so that an early leaver would see a count short of n * round.
+      std::this_thread::sleep_for(std::chrono::milliseconds(15 * ((r + round) % n)));
+      entered += 1;
+      comm->barrier();
+      CHECK(entered.load() >= n * round);
+      comm->barrier();  // nobody enters the next round before everyone has checked
+    }
+  });
+}
+
+TEST_CASE(
+    "tcp ring: async collectives issued back-to-back complete in order with the right values") {
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+    const int count = 40;
+    std::vector<std::vector<float>> buffers;
+    std::vector<std::shared_ptr<gradsync::Work>> works;
+    for (int k = 0; k < count; ++k) buffers.push_back(rank_data(r, std::size_t(1 + 997 * k)));
+    std::vector<float> gathered(std::size_t(n) * 5);
+    std::vector<float> mine(5, float(r));
+    for (int k = 0; k < count; ++k) {
+      works.push_back(
+          comm->allreduce_async(buffers[std::size_t(k)], k % 2 ? ReduceOp::kAvg : ReduceOp::kSum));
+      if (k == count / 2) works.push_back(comm->allgather_async(mine, gathered));
+    }
+    // Waiting for the last one first: once it is done, every earlier one must be done too.
+    works.back()->wait(10s);
+    for (const auto& w : works) CHECK(w->completed());
+    for (const auto& w : works) w->wait(1s);
+    for (int k = 0; k < count; ++k) {
+      const float divisor = k % 2 ? float(n) : 1.0f;
+      CHECK(wrong_elements(buffers[std::size_t(k)],
+                           [&](std::size_t i) { return expected_sum(n, i) / divisor; }) == 0);
+    }
+    CHECK(wrong_elements(gathered, [](std::size_t j) { return float(j / 5); }) == 0);
+    CHECK(comm->counters().collectives == std::uint64_t(count + 1));
+  });
+}
+
+TEST_CASE("tcp ring: a 64-byte chunk, far smaller than a segment, still gives exact results") {
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto options = ring_options();
+    options.chunk_bytes = 64;
+    auto comm = gradsync::make_tcp_ring(store, r, n, options);
+    std::vector<float> data = rank_data(r, 10007);
+    comm->allreduce(data, ReduceOp::kSum);
+    CHECK(wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
+    data = rank_data(r, 10007);
+    comm->allreduce(data, ReduceOp::kAvg);
+    CHECK(wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i) / float(n); }) == 0);
+    std::vector<float> b(3001, r == 1 ? 7.0f : 0.0f);
+    comm->broadcast(b, 1);
+    CHECK(wrong_elements(b, [](std::size_t) { return 7.0f; }) == 0);
+  });
+}
+
+TEST_CASE("tcp ring: ranks form a ring through a real TcpStore") {
+  int port = 0;
+  {
+    auto probe = gradsync::tcp::listen_on("127.0.0.1", 0);
+    port = gradsync::tcp::local_port(probe);
+  }
+  const int n = 3;
+  run_ranks(n, [&](int r) {
+    gradsync::TcpStoreOptions store_options;
+    store_options.port = port;
+    store_options.is_server = r == 0;
+    store_options.timeout = 10s;
+    auto store = gradsync::make_tcp_store(store_options);
+    auto comm = gradsync::make_tcp_ring(*store, r, n, ring_options());
+    std::vector<float> data = rank_data(r, 100001);
+    comm->allreduce(data, ReduceOp::kSum);
+    CHECK(wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
+    comm.reset();
+    // Rank 0's store server must outlive the others' last request: each says it is done with
+    // its last set (acknowledged, so no request of theirs is left in flight), and rank 0 waits.
+    if (r != 0) {
+      store->set("done/" + std::to_string(r), "1");
+    } else {
+      store->wait({"done/1", "done/2"}, 10s);
+    }
+  });
+}
+
+TEST_CASE("tcp ring: a rank that never calls the collective makes the others time out naming it") {
+  const int n = 3;
+  const auto timeout = 600ms;
+  gradsync::InMemoryStore store;
+  Latch others_failed(n - 1);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(timeout));
+    std::vector<float> data = rank_data(r, 1000);
+    comm->allreduce(data, ReduceOp::kSum);  // #1 succeeds everywhere
+    if (r == 1) {
+      // Rank 1 stays alive, connections open, but never issues #2.
+      CHECK(others_failed.wait(10s));
+      return;
+    }
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": collective #2 should have timed out");
+    } catch (const gradsync::TimeoutError& e) {
+      message = e.what();
+    }
+    const auto elapsed = ms_since(start);
+    others_failed.count_down();
+    MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
+    CHECK(elapsed >= 500);
+    CHECK(elapsed < 600 + 600 + 1500);  // timeout + report grace + slack
+    CHECK(message.find("timed out after 600 ms") != std::string::npos);
+    CHECK(message.find("collective #2 allreduce") != std::string::npos);
+    CHECK(message.find("rank 1 no report") != std::string::npos);
+    CHECK(message.find("rank " + std::to_string(r) + " 2/1") != std::string::npos);
+    if (r == 2) CHECK(message.find("waiting for rank 1") != std::string::npos);
+    // The communicator is now unusable, and says why.
+    try {
+      comm->barrier();
+      FAIL_CHECK("a failed communicator must keep failing");
+    } catch (const gradsync::TimeoutError& e) {
+      CHECK(std::string(e.what()) == message);
+    }
+  });
+}
+
+TEST_CASE("tcp ring: a rank that destroys its communicator fails its neighbours at once") {
+  const int n = 4;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(10s));
+    std::vector<float> data = rank_data(r, 100000);
+    comm->allreduce(data, ReduceOp::kSum);
+    if (r == 2) {
+      comm.reset();  // as if the process died
+      return;
+    }
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": collective #2 should have failed");
+    } catch (const gradsync::PeerError& e) {
+      message = e.what();
+    }
+    MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
+    CHECK(ms_since(start) < 3000);  // long before the 10 s timeout
+    CHECK(message.find("rank 2 closed the connection") != std::string::npos);
+    CHECK(message.find("collective #2 allreduce") != std::string::npos);
+  });
+}
+
+TEST_CASE("tcp ring: a rank issuing a different size fails with a desync naming both ranks") {
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(5s));
+    std::vector<float> warmup(10, 1.0f);
+    for (int k = 0; k < 6; ++k) comm->allreduce(warmup, ReduceOp::kSum);
+    std::vector<float> data(r == 0 ? 999 : 1000, 1.0f);
+    const auto start = Clock::now();
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": the mismatched collective should have failed");
+    } catch (const gradsync::PeerError& e) {
+      MESSAGE("rank " << r << ": " << std::string(e.what()));
+      if (r == 1) {
+        CHECK(std::string(e.what()).find(
+                  "desync: rank 1 is in collective #7 allreduce of 1000 floats but rank 0 sent "
+                  "collective #7 allreduce of 999 floats") != std::string::npos);
+      }
+    }
+    CHECK(ms_since(start) < 3000);
+  });
+}
+
+TEST_CASE("tcp ring: world size 1 and zero elements are no-ops that still count") {
+  gradsync::InMemoryStore store;
+  auto solo = gradsync::make_tcp_ring(store, 0, 1, ring_options());
+  std::vector<float> data = {1, 2, 3};
+  solo->allreduce(data, ReduceOp::kAvg);
+  solo->broadcast(data, 0);
+  std::vector<float> out(3);
+  solo->allgather(data, out);
+  solo->barrier();
+  CHECK(data == std::vector<float>{1, 2, 3});
+  CHECK(out == data);
+  CHECK(solo->counters().collectives == 4);
+  CHECK(solo->counters().bytes_sent == 0);
+
+  // Two ranks, zero-length collectives between real ones: sequence numbers stay in step.
+  run_ranks(2, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, 2, ring_options());
+    std::vector<float> empty;
+    std::vector<float> one = {float(r + 1)};
+    comm->allreduce(empty, ReduceOp::kSum);
+    comm->allreduce(one, ReduceOp::kSum);
+    comm->broadcast(empty, 1);
+    comm->allreduce(one, ReduceOp::kSum);
+    CHECK(one[0] == 6.0f);
+    CHECK(comm->counters().collectives == 4);
+    CHECK(comm->counters().bytes_sent == 2 * sizeof(float));
+  });
+}
+
+TEST_CASE("tcp ring: Work::wait gives up at its timeout, and destruction never hangs") {
+  gradsync::InMemoryStore store;
+  Latch waited(1);
+  run_ranks(2, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, 2, ring_options(20s));
+    if (r == 1) {
+      CHECK(waited.wait(10s));  // never joins rank 0's collective
+      return;
+    }
+    std::vector<float> data(1000, 1.0f);
+    auto work = comm->allreduce_async(data, ReduceOp::kSum);
+    auto queued = comm->barrier_async();
+    auto start = Clock::now();
+    CHECK_THROWS_AS(work->wait(100ms), gradsync::TimeoutError);
+    CHECK(ms_since(start) < 1000);
+    CHECK_FALSE(work->completed());
+    start = Clock::now();
+    comm.reset();  // with one collective running and one queued
+    CHECK(ms_since(start) < 1000);
+    CHECK(work->completed());
+    CHECK(queued->completed());
+    CHECK_THROWS_AS(work->wait(0ms), gradsync::Error);
+    CHECK_THROWS_AS(queued->wait(0ms), gradsync::Error);
+    waited.count_down();
+  });
+}
+
+TEST_CASE("tcp ring: setup fails naming a rank that never starts, or one of another world size") {
+  {
+    gradsync::InMemoryStore store;
+    run_ranks(2, [&](int r) {  // ranks 0 and 1 of 3; rank 2 never starts
+      const auto start = Clock::now();
+      try {
+        gradsync::make_tcp_ring(store, r, 3, ring_options(500ms));
+        FAIL_CHECK("setup should have timed out");
+      } catch (const gradsync::TimeoutError& e) {
+        MESSAGE("rank " << r << ": " << std::string(e.what()));
+        CHECK(e.rank() == 2);
+        CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
+      }
+      CHECK(ms_since(start) < 2000);
+    });
+  }
+  {
+    gradsync::InMemoryStore store;
+    run_ranks(2, [&](int r) {  // rank 0 believes in 3 ranks, rank 1 in 2
+      try {
+        gradsync::make_tcp_ring(store, r, r == 0 ? 3 : 2, ring_options(1s));
+        FAIL_CHECK("setup should have failed");
+      } catch (const gradsync::PeerError& e) {
+        MESSAGE("rank " << r << ": " << std::string(e.what()));
+        if (r == 1) CHECK(std::string(e.what()).find("of 3") != std::string::npos);
+      }
+    });
+  }
+}
