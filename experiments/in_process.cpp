@@ -1,28 +1,15 @@
 #include "experiments/in_process.h"
 
-#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <thread>
 
+#include "experiments/run_plan.h"
 #include "strategies/strategy_factory.h"
 #include "worker/mlp.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
-
-std::int64_t steps_per_epoch(const Config& config, const TrainTest& data) {
-  const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
-                                                  config.train.batch, config.train.seed)
-                                   .steps_per_epoch();
-  // An optimizer step consumes accumulation_steps batches per rank.
-  return std::max<std::int64_t>(1, batches / config.train.accumulation_steps);
-}
-
-std::int64_t planned_steps(const Config& config, const TrainTest& data) {
-  return config.train.steps > 0 ? config.train.steps
-                                : config.train.epochs * steps_per_epoch(config, data);
-}
 
 std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,
                                          const LoopOptions& loop, const LoopSinks& rank0_sinks,
@@ -33,9 +20,7 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
   options.sgd = {config.train.lr, config.train.momentum, config.train.weight_decay};
   std::vector<std::unique_ptr<SyncStrategy>> strategies = make_strategies(options);
 
-  std::vector<int> widths = {data.train.dim};
-  widths.insert(widths.end(), config.model.hidden.begin(), config.model.hidden.end());
-  widths.push_back(data.train.classes);
+  const std::vector<int> widths = plan_run(config, data).widths;
 
   const std::size_t n = strategies.size();
   std::vector<LoopResult> results(n);

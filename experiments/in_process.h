@@ -12,11 +12,6 @@
 
 namespace gradsync {
 
-// Optimizer steps the run will take: train.steps, or train.epochs whole epochs of the
-// distributed sampler (an optimizer step takes train.accumulation_steps batches per rank).
-std::int64_t planned_steps(const Config& config, const TrainTest& data);
-std::int64_t steps_per_epoch(const Config& config, const TrainTest& data);
-
 // Runs every local replica through run_worker_loop and returns their results in rank order.
 // When a replica fails, the others are aborted and the first failure is rethrown.
 std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,

@@ -13,6 +13,7 @@
 #include "experiments/in_process.h"
 #include "experiments/launcher.h"
 #include "experiments/rank_outputs.h"
+#include "experiments/run_plan.h"
 #include "experiments/worker_process.h"
 
 namespace gradsync {
@@ -109,22 +110,14 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
   if (ec) throw Error(run_dir + ": cannot create run folder: " + ec.message());
   write_text(fs::path(run_dir) / "config.yaml", to_yaml(config));
 
-  const std::int64_t steps = planned_steps(config, data);
-  const std::int64_t epoch_steps = steps_per_epoch(config, data);
+  const RunPlan plan = plan_run(config, data);
   const Clock::time_point origin = Clock::now();
   MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string());
-  TraceWriter trace(origin, config.output.trace_steps * 4);
-  ProgressReporter progress(config.name, steps, (steps + epoch_steps - 1) / epoch_steps,
-                            static_cast<std::int64_t>(config.train.batch) * config.workers,
-                            parse_progress_mode(config.output.progress));
-  LoopOptions loop;
-  loop.steps = steps;
-  loop.eval_every = config.train.eval_every > 0 ? config.train.eval_every : epoch_steps;
-  loop.trace_steps = config.output.trace_steps;
-  loop.accumulation_steps = config.train.accumulation_steps;
-  loop.origin = origin;
-  const std::vector<LoopResult> results = train_in_process(
-      config, data, loop, LoopSinks{&metrics, &trace, &progress}, LoopSinks{&metrics, &trace, nullptr});
+  TraceWriter trace(origin, plan.trace_spans_per_rank);
+  ProgressReporter progress = progress_reporter(config, plan);
+  const std::vector<LoopResult> results =
+      train_in_process(config, data, loop_options(config, plan, origin),
+                       LoopSinks{&metrics, &trace, &progress}, LoopSinks{&metrics, &trace, nullptr});
 
   trace.write((fs::path(run_dir) / "trace.json").string());
   RunOutcome outcome{summarize(config, results.front().parameters, results), run_dir};

@@ -11,7 +11,7 @@
 #include "common/rendezvous_env.h"
 #include "common/trace_writer.h"
 #include "experiments/data_loader.h"
-#include "experiments/in_process.h"
+#include "experiments/run_plan.h"
 #include "experiments/preset.h"
 #include "experiments/rank_outputs.h"
 #include "experiments/worker_loop.h"
@@ -63,32 +63,19 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   strategy_options.sgd = {config.train.lr, config.train.momentum, config.train.weight_decay};
   AllreduceStrategy strategy(comm, strategy_options);
 
-  std::vector<int> widths = {data.train.dim};
-  widths.insert(widths.end(), config.model.hidden.begin(), config.model.hidden.end());
-  widths.push_back(data.train.classes);
-  Mlp model(widths, config.train.batch);
+  const RunPlan plan = plan_run(config, data);
+  Mlp model(plan.widths, config.train.batch);
   model.init_params(config.train.seed);
   DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
                              config.train.seed);
 
-  const std::int64_t steps = planned_steps(config, data);
-  const std::int64_t epoch_steps = steps_per_epoch(config, data);
   MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string(),
                         MetricsWriter::Mode::kAppend);
-  TraceWriter trace(origin, config.output.trace_steps * 4);
-  ProgressReporter progress(config.name, steps, (steps + epoch_steps - 1) / epoch_steps,
-                            static_cast<std::int64_t>(config.train.batch) * config.workers *
-                                config.train.accumulation_steps,
-                            parse_progress_mode(config.output.progress));
-  LoopOptions loop;
-  loop.steps = steps;
-  loop.eval_every = config.train.eval_every > 0 ? config.train.eval_every : epoch_steps;
-  loop.trace_steps = config.output.trace_steps;
-  loop.accumulation_steps = config.train.accumulation_steps;
-  loop.origin = origin;
-  const LoopResult result = run_worker_loop(
-      model, strategy, sampler, data, loop,
-      LoopSinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr});
+  TraceWriter trace(origin, plan.trace_spans_per_rank);
+  ProgressReporter progress = progress_reporter(config, plan);
+  const LoopResult result =
+      run_worker_loop(model, strategy, sampler, data, loop_options(config, plan, origin),
+                      LoopSinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr});
   trace.write(rank_trace_path(run_dir, env.rank));
   write_rank_result(rank_result_path(run_dir, env.rank), result);
 }

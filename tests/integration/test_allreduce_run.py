@@ -13,19 +13,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+
+from checks import Checks
 import time
 
 gradsync, preset = sys.argv[1], sys.argv[2]
-failures = []
-passed = 0
-
-
-def check(condition, message):
-    global passed
-    passed += bool(condition)
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message)
+check = Checks()
 
 
 def children_of(pid):
@@ -92,5 +85,4 @@ with tempfile.TemporaryDirectory() as out:
              "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
     check(alive == [], f"no worker left behind: {alive}")
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+check.finish()

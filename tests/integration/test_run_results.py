@@ -6,17 +6,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 gradsync, preset = sys.argv[1], sys.argv[2]
-failures = []
-passed = 0
-
-
-def check(condition, message):
-    global passed
-    passed += bool(condition)
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message)
+check = Checks()
 
 
 with tempfile.TemporaryDirectory() as out:
@@ -59,5 +52,4 @@ with tempfile.TemporaryDirectory() as out:
         config_text = open(os.path.join(d, "config.yaml")).read()
         check(f"workers: {workers}" in config_text, f"{run}: config.yaml is the resolved config")
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+check.finish()

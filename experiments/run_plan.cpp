@@ -1,0 +1,46 @@
+#include "experiments/run_plan.h"
+
+#include <algorithm>
+
+#include "worker/sampler.h"
+
+namespace gradsync {
+
+// A step's trace holds compute, wait, communicate and at times evaluate: four spans at most.
+constexpr std::int64_t kSpansPerStep = 4;
+
+RunPlan plan_run(const Config& config, const TrainTest& data) {
+  RunPlan plan;
+  const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
+                                                  config.train.batch, config.train.seed)
+                                   .steps_per_epoch();
+  // An optimizer step consumes accumulation_steps batches per rank.
+  plan.steps_per_epoch = std::max<std::int64_t>(1, batches / config.train.accumulation_steps);
+  plan.steps =
+      config.train.steps > 0 ? config.train.steps : config.train.epochs * plan.steps_per_epoch;
+  plan.epochs = (plan.steps + plan.steps_per_epoch - 1) / plan.steps_per_epoch;
+  plan.samples_per_step = static_cast<std::int64_t>(config.train.batch) * config.workers *
+                          config.train.accumulation_steps;
+  plan.trace_spans_per_rank = config.output.trace_steps * kSpansPerStep;
+  plan.widths = {data.train.dim};
+  plan.widths.insert(plan.widths.end(), config.model.hidden.begin(), config.model.hidden.end());
+  plan.widths.push_back(data.train.classes);
+  return plan;
+}
+
+LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_point origin) {
+  LoopOptions loop;
+  loop.steps = plan.steps;
+  loop.eval_every = config.train.eval_every > 0 ? config.train.eval_every : plan.steps_per_epoch;
+  loop.trace_steps = config.output.trace_steps;
+  loop.accumulation_steps = config.train.accumulation_steps;
+  loop.origin = origin;
+  return loop;
+}
+
+ProgressReporter progress_reporter(const Config& config, const RunPlan& plan) {
+  return ProgressReporter(config.name, plan.steps, plan.epochs, plan.samples_per_step,
+                          parse_progress_mode(config.output.progress));
+}
+
+}  // namespace gradsync

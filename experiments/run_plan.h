@@ -1,0 +1,31 @@
+// The numbers a run derives from its configuration and data before it starts, computed in one
+// place for the in-process runner and for `gradsync worker` alike.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/progress.h"
+#include "common/stopwatch.h"
+#include "experiments/config.h"
+#include "experiments/worker_loop.h"
+#include "worker/dataset.h"
+
+namespace gradsync {
+
+struct RunPlan {
+  std::int64_t steps = 0;             // optimizer steps: train.steps, or train.epochs epochs
+  std::int64_t steps_per_epoch = 0;   // optimizer steps (accumulation_steps batches each)
+  std::int64_t epochs = 0;            // epochs touched, for the progress line
+  std::int64_t samples_per_step = 0;  // global: batch * workers * accumulation_steps
+  std::int64_t trace_spans_per_rank = 0;
+  std::vector<int> widths;            // the MLP: input, hidden..., classes
+};
+
+RunPlan plan_run(const Config& config, const TrainTest& data);
+
+LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_point origin);
+
+ProgressReporter progress_reporter(const Config& config, const RunPlan& plan);
+
+}  // namespace gradsync
