@@ -10,6 +10,7 @@
 #include "experiments/bench/mlp_throughput.h"
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
+#include "experiments/server_process.h"
 #include "experiments/worker_process.h"
 
 namespace {
@@ -61,6 +62,25 @@ int main(int argc, char** argv) {
       "worker", "one rank of a multi-process run (started by `run`, mpirun, srun or torchrun)");
   worker->add_option("--config", worker_config, "the run's resolved config.yaml")->required();
   worker->add_option("--run-dir", worker_run_dir, "the run's results folder")->required();
+  std::vector<std::string> ps_endpoints;
+  worker->add_option("--ps-endpoints", ps_endpoints, "ps: the shards, tcp://HOST:PORT each")
+      ->delimiter(',');
+
+  std::string server_config;
+  std::string server_run_dir;
+  std::string key_file;
+  int shard = 0;
+  int shard_port = 0;
+  CLI::App* server = app.add_subcommand(
+      "server", "one parameter-server shard (started by `run`, or by hand on another machine)");
+  server->add_option("--config", server_config, "the run's resolved config.yaml");
+  server->add_option("--run-dir", server_run_dir, "the run's results folder");
+  server->add_option("--shard", shard, "which of ps.servers key ranges to serve")
+      ->check(CLI::NonNegativeNumber);
+  server->add_option("--port", shard_port, "port on ps.bind (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535));
+  server->add_option("--gen-keys", key_file,
+                     "write a new CURVE key pair to this file for ps.curve_keys, and exit");
 
   gradsync::MlpBenchOptions bench_options;
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
@@ -121,7 +141,20 @@ int main(int argc, char** argv) {
       return run_command(preset, overrides, output_dir, only);
     }
     if (worker->parsed()) {
-      gradsync::run_worker_process(worker_config, worker_run_dir);
+      gradsync::run_worker_process(worker_config, worker_run_dir, ps_endpoints);
+      return 0;
+    }
+    if (server->parsed()) {
+      if (!key_file.empty()) {
+        gradsync::write_curve_key_file(key_file);
+        std::cout << "wrote a CURVE key pair to " << key_file << "\n";
+        return 0;
+      }
+      if (server_config.empty() || server_run_dir.empty()) {
+        std::cerr << "gradsync server: --config and --run-dir are required\n";
+        return 2;
+      }
+      gradsync::run_server_process(server_config, server_run_dir, shard, shard_port);
       return 0;
     }
     if (bench_allreduce->parsed()) {

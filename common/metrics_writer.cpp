@@ -10,7 +10,8 @@ namespace gradsync {
 namespace {
 
 constexpr char kHeader[] =
-    "step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received\n";
+    "step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received,"
+    "staleness\n";
 
 // Captures errno before anything else can overwrite it.
 [[noreturn]] void throw_io_error(const std::string& path, const char* what) {
@@ -45,9 +46,10 @@ void MetricsWriter::write(const MetricsRow& row) {
   // One fprintf per row under the lock keeps rows from different threads whole. %.9g keeps
   // phase times (us..s) exact enough and time_s to 10 us even in hour-long runs.
   const int n = std::fprintf(
-      file_, "%" PRId64 ",%d,%" PRId64 ",%.9g,%.6g,%.9g,%.9g,%.9g,%" PRIu64 ",%" PRIu64 "\n",
+      file_, "%" PRId64 ",%d,%" PRId64 ",%.9g,%.6g,%.9g,%.9g,%.9g,%" PRIu64 ",%" PRIu64 ",%" PRIu32
+      "\n",
       row.step, row.rank, row.epoch, row.time_s, row.loss, s.compute_s, s.communicate_s, s.wait_s,
-      s.bytes_sent, s.bytes_received);
+      s.bytes_sent, s.bytes_received, s.staleness);
   // Flush per row: a run that crashes later still leaves every finished step on disk.
   if (n < 0 || std::fflush(file_) != 0) throw_io_error(path_, "cannot write metrics row");
 }

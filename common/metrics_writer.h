@@ -2,7 +2,7 @@
 // a run that dies keeps every row written before the failure.
 //
 // Columns (header line first):
-//   step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received
+//   step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received,staleness
 // time_s is seconds since the run's start at the end of the step.
 //
 // Thread-safe: dp replicas on several threads share one writer. Process-safe in kAppend mode:

@@ -21,11 +21,10 @@ void ReplicaBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout
     changed_.notify_all();
     return;
   }
-  const bool done = changed_.wait_for(
-      lock, timeout, [&] { return phase_ != my_phase || !abort_reason_.empty(); });
+  changed_.wait_for(lock, timeout,
+                    [&] { return phase_ != my_phase || !abort_reason_.empty(); });
   if (phase_ != my_phase) return;  // released, even if an abort came right after
   if (!abort_reason_.empty()) throw Error(what_ + " aborted: " + abort_reason_);
-  (void)done;
   // Timed out: the missing replicas are those that have not arrived at this phase.
   std::string missing;
   int first_missing = -1;
@@ -35,9 +34,13 @@ void ReplicaBarrier::arrive_and_wait(int rank, std::chrono::milliseconds timeout
       if (first_missing < 0) first_missing = r;
     }
   }
-  throw TimeoutError(first_missing, "in-process", what_,
-                     "replica " + std::to_string(rank) + " waited " +
-                         std::to_string(timeout.count()) + " ms for replica(s) " + missing);
+  // This replica leaves the phase counted as arrived; the barrier cannot be trusted again, so
+  // it is aborted for everyone with the same reason.
+  const std::string problem = "replica " + std::to_string(rank) + " waited " +
+                              std::to_string(timeout.count()) + " ms for replica(s) " + missing;
+  abort_reason_ = what_ + " timed out: " + problem;
+  changed_.notify_all();
+  throw TimeoutError(first_missing, "in-process", what_, problem);
 }
 
 void ReplicaBarrier::abort(const std::string& reason) {

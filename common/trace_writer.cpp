@@ -1,10 +1,9 @@
 #include "common/trace_writer.h"
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 namespace gradsync {
@@ -19,10 +18,6 @@ double microseconds_between(Clock::time_point a, Clock::time_point b) {
 // Span names are plain identifiers, but a stray byte must not make the whole trace unwritable.
 std::string dump(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-[[noreturn]] void throw_io_error(const std::string& path, const char* what, int saved_errno) {
-  throw Error(path + ": " + what + ": " + std::strerror(saved_errno));
 }
 
 }  // namespace
@@ -93,26 +88,8 @@ void TraceWriter::write(const std::string& path) const {
     text += "}\n";
   }
 
-  // Write beside the target and rename: a reader (or a crash) never sees half a trace.
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "w");
-  if (file == nullptr) throw_io_error(path, ("cannot create " + tmp).c_str(), errno);
-  bool wrote = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  int saved = wrote ? 0 : errno;
-  // fclose flushes, so a full disk often shows up only here, after fwrite "succeeded".
-  if (std::fclose(file) != 0 && wrote) {
-    wrote = false;
-    saved = errno;
-  }
-  if (!wrote) {
-    std::remove(tmp.c_str());
-    throw_io_error(path, "cannot write trace", saved);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    saved = errno;
-    std::remove(tmp.c_str());
-    throw_io_error(path, "cannot rename trace into place", saved);
-  }
+  // Beside the target, then renamed: a reader (or a crash) never sees half a trace.
+  write_file_atomically(path, text);
 }
 
 }  // namespace gradsync

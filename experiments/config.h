@@ -45,6 +45,16 @@ struct CommConfig {
   bool uneven_inputs = false;  // allreduce: DDP's Join, for ranks with different batch counts
 };
 
+struct PsConfig {
+  int servers = 1;                   // K shards, each owning a contiguous key range
+  std::string mode = "sync";         // sync | async | ssp
+  int staleness = 2;                 // ssp: how many steps a worker may run ahead of the slowest
+  bool continue_without_dead_workers = false;  // async: drop a silent worker and go on
+  std::string bind = "127.0.0.1";    // the interface shards listen on
+  std::string curve_keys;            // a key file (gradsync server --gen-keys); empty: no CURVE
+  double heartbeat_s = 1.0;
+};
+
 struct OutputConfig {
   std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
   std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
@@ -59,6 +69,7 @@ struct Config {
   DataConfig data;
   ModelConfig model;
   CommConfig comm;
+  PsConfig ps;
   OutputConfig output;
 };
 

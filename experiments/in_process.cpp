@@ -14,11 +14,8 @@ namespace gradsync {
 std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,
                                          const LoopOptions& loop, const LoopSinks& rank0_sinks,
                                          const LoopSinks& other_sinks) {
-  StrategyOptions options;
-  options.name = config.strategy;
-  options.workers = config.workers;
-  options.sgd = {config.train.lr, config.train.momentum, config.train.weight_decay};
-  std::vector<std::unique_ptr<SyncStrategy>> strategies = make_strategies(options);
+  std::vector<std::unique_ptr<SyncStrategy>> strategies =
+      make_strategies(strategy_options(config));
 
   const std::vector<int> widths = plan_run(config, data).widths;
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -41,7 +42,41 @@ std::string describe_status(int status) {
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
+extern "C" char** environ;
+
+// argv and envp are built before fork(): between fork and exec the child may call only
+// async-signal-safe functions, and malloc (behind setenv, vector growth) is not one of them.
+struct ExecImage {
+  std::vector<std::string> strings;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+ExecImage exec_image(const ProcessSpec& spec) {
+  ExecImage image;
+  std::vector<std::string> overridden;
+  for (const auto& [key, value] : spec.env) overridden.push_back(key + "=");
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const bool replaced = std::any_of(overridden.begin(), overridden.end(), [&](const auto& p) {
+      return entry.compare(0, p.size(), p) == 0;
+    });
+    if (!replaced) image.strings.push_back(entry);
+  }
+  for (const auto& [key, value] : spec.env) image.strings.push_back(key + "=" + value);
+  const std::size_t env_count = image.strings.size();
+  image.strings.insert(image.strings.end(), spec.argv.begin(), spec.argv.end());
+  // The strings vector no longer grows, so pointers into it stay valid.
+  for (std::size_t i = 0; i < image.strings.size(); ++i) {
+    (i < env_count ? image.envp : image.argv).push_back(image.strings[i].data());
+  }
+  image.envp.push_back(nullptr);
+  image.argv.push_back(nullptr);
+  return image;
+}
+
 Child start(const ProcessSpec& spec) {
+  ExecImage image = exec_image(spec);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("launcher: pipe: ") + strerror(errno));
   const pid_t parent = getpid();
@@ -53,12 +88,9 @@ Child start(const ProcessSpec& spec) {
     if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
-    for (const auto& [key, value] : spec.env) setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& arg : spec.argv) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    std::fprintf(stderr, "cannot start %s: %s\n", argv[0], strerror(errno));
+    execve(image.argv[0], image.argv.data(), image.envp.data());
+    static const char kFailed[] = "cannot start the gradsync executable\n";
+    [[maybe_unused]] const ssize_t ignored = write(STDERR_FILENO, kFailed, sizeof kFailed - 1);
     _exit(127);
   }
   close(fds[1]);

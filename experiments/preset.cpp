@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "experiments/yaml_schema.h"
 #include "strategies/strategy_factory.h"
+#include "worker/idx_reader.h"
 
 namespace gradsync {
 namespace {
@@ -46,11 +47,13 @@ using yaml_schema::range_text;
 using yaml_schema::Type;
 using yaml_schema::type_name;
 
-constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
-
 const std::vector<std::string>& data_kinds() {
   static const std::vector<std::string> kinds = {"fashion-mnist", "idx", "synthetic"};
   return kinds;
+}
+const std::vector<std::string>& ps_modes() {
+  static const std::vector<std::string> modes = {"sync", "async", "ssp"};
+  return modes;
 }
 const std::vector<std::string>& progress_modes() {
   static const std::vector<std::string> modes = {"auto", "terminal", "plain", "off"};
@@ -112,6 +115,21 @@ const KeySpec kSchema[] = {
     {"comm.uneven_inputs", Type::kBool, kUnbounded,
      "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
      GRADSYNC_FIELD(comm.uneven_inputs)},
+    {"ps.servers", Type::kInteger, at_least(1), "ps: server shards, each owning a key range",
+     GRADSYNC_FIELD(ps.servers)},
+    {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",
+     GRADSYNC_FIELD(ps.mode), ps_modes},
+    {"ps.staleness", Type::kInteger, at_least(0),
+     "ps ssp: steps a worker may run ahead of the slowest", GRADSYNC_FIELD(ps.staleness)},
+    {"ps.continue_without_dead_workers", Type::kBool, kUnbounded,
+     "ps async: drop a silent worker and carry on", GRADSYNC_FIELD(ps.continue_without_dead_workers)},
+    {"ps.bind", Type::kString, kUnbounded, "ps: interface the shards listen on",
+     GRADSYNC_FIELD(ps.bind)},
+    {"ps.curve_keys", Type::kString, kUnbounded,
+     "ps: CURVE key file shared by shards and workers; empty: no encryption",
+     GRADSYNC_FIELD(ps.curve_keys)},
+    {"ps.heartbeat_s", Type::kNumber, above(0), "ps: seconds between worker heartbeats",
+     GRADSYNC_FIELD(ps.heartbeat_s)},
     {"output.dir", Type::kString, kUnbounded, "results root: <dir>/<preset>-<timestamp>/<run>/",
      GRADSYNC_FIELD(output.dir)},
     {"output.trace_steps", Type::kInteger, at_least(0), "steps recorded in trace.json per rank",
@@ -302,6 +320,12 @@ Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
                       "run name '" + config.name + "' may use only letters, digits, '.', '_', '-'");
   }
   check_data(origins, source, &config.data);
+  // Combinations no single key can check, blamed on the key that set the number.
+  if (config.strategy == "single" && config.workers != 1) {
+    throw ConfigError(origin_of(origins, {"workers", "strategy"}, source + ":1"), "workers",
+                      "`single` runs one worker, got " + std::to_string(config.workers) +
+                          " (give it the global batch instead)");
+  }
   return config;
 }
 

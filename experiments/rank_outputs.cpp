@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 namespace gradsync {
@@ -11,15 +12,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void write_json_atomically(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump() << '\n';
-    if (!out) throw Error(tmp + ": cannot write");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(path + ": cannot write: " + ec.message());
+  write_file_atomically(path, j.dump() + "\n");
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -79,18 +72,42 @@ LoopResult read_rank_result(const std::string& path) {
   }
 }
 
+std::string server_result_path(const std::string& run_dir, int shard) {
+  return (fs::path(run_dir) / ("server" + std::to_string(shard) + ".json")).string();
+}
+
+void write_server_traffic(const std::string& path, std::uint64_t bytes_sent,
+                          std::uint64_t bytes_received) {
+  write_json_atomically(path, {{"bytes_sent", bytes_sent}, {"bytes_received", bytes_received}});
+}
+
+std::uint64_t read_server_traffic(const std::string& path) {
+  const nlohmann::json j = read_json(path);
+  try {
+    return j.at("bytes_sent").get<std::uint64_t>() + j.at("bytes_received").get<std::uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed server result: " + e.what());
+  }
+}
+
 void merge_traces(const std::vector<std::string>& inputs, const std::string& out) {
   nlohmann::json events = nlohmann::json::array();
-  nlohmann::json other = nlohmann::json::object();
+  std::int64_t dropped = 0;
+  nlohmann::json cap = nullptr;
   for (const std::string& path : inputs) {
     if (!fs::exists(path)) continue;
     nlohmann::json trace = read_json(path);
     for (auto& event : trace.at("traceEvents")) events.push_back(std::move(event));
-    if (trace.contains("otherData")) other = trace["otherData"];
+    // Each rank counted its own dropped spans; the run's trace reports them all.
+    if (trace.contains("otherData")) {
+      dropped += trace["otherData"].value("dropped_spans", std::int64_t{0});
+      cap = trace["otherData"].value("max_spans_per_rank", nlohmann::json(nullptr));
+    }
     fs::remove(path);
   }
-  write_json_atomically(out, {{"traceEvents", events}, {"displayTimeUnit", "ms"},
-                              {"otherData", other}});
+  write_json_atomically(out, {{"traceEvents", events},
+                              {"displayTimeUnit", "ms"},
+                              {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
 }
 
 }  // namespace gradsync

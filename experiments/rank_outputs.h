@@ -5,6 +5,7 @@
 // The per-rank files are removed once merged.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ std::string rank_trace_path(const std::string& run_dir, int rank);
 void write_rank_result(const std::string& path, const LoopResult& result);
 // Throws Error naming the path when the file is missing or malformed.
 LoopResult read_rank_result(const std::string& path);
+
+// A parameter-server shard's traffic over the run (server<K>.json).
+std::string server_result_path(const std::string& run_dir, int shard);
+void write_server_traffic(const std::string& path, std::uint64_t bytes_sent,
+                          std::uint64_t bytes_received);
+// sent + received; throws Error naming the path when missing or malformed.
+std::uint64_t read_server_traffic(const std::string& path);
 
 // Concatenates the ranks' trace events into `out` and removes the inputs. Missing inputs (a
 // rank that died) are skipped.

@@ -2,9 +2,9 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/metrics_writer.h"
 #include "common/progress.h"
@@ -21,9 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw Error(path.string() + ": cannot write");
+  write_file_atomically(path.string(), text);
 }
 
 // A new folder under `root`: <preset>-<timestamp>, with a suffix if that exists already, so a
@@ -40,7 +38,9 @@ fs::path fresh_folder(const fs::path& root, const std::string& preset) {
   return dir;
 }
 
-bool runs_in_worker_processes(const std::string& strategy) { return strategy == "allreduce"; }
+bool runs_in_worker_processes(const std::string& strategy) {
+  return strategy == "allreduce" || strategy == "ps";
+}
 
 void report(const RunOutcome& run) {
   std::cerr << "gradsync: run " << run.summary.run << ": "
@@ -72,24 +72,42 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
                              Clock::now().time_since_epoch())
                              .count();
   std::vector<ProcessSpec> processes;
+  std::vector<std::string> worker_args = {exe, "worker", "--config", config_path, "--run-dir",
+                                          run_dir};
+  if (config.strategy == "ps") {
+    // Shards first: workers connect to them (ZeroMQ retries until they listen).
+    std::string endpoints;
+    for (int k = 0; k < config.ps.servers; ++k) {
+      const std::string shard_port = std::to_string(free_local_port());
+      endpoints += (k ? "," : "") + std::string("tcp://127.0.0.1:") + shard_port;
+      processes.push_back({"server " + std::to_string(k),
+                           {exe, "server", "--config", config_path, "--run-dir", run_dir,
+                            "--shard", std::to_string(k), "--port", shard_port},
+                           {}});
+    }
+    worker_args.insert(worker_args.end(), {"--ps-endpoints", endpoints});
+  }
   for (int r = 0; r < config.workers; ++r) {
-    processes.push_back(
-        {"rank " + std::to_string(r),
-         {exe, "worker", "--config", config_path, "--run-dir", run_dir},
-         {{"RANK", std::to_string(r)},
-          {"WORLD_SIZE", std::to_string(config.workers)},
-          {"LOCAL_RANK", std::to_string(r)},
-          {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", port},
-          {kOriginEnv, std::to_string(origin_ns)}}});
+    processes.push_back({"rank " + std::to_string(r),
+                         worker_args,
+                         {{"RANK", std::to_string(r)},
+                          {"WORLD_SIZE", std::to_string(config.workers)},
+                          {"LOCAL_RANK", std::to_string(r)},
+                          {"MASTER_ADDR", "127.0.0.1"},
+                          {"MASTER_PORT", port},
+                          {kOriginEnv, std::to_string(origin_ns)}}});
   }
   std::vector<std::string> traces;
   for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
   try {
     launch(processes, LaunchOptions{});
   } catch (...) {
-    // Keep what the surviving ranks wrote: the trace up to the failure is worth having.
-    merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+    // Keep what the ranks wrote up to the failure; the failure is what gets reported, so a
+    // trace that cannot be merged must not replace it.
+    try {
+      merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+    } catch (...) {
+    }
     throw;
   }
   merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
@@ -99,7 +117,13 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
     results.push_back(read_rank_result(path));
     fs::remove(path);
   }
-  RunOutcome outcome{summarize(config, results.front().parameters, results), run_dir};
+  std::vector<NodeTraffic> servers;
+  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
+    const std::string path = server_result_path(run_dir, k);
+    servers.push_back({"server " + std::to_string(k), read_server_traffic(path)});
+    fs::remove(path);
+  }
+  RunOutcome outcome{summarize(config, results.front().parameters, results, servers), run_dir};
   write_summary((fs::path(run_dir) / "summary.json").string(), outcome.summary);
   return outcome;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/error.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -14,8 +15,15 @@ RunPlan plan_run(const Config& config, const TrainTest& data) {
   const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
                                                   config.train.batch, config.train.seed)
                                    .steps_per_epoch();
-  // An optimizer step consumes accumulation_steps batches per rank.
-  plan.steps_per_epoch = std::max<std::int64_t>(1, batches / config.train.accumulation_steps);
+  // An optimizer step consumes accumulation_steps batches per rank; an epoch's leftover
+  // batches (fewer than that) are dropped, as experiments/worker_loop.cpp does.
+  plan.steps_per_epoch = batches / config.train.accumulation_steps;
+  if (plan.steps_per_epoch < 1) {
+    throw ConfigError(config.name, "train.accumulation_steps",
+                      std::to_string(config.train.accumulation_steps) +
+                          " micro-batches per step, but an epoch holds only " +
+                          std::to_string(batches) + " batches per rank");
+  }
   plan.steps =
       config.train.steps > 0 ? config.train.steps : config.train.epochs * plan.steps_per_epoch;
   plan.epochs = (plan.steps + plan.steps_per_epoch - 1) / plan.steps_per_epoch;
@@ -41,6 +49,27 @@ LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_
 ProgressReporter progress_reporter(const Config& config, const RunPlan& plan) {
   return ProgressReporter(config.name, plan.steps, plan.epochs, plan.samples_per_step,
                           parse_progress_mode(config.output.progress));
+}
+
+SgdOptions sgd_options(const Config& config) {
+  return {config.train.lr, config.train.momentum, config.train.weight_decay};
+}
+
+std::chrono::milliseconds comm_timeout(const Config& config) {
+  return std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1000.0));
+}
+
+StrategyOptions strategy_options(const Config& config) {
+  StrategyOptions options;
+  options.name = config.strategy;
+  options.workers = config.workers;
+  options.sgd = sgd_options(config);
+  options.timeout = comm_timeout(config);
+  return options;
+}
+
+std::size_t bucket_bytes(const Config& config) {
+  return static_cast<std::size_t>(config.comm.bucket_mb * (1 << 20));
 }
 
 }  // namespace gradsync

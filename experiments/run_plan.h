@@ -2,6 +2,8 @@
 // place for the in-process runner and for `gradsync worker` alike.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +12,8 @@
 #include "experiments/config.h"
 #include "experiments/worker_loop.h"
 #include "worker/dataset.h"
+#include "strategies/strategy_factory.h"
+#include "worker/sgd.h"
 
 namespace gradsync {
 
@@ -27,5 +31,17 @@ RunPlan plan_run(const Config& config, const TrainTest& data);
 LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_point origin);
 
 ProgressReporter progress_reporter(const Config& config, const RunPlan& plan);
+
+// The optimizer of train.*, wherever a strategy runs it (worker, replica 0, server shards).
+SgdOptions sgd_options(const Config& config);
+
+// comm.timeout_s: the deadline of every wait on another rank, replica or shard.
+std::chrono::milliseconds comm_timeout(const Config& config);
+
+// What make_strategies needs for the in-process strategies (single, dp).
+StrategyOptions strategy_options(const Config& config);
+
+// comm.bucket_mb in bytes; MB here means MiB, as in DDP's bucket_cap_mb.
+std::size_t bucket_bytes(const Config& config);
 
 }  // namespace gradsync

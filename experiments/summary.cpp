@@ -1,12 +1,11 @@
 #include "experiments/summary.h"
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 namespace gradsync {
@@ -32,7 +31,8 @@ std::string human_bytes(std::uint64_t bytes) {
 }  // namespace
 
 RunSummary summarize(const Config& config, std::int64_t parameters,
-                     const std::vector<LoopResult>& per_rank) {
+                     const std::vector<LoopResult>& per_rank,
+                     const std::vector<NodeTraffic>& other_nodes) {
   GRADSYNC_CHECK(!per_rank.empty(), "a run has at least one rank");
   const LoopResult& lead = per_rank.front();
   RunSummary s;
@@ -66,12 +66,18 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
     const std::uint64_t bytes = t.bytes_sent + t.bytes_received;
     if (bytes > s.busiest_bytes) {
       s.busiest_bytes = bytes;
-      s.busiest_rank = static_cast<int>(r);
+      s.busiest_node = "rank " + std::to_string(r);
     }
     s.mean_step.compute_s += t.compute_s;
     s.mean_step.communicate_s += t.communicate_s;
     s.mean_step.wait_s += t.wait_s;
     rank_steps += static_cast<double>(per_rank[r].steps);
+  }
+  for (const NodeTraffic& node : other_nodes) {
+    if (node.bytes > s.busiest_bytes) {
+      s.busiest_bytes = node.bytes;
+      s.busiest_node = node.name;
+    }
   }
   if (rank_steps > 0) {
     s.mean_step.compute_s /= rank_steps;
@@ -103,22 +109,14 @@ void write_summary(const std::string& path, const RunSummary& s) {
       {"target_accuracy", s.target_accuracy},
       {"time_to_accuracy_s", s.time_to_accuracy_s ? nlohmann::json(*s.time_to_accuracy_s)
                                                   : nlohmann::json(nullptr)},
-      {"busiest_node", {{"rank", s.busiest_rank}, {"bytes", s.busiest_bytes}}},
+      {"busiest_node", {{"name", s.busiest_node}, {"bytes", s.busiest_bytes}}},
       {"mean_step_s",
        {{"compute", s.mean_step.compute_s},
         {"communicate", s.mean_step.communicate_s},
         {"wait", s.mean_step.wait_s}}},
       {"evals", evals},
   };
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << '\n';
-    if (!out) throw Error(tmp + ": cannot write summary: " + std::strerror(errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(path + ": cannot write summary: " + ec.message());
+  write_file_atomically(path, j.dump(2) + "\n");
 }
 
 std::string comparison_table(const std::vector<RunSummary>& runs) {
@@ -136,8 +134,7 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
            (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
            format("%.2f%%", 100.0 * s.final_test_accuracy) + " | " +
            (s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s) : "not reached") +
-           " | " + human_bytes(s.busiest_bytes) + " (rank " + std::to_string(s.busiest_rank) +
-           ") | " + format("%.0f%%", 100.0 * comm_share) + " |\n";
+           " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " + format("%.0f%%", 100.0 * comm_share) + " |\n";
   }
   return out;
 }

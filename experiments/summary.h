@@ -24,15 +24,23 @@ struct RunSummary {
   double final_test_loss = 0;
   double target_accuracy = 0;
   std::optional<double> time_to_accuracy_s;  // first evaluation at or above the target
-  int busiest_rank = 0;                      // the node that moved the most bytes
+  std::string busiest_node = "rank 0";      // the node that moved the most bytes
   std::uint64_t busiest_bytes = 0;           // sent + received over the run
   StepStats mean_step;                       // per step, averaged over ranks
   std::vector<EvalPoint> evals;
 };
 
+// Bytes a node other than a worker moved over the run (a parameter-server shard).
+struct NodeTraffic {
+  std::string name;  // "server 0"
+  std::uint64_t bytes = 0;
+};
+
 // Combines every rank's loop result; per_rank[0] must be rank 0's (it holds the evaluations).
+// `other_nodes` compete with the ranks for the busiest node.
 RunSummary summarize(const Config& config, std::int64_t parameters,
-                     const std::vector<LoopResult>& per_rank);
+                     const std::vector<LoopResult>& per_rank,
+                     const std::vector<NodeTraffic>& other_nodes = {});
 
 // Writes summary.json atomically (temporary file, then rename). Throws Error naming the path.
 void write_summary(const std::string& path, const RunSummary& summary);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+
 namespace gradsync {
 namespace {
 
@@ -33,22 +35,31 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
   const int rank = strategy.rank();
   const int micro_steps = options.accumulation_steps;
   const float micro_scale = 1.0f / static_cast<float>(micro_steps);
+  // An optimizer step takes k batches; an epoch holds the whole steps that fit in it, and its
+  // leftover batches (fewer than k) are dropped, as the sampler drops a partial batch.
+  const std::int64_t batches_per_epoch = sampler.steps_per_epoch();
+  const std::int64_t steps_per_epoch = batches_per_epoch / micro_steps;
   LoopResult result;
   bool last_micro = false;
   model.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
     if (last_micro) strategy.gradient_ready(model.grads(), begin, end);
   });
   try {
+    GRADSYNC_CHECK(steps_per_epoch >= 1, "an epoch must hold at least one step's batches");
     strategy.init(model.params());
     for (std::int64_t step = 0; step < options.steps; ++step) {
       const Clock::time_point begin = Clock::now();
       double loss = 0;
+      const std::int64_t epoch = step / steps_per_epoch;
       for (int micro = 0; micro < micro_steps; ++micro) {
-        // Micro-batch m of step t is sampler step t*k + m, so k micro-batches of B cover the
-        // same samples as one batch of k*B (tests/unit/test_allreduce_strategy.cpp holds it).
+        // Micro-batch m of step t is batch (t mod steps_per_epoch)*k + m of its epoch, so k
+        // micro-batches of B cover the same samples as one batch of k*B
+        // (tests/unit/test_allreduce_strategy.cpp holds it).
         last_micro = micro + 1 == micro_steps;
-        loss += model.forward_backward(data.train, sampler.indices(step * micro_steps + micro),
-                                       micro_scale, micro > 0) /
+        const std::int64_t batch =
+            epoch * batches_per_epoch + (step % steps_per_epoch) * micro_steps + micro;
+        loss += model.forward_backward(data.train, sampler.indices(batch), micro_scale,
+                                       micro > 0) /
                 micro_steps;
       }
       const Clock::time_point computed = Clock::now();
@@ -62,7 +73,6 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
       result.final_loss = loss;
       result.steps = step + 1;
 
-      const std::int64_t epoch = sampler.epoch_of(step * micro_steps);
       if (sinks.metrics) {
         sinks.metrics->write(MetricsRow{step, rank, epoch, seconds_between(options.origin, end),
                                         loss, stats});

@@ -1,5 +1,11 @@
 #include "experiments/worker_process.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -16,6 +22,7 @@
 #include "experiments/rank_outputs.h"
 #include "experiments/worker_loop.h"
 #include "strategies/allreduce_strategy.h"
+#include "strategies/ps_strategy.h"
 #include "worker/mlp.h"
 #include "worker/sampler.h"
 
@@ -29,9 +36,77 @@ Clock::time_point launcher_origin() {
   return Clock::time_point(std::chrono::nanoseconds(std::strtoll(text, nullptr, 10)));
 }
 
+// The local IP address this host sends from to reach host:port (a connected UDP socket sends
+// nothing; it only asks the kernel for the route).
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    throw ConfigError("environment", "MASTER_ADDR", "cannot resolve '" + host + "'");
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t length = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  if (!ok) throw ConfigError("environment", "MASTER_ADDR", "no route to '" + host + "'");
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
+}
+
+std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
+                                                    const RendezvousEnv& env,
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::vector<std::string>& ps_endpoints,
+                                                    std::unique_ptr<Store>& store) {
+  if (config.strategy == "ps") {
+    if (ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
+      throw ConfigError("command line", "--ps-endpoints",
+                        std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
+                            std::to_string(config.ps.servers));
+    }
+    PsClientOptions options;
+    options.rank = env.rank;
+    options.world_size = env.world_size;
+    options.endpoints = ps_endpoints;
+    options.timeout = timeout;
+    options.heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
+    if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
+    return std::make_unique<PsStrategy>(options);
+  }
+  if (config.strategy != "allreduce") {
+    throw ConfigError("config", "strategy",
+                      "`" + config.strategy + "` does not run as worker processes");
+  }
+  TcpStoreOptions store_options;
+  store_options.host = env.master_addr;
+  store_options.port = env.master_port;
+  store_options.is_server = env.rank == 0;
+  store_options.timeout = timeout;
+  store = make_tcp_store(store_options);
+  TcpRingOptions ring_options;
+  ring_options.timeout = timeout;
+  // Neighbours must reach this rank's ring port at an address of this host; the one this host
+  // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
+  ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
+  std::shared_ptr<Communicator> comm(make_tcp_ring(*store, env.rank, env.world_size, ring_options));
+  AllreduceStrategyOptions options;
+  options.bucket_bytes = bucket_bytes(config);
+  options.overlap = config.comm.overlap;
+  options.join_uneven = config.comm.uneven_inputs;
+  options.sgd = sgd_options(config);
+  return std::make_unique<AllreduceStrategy>(comm, options);
+}
+
 }  // namespace
 
-void run_worker_process(const std::string& config_path, const std::string& run_dir) {
+void run_worker_process(const std::string& config_path, const std::string& run_dir,
+                        const std::vector<std::string>& ps_endpoints) {
   const RendezvousEnv env = read_rendezvous_env();
   const Preset preset = load_preset(config_path, {});
   GRADSYNC_CHECK(preset.runs.size() == 1, "a worker runs one resolved configuration");
@@ -41,41 +116,43 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
                       std::to_string(config.workers) + " in the configuration but WORLD_SIZE (" +
                           env.source + ") is " + std::to_string(env.world_size));
   }
-  const auto timeout = std::chrono::milliseconds(static_cast<long>(config.comm.timeout_s * 1000));
+  const auto timeout = comm_timeout(config);
 
   const Clock::time_point origin = launcher_origin();
   const TrainTest data = load_data(config.data, config.train.seed);
-
-  TcpStoreOptions store_options;
-  store_options.host = env.master_addr;
-  store_options.port = env.master_port;
-  store_options.is_server = env.rank == 0;
-  store_options.timeout = timeout;
-  const std::unique_ptr<Store> store = make_tcp_store(store_options);
-  TcpRingOptions ring_options;
-  ring_options.timeout = timeout;
-  std::shared_ptr<Communicator> comm(make_tcp_ring(*store, env.rank, env.world_size, ring_options));
-
-  AllreduceStrategyOptions strategy_options;
-  strategy_options.bucket_bytes = static_cast<std::size_t>(config.comm.bucket_mb * 1e6);
-  strategy_options.overlap = config.comm.overlap;
-  strategy_options.join_uneven = config.comm.uneven_inputs;
-  strategy_options.sgd = {config.train.lr, config.train.momentum, config.train.weight_decay};
-  AllreduceStrategy strategy(comm, strategy_options);
-
   const RunPlan plan = plan_run(config, data);
+  // Declared before the strategy, so destroyed after it: a failing step may leave a bucket
+  // reduction in flight over the model's gradient buffer, and the strategy waits for it.
   Mlp model(plan.widths, config.train.batch);
   model.init_params(config.train.seed);
   DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
                              config.train.seed);
-
+  // Under `gradsync run` the launcher wrote the header; under mpirun, srun or torchrun rank 0
+  // does, before any rank can write a row (rows start after the strategy's first barrier).
+  const bool launched_by_gradsync = std::getenv(kOriginEnv) != nullptr;
   MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string(),
-                        MetricsWriter::Mode::kAppend);
+                        launched_by_gradsync || env.rank != 0 ? MetricsWriter::Mode::kAppend
+                                                              : MetricsWriter::Mode::kCreate);
   TraceWriter trace(origin, plan.trace_spans_per_rank);
   ProgressReporter progress = progress_reporter(config, plan);
-  const LoopResult result =
-      run_worker_loop(model, strategy, sampler, data, loop_options(config, plan, origin),
-                      LoopSinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr});
+
+  // The store outlives the strategy: a ring keeps it for failure reports.
+  std::unique_ptr<Store> store;
+  const std::unique_ptr<SyncStrategy> strategy =
+      make_process_strategy(config, env, timeout, ps_endpoints, store);
+  LoopResult result;
+  try {
+    result = run_worker_loop(model, *strategy, sampler, data, loop_options(config, plan, origin),
+                             LoopSinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr});
+  } catch (...) {
+    // The steps before the failure are worth seeing in the trace; the failure itself is what
+    // the caller reports, so a trace that cannot be written must not replace it.
+    try {
+      trace.write(rank_trace_path(run_dir, env.rank));
+    } catch (...) {
+    }
+    throw;
+  }
   trace.write(rank_trace_path(run_dir, env.rank));
   write_rank_result(rank_result_path(run_dir, env.rank), result);
 }

@@ -14,6 +14,23 @@ AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
   GRADSYNC_CHECK(options_.bucket_bytes > 0, "bucket size must be positive");
 }
 
+AllreduceStrategy::~AllreduceStrategy() { abort("strategy destroyed"); }
+
+void AllreduceStrategy::abort(const std::string& /*reason*/) {
+  // The ring fails on its own when a peer does; here only this rank's in-flight bucket
+  // reductions need settling, so no one writes into a buffer about to go away.
+  for (const auto& work : in_flight_) {
+    try {
+      work->wait(comm_->timeout());
+    } catch (const std::exception&) {
+      // Failed: it no longer touches the buffer. Timed out: the communicator's destructor,
+      // which runs before the model's buffers go (see worker_process.cpp), ends it.
+    }
+  }
+  in_flight_.clear();
+  deferred_.clear();
+}
+
 void AllreduceStrategy::init(std::span<float> params) {
   // DDP broadcasts module state from rank 0 at construction: replicas start equal even if
   // their initialisation differed.

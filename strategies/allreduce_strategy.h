@@ -43,6 +43,9 @@ struct AllreduceStrategyOptions {
 class AllreduceStrategy final : public SyncStrategy {
  public:
   AllreduceStrategy(std::shared_ptr<Communicator> comm, const AllreduceStrategyOptions& options);
+  // Waits (bounded by the communicator's timeout) for reductions still in flight: they write
+  // into the model's gradient buffer, which may be freed right after.
+  ~AllreduceStrategy() override;
 
   std::string_view name() const override { return "allreduce"; }
   int rank() const override { return comm_->rank(); }
@@ -50,6 +53,7 @@ class AllreduceStrategy final : public SyncStrategy {
   void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override;
   void synchronize(std::span<float> grads, std::span<float> params) override;
   void finish(std::span<float> grads, std::span<float> params) override;
+  void abort(const std::string& reason) override;
   StepStats last_step_stats() const override { return stats_; }
 
   // Buckets of the last step as [begin, end) ranges, in the order they were issued (tests).

@@ -7,7 +7,7 @@
 namespace gradsync {
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"single", "dp", "allreduce"};
+  static const std::vector<std::string> names = {"single", "dp", "allreduce", "ps"};
   return names;
 }
 
@@ -22,9 +22,10 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions
     return out;
   }
   if (options.name == "dp") return make_dp_group(options.workers, options.sgd, options.timeout);
-  if (options.name == "allreduce") {
+  if (options.name == "allreduce" || options.name == "ps") {
     throw ConfigError("strategy", "strategy",
-                      "`allreduce` runs one process per rank (gradsync worker), not in-process");
+                      "`" + options.name +
+                          "` runs one process per rank (gradsync worker), not in-process");
   }
   std::string valid;
   for (const auto& name : strategy_names()) valid += (valid.empty() ? "" : ", ") + name;

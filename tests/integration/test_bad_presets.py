@@ -13,7 +13,7 @@ CASES = [
     (BASE + "workers: many\n", [], [":3:", "workers"]),
     ("strategy: single\ndata:\n  kind: idx\n  dir: /nonexistent/mnist\n", [],
      [":4:", "data.dir", "/nonexistent/mnist"]),
-    ("strategy: ddp\ndata: {kind: synthetic}\n", [], [":1:", "strategy", "ddp", "single, dp, allreduce"]),
+    ("strategy: ddp\ndata: {kind: synthetic}\n", [], [":1:", "strategy", "ddp", "single, dp, allreduce, ps"]),
     (BASE, ["train.batch=1.5"], ["--set", "train.batch"]),
 ]
 

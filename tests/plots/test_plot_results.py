@@ -55,7 +55,7 @@ def write_summary(folder, name, strategy, workers, steps, step_s):
                "steps": steps, "train_seconds": steps * step_s,
                "samples_per_s": 256 / step_s, "final_test_accuracy": evals[-1]["test_accuracy"],
                "final_test_loss": evals[-1]["test_loss"], "target_accuracy": 0.85,
-               "time_to_accuracy_s": None, "busiest_node": {"rank": 0, "bytes": 123456},
+               "time_to_accuracy_s": None, "busiest_node": {"name": "rank 0", "bytes": 123456},
                "mean_step_s": {"compute": step_s * 0.6, "communicate": step_s * 0.3,
                                "wait": step_s * 0.1}, "evals": evals}
     with open(os.path.join(folder, "summary.json"), "w") as f:

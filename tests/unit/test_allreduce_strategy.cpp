@@ -107,7 +107,7 @@ const std::vector<gradsync::LayerRange>& layers() {
 }  // namespace
 
 TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 50 steps") {
-  for (int ranks : {2, 4}) {
+  for (int ranks : {2, 3, 4}) {
     CAPTURE(ranks);
     // Small buckets: several reductions in flight during backward.
     RankRun run;
@@ -199,4 +199,60 @@ TEST_CASE("allreduce strategy: without join, a rank that runs out ends the other
   CHECK(errors[0].empty());
   MESSAGE("rank 1: " << errors[1]);
   CHECK(errors[1].find("rank 0") != std::string::npos);
+}
+
+namespace {
+
+// A one-rank communicator that records when collectives are issued, to see overlap happen.
+class RecordingCommunicator final : public gradsync::Communicator {
+ public:
+  struct Done final : gradsync::Work {
+    void wait(std::chrono::milliseconds) override {}
+    bool completed() const override { return true; }
+  };
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(1000); }
+  std::shared_ptr<gradsync::Work> allreduce_async(std::span<float> data,
+                                                  gradsync::ReduceOp) override {
+    issued.push_back(data.size());
+    return std::make_shared<Done>();
+  }
+  std::shared_ptr<gradsync::Work> broadcast_async(std::span<float>, int) override {
+    return std::make_shared<Done>();
+  }
+  std::shared_ptr<gradsync::Work> allgather_async(std::span<const float>,
+                                                  std::span<float>) override {
+    return std::make_shared<Done>();
+  }
+  std::shared_ptr<gradsync::Work> barrier_async() override { return std::make_shared<Done>(); }
+  gradsync::CommCounters counters() const override { return {}; }
+  std::vector<std::size_t> issued;
+};
+
+}  // namespace
+
+TEST_CASE("allreduce strategy: with overlap, buckets are issued during backward, not after") {
+  for (bool overlap : {true, false}) {
+    CAPTURE(overlap);
+    auto comm = std::make_shared<RecordingCommunicator>();
+    gradsync::AllreduceStrategyOptions options;
+    options.bucket_bytes = 1;  // every layer closes a bucket
+    options.overlap = overlap;
+    gradsync::AllreduceStrategy strategy(comm, options);
+    gradsync::Mlp model(kWidths, 4);
+    strategy.init(model.params());
+    const std::int64_t batch[] = {0, 1, 2, 3};
+    std::vector<std::size_t> issued_during_backward;
+    model.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
+      strategy.gradient_ready(model.grads(), begin, end);
+      issued_during_backward.push_back(comm->issued.size());
+    });
+    model.forward_backward(data().train, batch);
+    // After the last layer's gradient, its bucket is already on the wire with overlap.
+    CHECK(issued_during_backward == (overlap ? std::vector<std::size_t>{1, 2, 3}
+                                             : std::vector<std::size_t>{0, 0, 0}));
+    strategy.synchronize(model.grads(), model.params());
+    CHECK(comm->issued.size() == 3);
+  }
 }

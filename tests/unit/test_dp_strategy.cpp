@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "experiments/in_process.h"
+#include "experiments/run_plan.h"
 #include "strategies/dp_strategy.h"
 #include "strategies/strategy_factory.h"
 #include "tests/support/compare.h"
@@ -115,5 +116,20 @@ TEST_CASE("strategies: a wrong name lists the valid ones") {
   gradsync::StrategyOptions options;
   options.name = "ddp";
   CHECK_THROWS_WITH(gradsync::make_strategies(options),
-                    doctest::Contains("valid: single, dp, allreduce"));
+                    doctest::Contains("valid: single, dp, allreduce, ps"));
+}
+
+TEST_CASE("dp: the replicas' waits use comm.timeout_s from the preset") {
+  gradsync::Config config = synthetic_config("dp", 3, 8);
+  config.comm.timeout_s = 0.25;
+  const gradsync::StrategyOptions options = gradsync::strategy_options(config);
+  CHECK(options.timeout == std::chrono::milliseconds(250));
+  CHECK(options.workers == 3);
+  CHECK(options.sgd.lr == config.train.lr);
+  // And the group made from them gives up after that long, naming who never came.
+  auto replicas = gradsync::make_strategies(options);
+  std::vector<float> params(4, 0.f);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(replicas[0]->init(params), gradsync::TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
 }

@@ -19,7 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kHeader[] =
-    "step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received";
+    "step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received,"
+    "staleness";
 
 // A fresh directory per test so parallel ctest runs cannot collide.
 class TempDir {
@@ -90,6 +91,7 @@ TEST_CASE("metrics writer: rows parse back with their values") {
   row.time_s = 3723.123456789;
   row.loss = 0.43125;
   row.stats = {0.0123456789, 0.5, 1e-7, 5000000000ULL, 42};
+  row.stats.staleness = 7;
   {
     MetricsWriter writer(path);
     CHECK(writer.path() == path);
@@ -98,7 +100,7 @@ TEST_CASE("metrics writer: rows parse back with their values") {
   const auto lines = read_lines(path);
   REQUIRE(lines.size() == 2);
   const auto f = split(lines[1]);
-  REQUIRE(f.size() == 10);
+  REQUIRE(f.size() == 11);
   CHECK(f[0] == "1234");
   CHECK(f[1] == "3");
   CHECK(f[2] == "2");
@@ -109,6 +111,7 @@ TEST_CASE("metrics writer: rows parse back with their values") {
   CHECK(std::stod(f[7]) == doctest::Approx(1e-7).epsilon(1e-9));
   CHECK(f[8] == "5000000000");
   CHECK(f[9] == "42");
+  CHECK(f[10] == "7");
 }
 
 TEST_CASE("metrics writer: rows from 4 threads are all present and whole") {
@@ -132,7 +135,7 @@ TEST_CASE("metrics writer: rows from 4 threads are all present and whole") {
   std::set<std::pair<int, int>> seen;
   for (std::size_t i = 1; i < lines.size(); ++i) {
     const auto f = split(lines[i]);
-    REQUIRE_MESSAGE(f.size() == 10, lines[i]);
+    REQUIRE_MESSAGE(f.size() == 11, lines[i]);
     const int step = std::stoi(f[0]);
     const int rank = std::stoi(f[1]);
     CHECK(f[2] == std::to_string(step / 100));
@@ -152,7 +155,7 @@ TEST_CASE("metrics writer: rows are on disk while the writer is still open") {
   // Read through a separate handle: only flushed bytes are visible.
   const auto lines = read_lines(path);
   REQUIRE(lines.size() == 3);
-  CHECK(split(lines[2]).size() == 10);
+  CHECK(split(lines[2]).size() == 11);
 }
 
 TEST_CASE("metrics writer: an unwritable path throws naming the path") {

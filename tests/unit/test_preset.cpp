@@ -157,13 +157,13 @@ runs:
 TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(error_of("data: {kind: synthetic}\nworkerz: 2\n") ==
         "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, train, "
-        "data, model, comm, output, runs)");
+        "data, model, comm, ps, output, runs)");
   CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
         "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
         "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
         "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
-        "train, data, model, comm, output)");
+        "train, data, model, comm, ps, output)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - name: a\n    runs: []\n")
             .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
   CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
@@ -246,7 +246,7 @@ TEST_CASE("preset: values out of range") {
 
 TEST_CASE("preset: choices list the valid values") {
   CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
-        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce)");
+        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, ps)");
   CHECK(error_of("data: {kind: mnist}\n") ==
         "presets/x.yaml:1: data.kind: unknown data.kind 'mnist' (valid: fashion-mnist, idx, "
         "synthetic)");
@@ -305,7 +305,7 @@ TEST_CASE("preset: bad --set overrides") {
         "weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of(kSynthetic, {"lr=3"}) ==
         "--set: lr: unknown key (known at top level: strategy, workers, train, data, model, "
-        "comm, output)");
+        "comm, ps, output)");
   CHECK(error_of(kSynthetic, {"train=3"}).starts_with("--set: train: is a section, not a key"));
   CHECK(error_of(kSynthetic, {"name=x"}) == "--set: name: allowed only inside a runs entry");
   CHECK(error_of(kSynthetic, {"train.batch=1.5"}) ==
@@ -315,7 +315,7 @@ TEST_CASE("preset: bad --set overrides") {
   CHECK(error_of(kSynthetic, {"model.hidden=[256"})
             .starts_with("--set: model.hidden: cannot parse value '[256'"));
   CHECK(error_of(kSynthetic, {"strategy=ddp"}) ==
-        "--set: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce)");
+        "--set: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, ps)");
   // The error names --set even though the file itself is fine.
   try {
     load(kSynthetic, {"workers=0"});
@@ -433,6 +433,8 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "train.weight_decay", "train.seed", "train.eval_every", "train.target_accuracy",
       "train.accumulation_steps", "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
       "data.classes", "model.hidden", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs",
+      "ps.servers", "ps.mode", "ps.staleness", "ps.continue_without_dead_workers", "ps.bind",
+      "ps.curve_keys", "ps.heartbeat_s",
       "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on
   std::istringstream lines(table);

@@ -1,0 +1,85 @@
+// The parameter-server wire format: one fixed 48-byte little-endian header frame, then zero
+// or one raw payload frame (floats, or UTF-8 text for errors). ZeroMQ multipart carries the
+// frames, so a payload is never copied into a combined buffer.
+//
+//   offset size field
+//        0    4 magic         "GSPS" (0x53505347 read as little-endian u32)
+//        4    2 version       kWireVersion; a peer of another version is refused at HELLO
+//        6    2 type          MessageType
+//        8    4 sender        rank of a worker, or shard index of a server
+//       12    4 aux           per type: HELLO world size; REPLY staleness; else 0
+//       16    8 step          the worker's step (PUSH, PULL), the server's version (REPLY)
+//       24    8 key_begin     first parameter index of the range
+//       32    8 key_end       one past the last
+//       40    8 payload_bytes bytes in the payload frame: 4 * (key_end - key_begin) for floats
+//
+// Payloads: PUSHPULL, REPLY and INIT carry exactly 4 bytes per key of their range; ERROR
+// carries 1..4096 bytes of text; every other type carries none.
+//
+// decode_header() checks every field that can be checked without context (magic, version,
+// known type, key_begin <= key_end, payload size consistent with the type and the range, no
+// more than kMaxPayloadBytes) and throws WireError saying which field is wrong; the shard then
+// checks the range and the sender against what it owns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/error.h"
+
+namespace gradsync::wire {
+
+inline constexpr std::uint32_t kMagic = 0x53505347;  // "GSPS" in memory order
+inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 48;
+inline constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 33;  // 8 GiB
+
+enum class MessageType : std::uint16_t {
+  kHello = 1,      // worker -> shard: rank, world size (aux), model size (key_end); no payload
+  kHelloAck = 2,   // shard -> worker: the shard's key range, its version (step); no payload
+  kPushPull = 3,   // worker -> shard: gradient of the shard's range for `step`; reply: params
+  kPull = 4,       // worker -> shard: no payload; reply: params of the range
+  kReply = 5,      // shard -> worker: params of the range (payload), staleness in aux
+  kError = 6,      // either way: UTF-8 reason in the payload; the receiver fails naming it
+  kHeartbeat = 7,  // worker -> shard: liveness; no payload, no reply
+  kBye = 8,        // worker -> shard: leaving cleanly; no payload, no reply
+  kInit = 9,       // rank 0 -> shard: initial params of the range (payload); reply: kReply
+};
+
+struct Header {
+  std::uint32_t magic = kMagic;
+  std::uint16_t version = kWireVersion;
+  MessageType type = MessageType::kHello;
+  std::uint32_t sender = 0;
+  std::uint32_t aux = 0;
+  std::uint64_t step = 0;
+  std::uint64_t key_begin = 0;
+  std::uint64_t key_end = 0;
+  std::uint64_t payload_bytes = 0;
+
+  // "PUSHPULL from 3 step 12 keys [0, 1024) payload 4096 B aux 0" for logs.
+  std::string to_string() const;
+};
+
+class WireError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Little-endian encoding, independent of the host's byte order.
+void encode_header(const Header& header, std::span<std::byte, kHeaderBytes> out);
+
+// Throws WireError naming the field when `frame` is not a valid header (wrong size, magic,
+// version, type, range, or payload size for the type).
+Header decode_header(std::span<const std::byte> frame);
+
+// Convenience for building messages.
+Header make_header(MessageType type, std::uint32_t sender, std::uint64_t step,
+                   std::uint64_t key_begin, std::uint64_t key_end, std::uint64_t payload_bytes,
+                   std::uint32_t aux = 0);
+
+const char* type_name(MessageType type);
+
+}  // namespace gradsync::wire

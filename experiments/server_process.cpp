@@ -1,0 +1,82 @@
+#include "experiments/server_process.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "common/error.h"
+#include "experiments/data_loader.h"
+#include "experiments/preset.h"
+#include "experiments/rank_outputs.h"
+#include "experiments/run_plan.h"
+#include "server/ps_shard.h"
+#include "worker/mlp.h"
+
+namespace gradsync {
+namespace {
+
+PsShardOptions::Mode parse_mode(const std::string& mode) {
+  if (mode == "sync") return PsShardOptions::Mode::kSync;
+  if (mode == "async") return PsShardOptions::Mode::kAsync;
+  return PsShardOptions::Mode::kSsp;  // the preset loader admits no other value
+}
+
+}  // namespace
+
+void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
+                        int port) {
+  const Preset preset = load_preset(config_path, {});
+  GRADSYNC_CHECK(preset.runs.size() == 1, "a server serves one resolved configuration");
+  const Config& config = preset.runs.front();
+  if (shard >= config.ps.servers) {
+    throw ConfigError("command line", "--shard",
+                      std::to_string(shard) + " is not below ps.servers = " +
+                          std::to_string(config.ps.servers));
+  }
+  // The shard checks every worker's model size against its own idea of the model, which the
+  // configuration and the data's shape determine.
+  const RunPlan plan = plan_run(config, load_data(config.data, config.train.seed));
+  const Mlp model(plan.widths, 1);
+
+  PsShardOptions options;
+  options.shard = shard;
+  options.shards = config.ps.servers;
+  options.world_size = config.workers;
+  options.model_size = model.param_count();
+  options.bind_host = config.ps.bind;
+  options.port = port;
+  options.mode = parse_mode(config.ps.mode);
+  // The bound means something only to ssp; the shard refuses it elsewhere.
+  options.staleness = options.mode == PsShardOptions::Mode::kSsp ? config.ps.staleness : 0;
+  options.sgd = sgd_options(config);
+  options.timeout = comm_timeout(config);
+  options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
+  if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
+
+  PsShard server(options);
+  std::cout << "endpoint " << server.endpoint() << std::endl;
+  server.serve();
+  const PsShardTraffic traffic = server.traffic();
+  write_server_traffic(server_result_path(run_dir, shard), traffic.bytes_sent,
+                       traffic.bytes_received);
+}
+
+void write_curve_key_file(const std::string& path) {
+  const CurveKeys keys = generate_curve_keys();
+  // Owner-only, and never over an existing file: replacing a key locks out every holder of
+  // the old one.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error(path + ": cannot create the key file: " + std::strerror(errno));
+  const std::string text =
+      "# gradsync CURVE key pair: shards and workers of one run share it (ps.curve_keys)\n"
+      "public " + keys.public_key + "\nsecret " + keys.secret_key + "\n";
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int saved = errno;
+  ::close(fd);
+  if (!written) throw Error(path + ": cannot write the key file: " + std::strerror(saved));
+}
+
+}  // namespace gradsync

@@ -1,0 +1,19 @@
+// `gradsync server`: one parameter-server shard process, started by the local launcher or by
+// hand on another machine. It serves the key range `shard` of ps.servers for the model the
+// resolved config.yaml describes, until every worker has said goodbye; then it writes
+// server<K>.json (its traffic) into the run folder.
+#pragma once
+
+#include <string>
+
+namespace gradsync {
+
+// Throws on any failure (the caller prints it); the shard listens on ps.bind:`port` (0: an
+// ephemeral port, printed on stdout as "endpoint tcp://...").
+void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
+                        int port);
+
+// Writes a fresh CURVE key pair to `path` in the format ps.curve_keys reads.
+void write_curve_key_file(const std::string& path);
+
+}  // namespace gradsync

@@ -1,0 +1,27 @@
+#include <string>
+
+#include "common/error.h"
+#include "server/ps_client.h"
+
+namespace gradsync {
+
+std::vector<KeyRange> balanced_ranges(std::uint64_t total, int shards) {
+  if (shards < 1) {
+    throw Error("balanced_ranges: " + std::to_string(shards) + " shards, need at least 1");
+  }
+  const auto k = static_cast<std::uint64_t>(shards);
+  // Every shard gets total / K elements and the first total % K shards one more, so sizes
+  // differ by at most one element (4 bytes) and the ranges tile [0, total) in shard order.
+  // Shard i starts after i base-sized ranges plus one extra element for each earlier shard
+  // that took one: min(i, extra) of them.
+  const std::uint64_t base = total / k;
+  const std::uint64_t extra = total % k;
+  std::vector<KeyRange> ranges(k);
+  for (std::uint64_t i = 0; i < k; ++i) {
+    ranges[i].begin = i * base + (i < extra ? i : extra);
+    ranges[i].end = ranges[i].begin + base + (i < extra ? 1 : 0);
+  }
+  return ranges;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,333 @@
+#include "server/ps_client.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <zmq.hpp>
+
+#include "common/error.h"
+#include "server/shard_link.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using wire::MessageType;
+
+constexpr auto kByeLinger = std::chrono::milliseconds(1000);  // the destructor's last BYEs
+constexpr std::int64_t kMaxErrorFrame = 4096;
+
+std::string range_text(const KeyRange& r) {
+  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "[" + std::to_string(...).
+  std::string text("[");
+  text.append(std::to_string(r.begin)).append(", ").append(std::to_string(r.end)).append(")");
+  return text;
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g s", d.count() / 1000.0);
+  return text;
+}
+
+}  // namespace
+
+class PsClient::Impl {
+ public:
+  enum class Kind { kInit, kPull, kPushPull };
+
+  explicit Impl(const PsClientOptions& options) : options_(options) {
+    const int shards = static_cast<int>(options_.endpoints.size());
+    if (shards < 1) throw Error("PsClient: no shard endpoints");
+    if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size) {
+      throw Error("PsClient: rank " + std::to_string(options_.rank) + " is not in world size " +
+                  std::to_string(options_.world_size));
+    }
+    const auto expected = balanced_ranges(options_.model_size, shards);
+    // Replies come in chunks of at most 1 MiB, but a shard may send its range whole; the
+    // largest range bounds what this client accepts.
+    std::uint64_t largest = 0;
+    for (const KeyRange& r : expected) largest = std::max(largest, r.size());
+    const auto max_frame = std::max<std::int64_t>(kMaxErrorFrame, largest * sizeof(float));
+    try {
+      for (int k = 0; k < shards; ++k) {
+        links_.emplace_back(context_, k, options_.endpoints[k], expected[k], options_.curve,
+                            max_frame);
+      }
+      handshake();
+    } catch (const std::exception& e) {
+      shut_down(e.what(), std::chrono::milliseconds(0));
+      throw;
+    }
+    if (options_.heartbeat.count() > 0) {
+      heartbeat_ = std::make_unique<HeartbeatSender>(context_, options_.endpoints, options_.rank,
+                                                     options_.heartbeat, options_.curve);
+    }
+  }
+
+  ~Impl() {
+    if (!broken_.empty()) return;  // shut_down() already closed everything
+    heartbeat_.reset();
+    // BYE lets the shard tell a clean exit from a crash; a short linger lets it leave without
+    // holding the process long if the shard is gone.
+    const auto bye = wire::make_header(MessageType::kBye, options_.rank, 0, 0, 0, 0);
+    for (ShardLink& link : links_) {
+      try {
+        link.send(bye, {}, "BYE");
+      } catch (const std::exception&) {
+        // Leaving without BYE is what a crash does too; the shard copes with both.
+      }
+    }
+    shut_down("closed", kByeLinger);
+  }
+
+  const std::vector<KeyRange>& ranges() const { return ranges_; }
+
+  Ticket send(Kind kind, std::uint64_t step, std::span<const float> out, std::span<float> in) {
+    check_usable();
+    const std::uint64_t size = options_.model_size;
+    const std::size_t given = kind == Kind::kPull ? in.size() : out.size();
+    if (given != size || (kind == Kind::kPushPull && in.size() != size)) {
+      throw Error("PsClient: buffers of " + std::to_string(given) + " floats for a model of " +
+                  std::to_string(size));
+    }
+    if (kind == Kind::kInit && options_.rank != 0) {
+      throw Error("PsClient::init: only rank 0 sends the initial parameters, this is rank " +
+                  std::to_string(options_.rank));
+    }
+    Request request{next_ticket_++, kind, step, in, {}, static_cast<int>(links_.size()), {}};
+    const MessageType type = kind == Kind::kInit   ? MessageType::kInit
+                             : kind == Kind::kPull ? MessageType::kPull
+                                                   : MessageType::kPushPull;
+    try {
+      for (ShardLink& link : links_) {
+        const KeyRange r = link.range();
+        request.cursor.push_back(r.begin);
+        // Each shard gets exactly its range: the slice of the caller's buffer, sent in place.
+        Buffer payload;
+        if (kind != Kind::kPull) payload.bytes = std::as_bytes(out.subspan(r.begin, r.size()));
+        link.send(wire::make_header(type, options_.rank, step, r.begin, r.end, payload.size()),
+                  payload, operation(request, link.shard()));
+        request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
+      }
+    } catch (const std::exception& e) {
+      shut_down(e.what(), std::chrono::milliseconds(0));
+      throw;
+    }
+    pending_.push_back(std::move(request));
+    return pending_.back().ticket;
+  }
+
+  PushPullStats wait(Ticket ticket) {
+    check_usable();
+    if (done_.count(ticket) == 0 &&
+        (pending_.empty() || ticket < pending_.front().ticket || ticket > pending_.back().ticket)) {
+      throw Error("PsClient::wait: ticket " + std::to_string(ticket) +
+                  " was never issued or was already waited for");
+    }
+    const auto deadline = Clock::now() + options_.timeout;
+    try {
+      while (done_.count(ticket) == 0) receive_some(deadline);
+    } catch (const std::exception& e) {
+      shut_down(e.what(), std::chrono::milliseconds(0));
+      throw;
+    }
+    const PushPullStats stats = done_[ticket];
+    done_.erase(ticket);
+    return stats;
+  }
+
+ private:
+  struct Request {
+    Ticket ticket;
+    Kind kind;
+    std::uint64_t step;
+    std::span<float> dest;
+    std::vector<std::uint64_t> cursor;  // per shard: the next key its reply must start at
+    int remaining;                      // shards that have not answered in full
+    PushPullStats stats;
+  };
+
+  std::string operation(const Request& r, int shard) const {
+    const std::string with = " with shard " + std::to_string(shard);
+    if (r.kind == Kind::kInit) return "init" + with;
+    if (r.kind == Kind::kPull) return "pull" + with;
+    return "push_pull step " + std::to_string(r.step) + with;
+  }
+
+  // Polls the links in `which` until `deadline`; false when nothing arrived in time.
+  bool poll(const std::vector<int>& which, Clock::time_point deadline,
+            std::vector<zmq::pollitem_t>& items) {
+    items.clear();
+    for (int k : which) items.push_back({links_[k].socket().handle(), 0, ZMQ_POLLIN, 0});
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return left.count() > 0 && zmq::poll(items, left) > 0;
+  }
+
+  // HELLO to every shard, then each one's HELLO_ACK (or its reason to refuse).
+  void handshake() {
+    const auto hello = wire::make_header(MessageType::kHello, options_.rank, 0, 0,
+                                         options_.model_size, 0, options_.world_size);
+    for (ShardLink& link : links_) link.send(hello, {}, "HELLO");
+    ranges_.assign(links_.size(), KeyRange{});
+    std::vector<int> waiting(links_.size());
+    for (std::size_t k = 0; k < links_.size(); ++k) waiting[k] = static_cast<int>(k);
+    const auto deadline = Clock::now() + options_.timeout;
+    std::vector<zmq::pollitem_t> items;
+    while (!waiting.empty()) {
+      if (!poll(waiting, deadline, items)) {
+        const ShardLink& link = links_[waiting[0]];
+        // A CURVE mismatch looks exactly like a shard that is not there: ZeroMQ retries the
+        // handshake silently. Name both possibilities.
+        throw TimeoutError(link.shard(), link.endpoint(), hello_operation(link),
+                           "shard " + std::to_string(link.shard()) + " (" + link.endpoint() +
+                               ") did not answer the handshake within " +
+                               seconds_text(options_.timeout) +
+                               ": is it running? wrong or missing CURVE key?");
+      }
+      std::vector<int> still;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        ShardLink& link = links_[waiting[i]];
+        if (!(items[i].revents & ZMQ_POLLIN)) {
+          still.push_back(waiting[i]);
+          continue;
+        }
+        const auto [header, payload] = link.read(hello_operation(link));
+        const KeyRange got{header.key_begin, header.key_end};
+        // The ack names the range: a shard started with another shard count or at another
+        // position in the endpoint list would otherwise receive the wrong keys.
+        if (header.type != MessageType::kHelloAck ||
+            header.sender != static_cast<std::uint32_t>(link.shard()) || got != link.range()) {
+          throw PeerError(link.shard(), link.endpoint(), hello_operation(link),
+                          "answered " + header.to_string() + ", this worker expects shard " +
+                              std::to_string(link.shard()) + " of " +
+                              std::to_string(links_.size()) + " serving " +
+                              range_text(link.range()) +
+                              ": do all processes agree on the shard count and endpoint order?");
+        }
+        ranges_[link.shard()] = got;
+      }
+      waiting = std::move(still);
+    }
+  }
+
+  std::string hello_operation(const ShardLink& link) const {
+    return "HELLO handshake with shard " + std::to_string(link.shard());
+  }
+
+  // Waits (until `deadline`) for reply messages from the shards that still owe one.
+  void receive_some(Clock::time_point deadline) {
+    std::vector<int> owing;
+    for (const ShardLink& link : links_) {
+      if (next_request_for(link.shard()) != nullptr) owing.push_back(link.shard());
+    }
+    std::vector<zmq::pollitem_t> items;
+    if (!poll(owing, deadline, items)) {
+      const ShardLink& link = links_[owing[0]];
+      throw TimeoutError(link.shard(), link.endpoint(),
+                         operation(*next_request_for(link.shard()), link.shard()),
+                         "no reply within " + seconds_text(options_.timeout));
+    }
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (items[i].revents & ZMQ_POLLIN) file_reply(links_[owing[i]]);
+    }
+    // Requests complete in order: the oldest first, even if a later one was answered sooner.
+    while (!pending_.empty() && pending_.front().remaining == 0) {
+      done_[pending_.front().ticket] = pending_.front().stats;
+      pending_.pop_front();
+    }
+  }
+
+  // The oldest request `shard` has not finished answering: its next message belongs to it.
+  Request* next_request_for(int shard) {
+    for (Request& r : pending_) {
+      if (r.cursor[shard] != kAnswered) return &r;
+    }
+    return nullptr;
+  }
+
+  // Files one REPLY message from `link`. A shard answers INIT with one empty REPLY, and PULL or
+  // PUSHPULL with REPLYs whose ranges tile its range in order (ParamStore's chunks): each is
+  // copied into place as it arrives, while the next one is still on the wire.
+  void file_reply(ShardLink& link) {
+    const int k = link.shard();
+    Request& request = *next_request_for(k);
+    const std::string op = operation(request, k);
+    const ShardLink::Message message = link.read(op);
+    const wire::Header& h = message.header;
+    const KeyRange r = link.range();
+    const std::uint64_t at = request.cursor[k];
+    const bool init = request.kind == Kind::kInit;
+    // Every chunk must continue where the last one ended and make progress (only an empty
+    // range is answered by an empty chunk); an INIT's ack is empty at the range's start.
+    const bool fits =
+        h.type == MessageType::kReply && h.key_begin == at &&
+        (init ? h.key_end == at : h.key_end <= r.end && (h.key_end > at || r.size() == 0));
+    if (!fits) {
+      throw PeerError(k, link.endpoint(), op,
+                      "expected a REPLY for keys from " + std::to_string(at) + " within " +
+                          range_text(r) + ", got " + h.to_string());
+    }
+    if (message.payload.size() > 0) {
+      std::memcpy(request.dest.data() + h.key_begin, message.payload.data(),
+                  message.payload.size());
+    }
+    request.stats.bytes_received += wire::kHeaderBytes + message.payload.size();
+    request.stats.max_staleness = std::max(request.stats.max_staleness, h.aux);
+    request.cursor[k] = h.key_end;
+    if (init || h.key_end == r.end) {
+      request.cursor[k] = kAnswered;
+      --request.remaining;
+    }
+  }
+
+  // Closes every socket, then the context: closing the context blocks until ZeroMQ released
+  // every message, including zero-copy ones pointing into the caller's spans.
+  void shut_down(const std::string& why, std::chrono::milliseconds linger) {
+    broken_ = why.empty() ? "failed" : why;
+    heartbeat_.reset();
+    for (ShardLink& link : links_) link.close(linger);
+    context_.close();
+  }
+
+  void check_usable() const {
+    if (!broken_.empty()) throw Error("PsClient: unusable after an earlier failure: " + broken_);
+  }
+
+  static constexpr std::uint64_t kAnswered = ~std::uint64_t{0};
+
+  PsClientOptions options_;
+  zmq::context_t context_{1};
+  std::deque<ShardLink> links_;
+  std::vector<KeyRange> ranges_;
+  std::deque<Request> pending_;
+  std::map<Ticket, PushPullStats> done_;
+  Ticket next_ticket_ = 1;
+  std::string broken_;
+  std::unique_ptr<HeartbeatSender> heartbeat_;
+};
+
+PsClient::PsClient(const PsClientOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+PsClient::~PsClient() = default;
+
+const std::vector<KeyRange>& PsClient::ranges() const { return impl_->ranges(); }
+
+PsClient::Ticket PsClient::init(std::span<const float> params) {
+  return impl_->send(Impl::Kind::kInit, 0, params, {});
+}
+
+PsClient::Ticket PsClient::push_pull(std::uint64_t step, std::span<const float> grads,
+                                     std::span<float> params) {
+  return impl_->send(Impl::Kind::kPushPull, step, grads, params);
+}
+
+PsClient::Ticket PsClient::pull(std::span<float> params) {
+  return impl_->send(Impl::Kind::kPull, 0, {}, params);
+}
+
+PushPullStats PsClient::wait(Ticket ticket) { return impl_->wait(ticket); }
+
+}  // namespace gradsync

@@ -1,0 +1,121 @@
+// PsClient: a worker's connection to the K parameter-server shards (ps-lite's KVWorker).
+//
+//   PsClient client(options);                  // connects to every shard, HELLO handshake
+//   client.wait(rank == 0 ? client.init(params) : client.pull(params));   // all start equal
+//   auto t = client.push_pull(step, grads, params);   // to all shards at once; returns at once
+//   client.wait(t);                            // params now hold every shard's reply
+//
+// Rank 0 sends the initial parameters (init); the shards hold every other rank's pull or
+// push_pull until rank 0's INIT has arrived, so the other ranks may pull at once.
+//
+// Each shard owns a contiguous key range of the flat parameter buffer (balanced_ranges();
+// ranges() after the handshake). push_pull sends each shard its gradient range, from the
+// caller's buffer without a copy when it is large, and copies each shard's reply into
+// `params`. A shard replies in chunks of 1 MiB that tile its range in order, sent as soon as
+// its optimizer has updated them, so the copy of one chunk overlaps the transfer of the next.
+//
+// Buffers: the spans must stay valid and untouched until wait() returns. If wait() throws, or
+// the client is destroyed with requests outstanding, ZeroMQ has released every span before that
+// returns. Tickets: requests to one shard are answered in order; several may be outstanding,
+// and wait(t) also completes every earlier ticket. Threads: heartbeats go out from a background
+// thread, on their own sockets, every `heartbeat`; otherwise not thread-safe (one caller
+// thread). The destructor says BYE to every shard, waiting at most 1 s for it to leave.
+//
+// Failures: a shard that refuses the handshake (model size, world size, rank, wire version)
+// fails the constructor with PeerError and the shard's reason; a shard that does not answer the
+// handshake within `timeout` (not running, or a CURVE key that does not match: both look the
+// same to ZeroMQ) throws TimeoutError; a reply that does not arrive within `timeout` of wait()
+// throws TimeoutError naming the shard and its endpoint; an ERROR from a shard throws PeerError
+// with its reason (e.g. "worker 2 (last seen 10.2 s ago) stopped sending: ending the run").
+// PeerError::rank() is then the shard's index. After any failure the client is closed: every
+// later call throws.
+//
+// Staleness (PushPullStats::max_staleness, the REPLY's aux) is counted in steps, as in SSP
+// (Ho et al., 2013): parameters of clock c hold every worker's updates for steps < c; a push of
+// step t computed on parameters of clock c has staleness t - c. Sync: always 0. SSP with bound
+// s: never more than s. Async: how far the worker ran ahead of the slowest worker.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+struct KeyRange {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t size() const { return end - begin; }
+  bool operator==(const KeyRange&) const = default;
+};
+
+// The K contiguous ranges of a buffer of `total` floats, balanced by bytes: the first
+// total % K shards take one extra element.
+std::vector<KeyRange> balanced_ranges(std::uint64_t total, int shards);
+
+// CURVE (libzmq's built-in encryption and authentication): a key pair in Z85 text.
+struct CurveKeys {
+  std::string public_key;  // 40 characters
+  std::string secret_key;  // 40 characters
+};
+
+// Reads a key file: two lines "public <z85>" and "secret <z85>". The secret line may be absent
+// (a file that only names a shard's key), but shards and workers both need the pair: a worker
+// authenticates with the shared pair itself. Blank lines and lines starting with '#' are skipped.
+// Throws ConfigError naming the file and the line (a key that is not 40 Z85 characters, a
+// public key that does not belong to the secret key, an unknown or repeated line).
+CurveKeys read_curve_keys(const std::string& path);
+
+// A fresh key pair from libzmq (zmq_curve_keypair). Throws Error when libzmq lacks CURVE.
+CurveKeys generate_curve_keys();
+
+// Writes `keys` in read_curve_keys' format, readable by the owner only (mode 0600). Throws
+// Error naming the path when it cannot be written.
+void write_curve_keys(const std::string& path, const CurveKeys& keys);
+
+struct PsClientOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::uint64_t model_size = 0;               // floats
+  std::vector<std::string> endpoints;         // one per shard, "tcp://127.0.0.1:5555"
+  std::chrono::milliseconds timeout{60000};   // handshake, and each wait()
+  std::chrono::milliseconds heartbeat{1000};  // zero: no heartbeats (tests of a silent worker)
+  std::optional<CurveKeys> curve;             // the shared key pair (with its secret); absent: none
+};
+
+struct PushPullStats {
+  std::uint64_t bytes_sent = 0;      // headers and payloads, over every shard
+  std::uint64_t bytes_received = 0;  // the same for the replies (one header per chunk)
+  std::uint32_t max_staleness = 0;   // over the shards' replies: steps the params lag behind
+};
+
+class PsClient {
+ public:
+  explicit PsClient(const PsClientOptions& options);
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
+
+  const std::vector<KeyRange>& ranges() const;
+
+  using Ticket = std::uint64_t;
+  // Rank 0 only: sends params[range] to each shard as the initial parameters. The shards'
+  // replies carry no parameters; params may be reused once wait() returned.
+  Ticket init(std::span<const float> params);
+  // Sends grads[range] to each shard for `step`; replies land in params[range].
+  Ticket push_pull(std::uint64_t step, std::span<const float> grads, std::span<float> params);
+  // Asks every shard for its current parameters.
+  Ticket pull(std::span<float> params);
+  // Blocks until every shard answered the ticket's request; returns its traffic and staleness.
+  PushPullStats wait(Ticket ticket);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradsync

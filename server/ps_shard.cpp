@@ -1,0 +1,233 @@
+#include "server/ps_shard.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <zmq.hpp>
+
+#include "common/error.h"
+#include "server/shard_state.h"
+#include "server/zap_handler.h"
+#include "server/zmq_transport.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTick = std::chrono::milliseconds(100);     // liveness checks and stop() latency
+constexpr auto kLinger = std::chrono::milliseconds(1000);  // for the last ERRORs at the end
+constexpr int kMaxMessagesPerWake = 256;                   // then check liveness even under a flood
+constexpr auto kRepeatLogEvery = std::chrono::seconds(10);
+constexpr std::int64_t kMaxErrorFrame = 4096;  // an ERROR's text; every other frame is smaller
+
+std::string describe_handshake_failure(std::uint16_t event, std::uint32_t value) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+      return "security mechanism mismatch (a client without the CURVE key, or CURVE against a "
+             "plain shard)";
+    }
+    if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+      return "CURVE decryption failed (a client with another key pair)";
+    }
+    char hex[16];
+    std::snprintf(hex, sizeof(hex), "0x%X", static_cast<unsigned>(value));
+    return std::string("ZMTP protocol error ") + hex + " (not a gradsync client?)";
+  }
+  // ZeroMQ gives no reason here, typically a peer that hung up mid-handshake after a refusal.
+  return "the peer went away mid-handshake (errno " + std::to_string(value) + ": " +
+         zmq_strerror(value) + ")";
+}
+
+}  // namespace
+
+class PsShard::Impl {
+ public:
+  explicit Impl(const PsShardOptions& options) : options_(options) {
+    validate(options_);
+    name_ = "shard " + std::to_string(options_.shard);
+    // One sink for the serving thread and the ZAP thread, so their lines never interleave.
+    auto sink = options_.log;
+    options_.log = [this, sink](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mutex_);
+      if (sink) {
+        sink(line);
+      } else {
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+    };
+    const auto range = balanced_ranges(options_.model_size, options_.shards)[options_.shard];
+    // The ZAP handler must listen before the socket binds: libzmq consults it from the first
+    // connection on.
+    if (options_.curve) {
+      zap_ = std::make_unique<ZapHandler>(
+          context_, options_.curve->public_key,
+          [this](const std::string& line) { log(name_ + ": " + line); });
+    }
+    router_ = zmq::socket_t(context_, zmq::socket_type::router);
+    // No frame may be larger than this shard's parameters (PUSHPULL, INIT) or an ERROR text,
+    // so a peer cannot make the shard buffer an arbitrary amount of memory.
+    set_common_options(router_, kLinger,
+                       std::max<std::int64_t>(kMaxErrorFrame, range.size() * sizeof(float)));
+    // Replying to a worker that has gone must fail loudly (EHOSTUNREACH), not vanish.
+    router_.set(zmq::sockopt::router_mandatory, 1);
+    if (options_.curve) make_curve_server(router_, *options_.curve);
+    // Handshake failures (a client without the key, a stranger speaking another protocol)
+    // never reach the handler as messages; the monitor is how the shard gets to log them.
+    const std::string monitor_address =
+        "inproc://gradsync-shard-monitor-" + std::to_string(options_.shard);
+    if (zmq_socket_monitor(
+            router_.handle(), monitor_address.c_str(),
+            // Not _AUTH: the ZAP handler logs those itself, with the key.
+            ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+      throw Error(name_ + ": cannot monitor its socket: " + zmq_strerror(zmq_errno()));
+    }
+    monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.connect(monitor_address);
+    // An IPv6 literal ("::1") goes in brackets, and the socket must be told to speak IPv6.
+    const bool ipv6 = options_.bind_host.find(':') != std::string::npos;
+    if (ipv6) router_.set(zmq::sockopt::ipv6, 1);
+    const std::string host = ipv6 ? "[" + options_.bind_host + "]" : options_.bind_host;
+    const std::string address =
+        "tcp://" + host + ":" + (options_.port == 0 ? "*" : std::to_string(options_.port));
+    try {
+      router_.bind(address);
+    } catch (const zmq::error_t& e) {
+      throw Error(name_ + ": cannot listen on " + address + ": " + e.what());
+    }
+    endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+  }
+
+  ~Impl() {
+    // Stop the monitor before the socket it watches closes, and both before the context.
+    zmq_socket_monitor(router_.handle(), nullptr, 0);
+    monitor_.close();
+    router_.close();
+    zap_.reset();
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  void stop() { stop_ = true; }
+  PsShardTraffic traffic() const { return {bytes_sent_, bytes_received_}; }
+
+  void serve() {
+    if (served_.exchange(true)) throw Error(name_ + ": serve() may be called only once");
+    ShardState state(options_, Clock::now());
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      while (true) {
+        if (stop_) {
+          state.on_stop(name_ + " stopped", send_);
+          return;
+        }
+        zmq::poll(items, 2, kTick);
+        for (int i = 0; i < kMaxMessagesPerWake && (items[0].revents & ZMQ_POLLIN); ++i) {
+          std::vector<zmq::message_t> frames = receive_message(router_);
+          if (frames.empty()) break;
+          handle(state, frames);
+        }
+        if (items[1].revents & ZMQ_POLLIN) read_monitor();
+        state.on_tick(Clock::now(), send_);
+        if (const auto& failure = state.failure()) {
+          const std::string address =
+              failure->address.empty() ? "address unknown" : failure->address;
+          if (failure->timeout) {
+            throw TimeoutError(failure->rank, address, failure->operation, failure->problem);
+          }
+          throw PeerError(failure->rank, address, failure->operation, failure->problem);
+        }
+        if (state.finished()) return;
+      }
+    } catch (const zmq::error_t& e) {
+      throw Error(name_ + " (" + endpoint_ + "): ZeroMQ failed while serving: " + e.what());
+    }
+  }
+
+ private:
+  void handle(ShardState& state, std::vector<zmq::message_t>& frames) {
+    // A ROUTER prefixes the sender's routing id; everything after it is the worker's message.
+    const std::string peer = frames[0].to_string();
+    const std::string address = frames.size() > 1 ? peer_address(frames[1]) : "";
+    std::vector<Buffer> message;
+    message.reserve(frames.size() - 1);
+    for (std::size_t i = 1; i < frames.size(); ++i) {
+      bytes_received_ += frames[i].size();
+      message.push_back(to_buffer(std::move(frames[i])));
+    }
+    state.on_message(peer, message, Clock::now(), address, send_);
+  }
+
+  // Each reply goes to ZeroMQ the moment the state emits it (see ShardState's header).
+  void send(Outgoing&& message) {
+    std::string problem;
+    try {
+      if (send_message(router_, &message.peer, message.header, message.payload)) {
+        bytes_sent_ += wire::kHeaderBytes + message.payload.size();
+      } else {
+        problem = "its queue is full (it stopped reading)";
+      }
+    } catch (const zmq::error_t& e) {
+      problem = e.what();  // EHOSTUNREACH: the worker disconnected
+    }
+    if (!problem.empty()) log(name_ + ": could not send " + message.to_string() + ": " + problem);
+  }
+
+  void read_monitor() {
+    while (true) {
+      std::vector<zmq::message_t> event = receive_message(monitor_);
+      if (event.empty()) return;
+      if (event[0].size() < 6) continue;
+      // Frame 1 of a monitor event: a 16-bit event number, then a 32-bit value (host order).
+      std::uint16_t id;
+      std::uint32_t value;
+      std::memcpy(&id, event[0].data(), sizeof(id));
+      std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof(value));
+      // A refused client retries every ~100 ms; one line per kind per 10 s is enough.
+      const std::string what = describe_handshake_failure(id, value);
+      Repeat& repeat = repeats_[what];
+      const auto now = Clock::now();
+      ++repeat.count;
+      if (repeat.count > 1 && now - repeat.logged < kRepeatLogEvery) continue;
+      log(name_ + ": refused a connection during the handshake: " + what +
+          (repeat.count > 1 ? " (" + std::to_string(repeat.count) + " times so far)" : ""));
+      repeat.logged = now;
+    }
+  }
+
+  void log(const std::string& line) { options_.log(line); }
+
+  struct Repeat {
+    std::uint64_t count = 0;
+    Clock::time_point logged;
+  };
+
+  PsShardOptions options_;
+  std::string name_;
+  std::mutex log_mutex_;
+  // Declared before the sockets so it is destroyed after them: every socket belongs to it.
+  zmq::context_t context_{1};
+  std::unique_ptr<ZapHandler> zap_;
+  zmq::socket_t router_;
+  zmq::socket_t monitor_;
+  std::string endpoint_;
+  std::map<std::string, Repeat> repeats_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> served_{false};
+  std::atomic<std::uint64_t> bytes_sent_{0};
+  std::atomic<std::uint64_t> bytes_received_{0};
+  const ShardState::Sink send_ = [this](Outgoing&& message) { send(std::move(message)); };
+};
+
+PsShard::PsShard(const PsShardOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+PsShard::~PsShard() = default;
+std::string PsShard::endpoint() const { return impl_->endpoint(); }
+void PsShard::serve() { impl_->serve(); }
+void PsShard::stop() { impl_->stop(); }
+PsShardTraffic PsShard::traffic() const { return impl_->traffic(); }
+
+}  // namespace gradsync

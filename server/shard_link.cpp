@@ -1,0 +1,104 @@
+#include "server/shard_link.h"
+
+#include "common/error.h"
+#include "server/zmq_transport.h"
+
+namespace gradsync {
+namespace {
+constexpr std::int64_t kHeartbeatMaxFrame = 4096;  // a heartbeat socket never receives data
+constexpr int kHeartbeatQueue = 4;  // beats waiting for a shard that is not reading: stale
+}  // namespace
+
+ShardLink::ShardLink(zmq::context_t& context, int shard, std::string endpoint, KeyRange range,
+                     const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes)
+    : shard_(shard),
+      endpoint_(std::move(endpoint)),
+      range_(range),
+      socket_(context, zmq::socket_type::dealer) {
+  // Linger 0 until close(): a client that failed must not wait on a dead shard. The frame cap
+  // keeps a hostile "shard" from making the worker buffer more than a shard's whole range.
+  set_common_options(socket_, std::chrono::milliseconds(0), max_frame_bytes);
+  if (curve) make_curve_client(socket_, *curve);
+  try {
+    socket_.connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    throw Error("PsClient: shard " + std::to_string(shard_) + " endpoint '" + endpoint_ +
+                "': " + e.what());
+  }
+}
+
+void ShardLink::send(const wire::Header& header, const Buffer& payload,
+                     const std::string& operation) {
+  if (!send_message(socket_, nullptr, header, payload)) {
+    throw PeerError(shard_, endpoint_, operation, "send queue full: the shard stopped reading");
+  }
+}
+
+ShardLink::Message ShardLink::read(const std::string& operation) {
+  std::vector<zmq::message_t> frames = receive_message(socket_);
+  if (frames.empty()) throw PeerError(shard_, endpoint_, operation, "no message after poll");
+  Message message;
+  try {
+    message.header = wire::decode_header(
+        std::span(static_cast<const std::byte*>(frames[0].data()), frames[0].size()));
+  } catch (const wire::WireError& e) {
+    throw PeerError(shard_, endpoint_, operation, std::string("malformed reply: ") + e.what());
+  }
+  const bool has_payload = frames.size() == 2;
+  if (frames.size() > 2 || has_payload != (message.header.payload_bytes > 0) ||
+      (has_payload && frames[1].size() != message.header.payload_bytes)) {
+    throw PeerError(shard_, endpoint_, operation,
+                    "malformed reply: " + std::to_string(frames.size()) + " frames for " +
+                        message.header.to_string());
+  }
+  if (message.header.type == wire::MessageType::kError) {
+    throw PeerError(shard_, endpoint_, operation, frames[1].to_string());
+  }
+  if (has_payload) message.payload = std::move(frames[1]);
+  return message;
+}
+
+void ShardLink::close(std::chrono::milliseconds linger) {
+  socket_.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
+  socket_.close();
+}
+
+HeartbeatSender::HeartbeatSender(zmq::context_t& context, std::vector<std::string> endpoints,
+                                 std::uint32_t rank, std::chrono::milliseconds interval,
+                                 std::optional<CurveKeys> curve)
+    : endpoints_(std::move(endpoints)), rank_(rank), interval_(interval), curve_(std::move(curve)) {
+  thread_ = std::thread([this, &context] { run(context); });
+}
+
+HeartbeatSender::~HeartbeatSender() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void HeartbeatSender::run(zmq::context_t& context) {
+  try {
+    std::vector<zmq::socket_t> sockets;
+    for (const std::string& endpoint : endpoints_) {
+      // The shard matches heartbeats by rank: this connection never says HELLO.
+      zmq::socket_t socket(context, zmq::socket_type::dealer);
+      set_common_options(socket, std::chrono::milliseconds(0), kHeartbeatMaxFrame);
+      socket.set(zmq::sockopt::sndhwm, kHeartbeatQueue);
+      if (curve_) make_curve_client(socket, *curve_);
+      socket.connect(endpoint);
+      sockets.push_back(std::move(socket));
+    }
+    const auto beat = wire::make_header(wire::MessageType::kHeartbeat, rank_, 0, 0, 0, 0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, interval_, [&] { return stopping_; })) {
+      for (zmq::socket_t& socket : sockets) send_message(socket, nullptr, beat, {});
+    }
+  } catch (const zmq::error_t&) {
+    // ETERM: the context is closing, the client with it. Nothing to report to anyone.
+  }
+}
+
+}  // namespace gradsync

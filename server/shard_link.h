@@ -1,0 +1,86 @@
+// ShardLink: a worker's connection to one shard, a ZeroMQ DEALER (ps-lite's Van, one per
+// server). Requests to the shard are answered in order on it. RAII: the socket closes with
+// the link, with the linger last set (0 until close(linger) says otherwise).
+//
+//   ShardLink link(context, 0, "tcp://127.0.0.1:5555", range, curve, max_frame);
+//   link.send(header, payload, "push_pull step 3 with shard 0");
+//   if (poll says readable) auto [header, payload] = link.read("push_pull step 3 ...");
+//
+// Not thread-safe (one ZeroMQ socket). `payload` follows zmq_transport.h's rules: a large one
+// is sent from the caller's bytes, which must stay valid until the shard answered or the
+// context closed.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/wire_format.h"
+#include "server/message.h"
+#include "server/ps_client.h"
+
+namespace gradsync {
+
+class ShardLink {
+ public:
+  struct Message {
+    wire::Header header;
+    zmq::message_t payload;  // empty when the header announces none
+  };
+
+  // Connects (ZeroMQ connects in the background; nothing blocks). Throws Error for an
+  // endpoint ZeroMQ cannot parse.
+  ShardLink(zmq::context_t& context, int shard, std::string endpoint, KeyRange range,
+            const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes);
+
+  int shard() const { return shard_; }
+  const std::string& endpoint() const { return endpoint_; }
+  const KeyRange& range() const { return range_; }
+  zmq::socket_t& socket() { return socket_; }
+
+  // Queues one message; throws PeerError naming `operation` when the shard stopped reading.
+  void send(const wire::Header& header, const Buffer& payload, const std::string& operation);
+  // The next message, which must be waiting (poll first). An ERROR from the shard, or
+  // anything malformed, throws PeerError naming `operation` and the shard's reason.
+  Message read(const std::string& operation);
+  // Closes the socket, letting queued messages go for at most `linger`.
+  void close(std::chrono::milliseconds linger);
+
+ private:
+  int shard_;
+  std::string endpoint_;
+  KeyRange range_;
+  zmq::socket_t socket_;
+};
+
+// HeartbeatSender: HEARTBEAT to every shard every `interval`, from its own thread and its own
+// DEALERs (ZeroMQ sockets are not thread-safe), so a worker busy computing still looks alive.
+// A beat that cannot be queued is dropped, never waited for. The destructor stops and joins
+// the thread (within one interval's wake-up); it must run before the context closes.
+class HeartbeatSender {
+ public:
+  HeartbeatSender(zmq::context_t& context, std::vector<std::string> endpoints, std::uint32_t rank,
+                  std::chrono::milliseconds interval, std::optional<CurveKeys> curve);
+  ~HeartbeatSender();
+  HeartbeatSender(const HeartbeatSender&) = delete;
+  HeartbeatSender& operator=(const HeartbeatSender&) = delete;
+
+ private:
+  void run(zmq::context_t& context);
+
+  std::vector<std::string> endpoints_;
+  std::uint32_t rank_;
+  std::chrono::milliseconds interval_;
+  std::optional<CurveKeys> curve_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,47 @@
+// PsShardOptions: what one parameter-server shard serves and how it synchronises. Shared by the
+// pure handler (ShardState) and the ZeroMQ process around it (PsShard).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "server/ps_client.h"
+#include "worker/sgd.h"
+
+namespace gradsync {
+
+struct PsShardOptions {
+  // kSync: every step waits for all N pushes, applies their average once (BSP).
+  // kAsync: each push is applied on arrival as one SGD step of its own (Hogwild/Downpour).
+  // kSsp: as kAsync, but a worker may run at most `staleness` steps ahead of the slowest.
+  enum class Mode { kSync, kAsync, kSsp };
+
+  int shard = 0;
+  int shards = 1;
+  int world_size = 1;
+  std::uint64_t model_size = 0;  // floats in the whole model; this shard serves its range
+  std::string bind_host = "127.0.0.1";
+  int port = 0;  // 0: an ephemeral port, see PsShard::endpoint()
+  Mode mode = Mode::kSync;
+  int staleness = 0;  // kSsp only: the bound s
+  SgdOptions sgd;
+  // How long a worker may stay silent (no message, no heartbeat) before the shard gives up on
+  // it, and how long serve() waits for every worker's HELLO.
+  std::chrono::milliseconds timeout{60000};
+  bool continue_without_dead_workers = false;  // kAsync, kSsp: drop a silent worker, go on
+  std::optional<CurveKeys> curve;              // the shared key pair; absent: no encryption
+  // Where the shard's one-line reports go (refusals, garbage, dead workers); stderr if empty.
+  // Called from the serving thread and, with CURVE, from the authentication thread.
+  std::function<void(const std::string&)> log;
+};
+
+const char* mode_name(PsShardOptions::Mode mode);
+
+// Throws ConfigError (key "ps.*") for options that cannot work: shard outside [0, shards),
+// world size < 1, staleness < 0 or outside ssp, continue_without_dead_workers in sync, ...
+void validate(const PsShardOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,160 @@
+// ShardState: a parameter-server shard's protocol logic, from one received message to the
+// replies it causes, with no sockets in it (ps-lite's KVServer handle, minus the Van). PsShard
+// feeds it from a ZeroMQ ROUTER; tests feed it directly.
+//
+//   ShardState state(options, now);
+//   auto send = [&](Outgoing&& out) { ... };   // hands each reply to the socket at once
+//   state.on_message(peer, frames, now, address, send);    // per message
+//   state.on_tick(now, send);                              // every ~100 ms
+//   if (state.failure()) throw ...;   if (state.finished()) return;
+//
+// Replies go to `send` as they are ready, not at the end, because a parameter reply is several
+// REPLY messages (one per ParamStore chunk, tiling the range in order) and chunk i should be on
+// the wire while chunk i + 1 is being updated. The overloads returning a vector collect them
+// (tests).
+//
+// `peer` is the routing id of the connection the message came on; `frames` are the header
+// frame and at most one payload frame (present exactly when header.payload_bytes > 0).
+//
+// What it does, per message type (the wire format is common/wire_format.h):
+//   HELLO      checks rank, world size, model size and wire version; ERROR with the reason,
+//              or HELLO_ACK with this shard's key range. Binds the rank to `peer`.
+//   INIT       rank 0's initial parameters; REPLY with an empty range (no parameters). PULLs
+//              and PUSHPULLs that came before it are held, then answered in arrival order.
+//   PULL       REPLY (in chunks) with the current parameters.
+//   PUSHPULL   sync: held until all N workers pushed this step; then one Sgd step with the
+//              average and a REPLY to each. async: one Sgd step with this gradient, REPLY.
+//              ssp: as async, but the REPLY is held while the worker's next step would be more
+//              than `staleness` steps ahead of the slowest worker's.
+//   HEARTBEAT  marks the rank alive (it comes from the client's second socket: matched by rank).
+//   BYE        the worker leaves; finished() once all N have left.
+// Anything else (undecodable, wrong frame count or payload size, a range not this shard's, a
+// connection that did not say HELLO, a type a shard never receives) is logged as one line,
+// "shard 0: rejected message from <peer hex>: <reason>", and dropped without a reply.
+//
+// Staleness, sent in each REPLY's aux, is counted in steps (SSP's clocks): a push of step t
+// computed on parameters that held every worker's updates for steps < c is t - c stale.
+//
+// Liveness (on_tick): a connected worker silent for longer than options.timeout ends the run
+// (ERROR to every connected worker, failure() set), except in async or ssp mode with
+// continue_without_dead_workers, where it is dropped and the others carry on. Workers that
+// have not said HELLO within options.timeout of construction end the run the same way, and so
+// does a worker leaving (BYE) a sync run that still needs its gradient.
+//
+// Not thread-safe: one thread drives it. Reply payloads share the parameter array (see
+// ParamStore); received Buffers are kept (sync mode holds a step's pushes) until used.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "server/message.h"
+#include "server/param_store.h"
+#include "server/shard_options.h"
+
+namespace gradsync {
+
+// Why the shard ended the run, for PsShard::serve() to throw as a PeerError / TimeoutError.
+struct ShardFailure {
+  int rank = -1;          // the worker at fault, -1 for none in particular
+  std::string address;    // its network address when known ("127.0.0.1"), else ""
+  std::string operation;  // "shard 0 step 14"
+  std::string problem;    // what went wrong, one line
+  bool timeout = false;   // a silence or a missing HELLO, rather than a protocol violation
+};
+
+class ShardState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  using Sink = std::function<void(Outgoing&&)>;
+
+  ShardState(const PsShardOptions& options, Clock::time_point now);
+
+  // `address` is the peer's network address when the transport knows it (for messages).
+  void on_message(const std::string& peer, std::span<const Buffer> frames, Clock::time_point now,
+                  const std::string& address, const Sink& send);
+  void on_tick(Clock::time_point now, const Sink& send);
+  // A clean stop (PsShard::stop): ERROR "<reason>" to every connected worker.
+  void on_stop(const std::string& reason, const Sink& send);
+
+  std::vector<Outgoing> on_message(const std::string& peer, std::span<const Buffer> frames,
+                                   Clock::time_point now, const std::string& address = "");
+  std::vector<Outgoing> on_tick(Clock::time_point now);
+
+  bool finished() const;
+  const std::optional<ShardFailure>& failure() const { return failure_; }
+
+  KeyRange range() const { return range_; }
+  std::uint64_t version() const { return version_; }  // updates applied since INIT
+  bool initialised() const { return initialised_; }
+  std::span<const float> params() const { return store_.values(); }
+  const ParamStore& store() const { return store_; }
+  std::uint64_t rejected() const { return rejected_; }
+
+ private:
+  enum class Presence { kAbsent, kConnected, kLeft, kDropped };
+  struct Worker {
+    Presence presence = Presence::kAbsent;
+    std::string peer;
+    std::string address;
+    Clock::time_point last_seen;
+    std::uint64_t clock = 0;                      // pushes applied: the step it computes next
+    std::uint64_t read_clock = 0;                 // slowest clock when it last received parameters
+    std::optional<Buffer> pushed;                 // sync: its gradient of the current step
+    std::optional<std::uint32_t> held_staleness;  // ssp: a reply waiting for the slowest
+  };
+  struct Deferred {  // a PULL or PUSHPULL that came before INIT
+    int rank;
+    wire::Header header;
+    Buffer payload;
+  };
+
+  // Message intake and liveness (shard_state.cpp).
+  void dispatch(const std::string& peer, const wire::Header& header, const Buffer& payload,
+                Clock::time_point now, const std::string& address);
+  void hello(const std::string& peer, const wire::Header& header, Clock::time_point now,
+             const std::string& address);
+  void bye(int rank);
+  void fail(ShardFailure failure);
+  void refuse(const std::string& peer, const std::string& address, const std::string& why);
+
+  // Parameters and updates (shard_updates.cpp).
+  void init(int rank, const Buffer& payload);
+  void push_pull(int rank, const wire::Header& header, const Buffer& payload);
+  void push_sync(int rank, const wire::Header& header, const Buffer& payload);
+  void push_async(int rank, const wire::Header& header, const Buffer& payload);
+  void release_held();
+  void reply(int rank, std::uint32_t staleness);
+  Outgoing reply_chunk(int rank, ParamStore::Chunk chunk, std::uint32_t staleness) const;
+
+  void emit(Outgoing&& out) { (*send_)(std::move(out)); }
+  Outgoing error_to(const std::string& peer, const std::string& text) const;
+  std::uint64_t slowest_clock(std::uint64_t fallback) const;
+  void reject(const std::string& peer, const std::string& reason);
+  void log(const std::string& line) const;
+  std::string name() const { return "shard " + std::to_string(options_.shard); }
+
+  PsShardOptions options_;
+  KeyRange range_;
+  Clock::time_point started_;
+  ParamStore store_;
+  std::vector<Worker> workers_;
+  std::map<std::string, int> rank_of_peer_;
+  std::deque<Deferred> before_init_;
+  bool initialised_ = false;
+  std::uint64_t version_ = 0;
+  int pushed_this_step_ = 0;  // sync
+  std::optional<ShardFailure> failure_;
+  std::uint64_t rejected_ = 0;
+  const Sink* send_ = nullptr;  // the current call's sink
+};
+
+}  // namespace gradsync

@@ -1,0 +1,43 @@
+// `ps`: a parameter server over ZeroMQ (ps-lite's KVWorker side). The optimizer runs on the K
+// server shards (server/), each over its own key range of the flat buffer; a worker only
+// pushes its gradient and pulls fresh parameters:
+//
+//   init:         rank 0 sends its initial parameters to the shards; every other rank pulls
+//                 them, so all replicas start equal
+//   synchronize:  one push_pull to all K shards at once (gradient ranges out, parameter ranges
+//                 back into `params`), then wait: in sync mode for the step's average of all N
+//                 workers; in async / ssp mode for the newest parameters, which may lag behind
+//                 the server by a few versions (recorded per step as `staleness`)
+//
+// Traffic per step: each worker sends and receives S; shard k moves 2*N*|range_k|*4 bytes.
+// One object per worker process; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "server/ps_client.h"
+#include "strategies/sync_strategy.h"
+
+namespace gradsync {
+
+class PsStrategy final : public SyncStrategy {
+ public:
+  explicit PsStrategy(const PsClientOptions& options);
+  ~PsStrategy() override;
+
+  std::string_view name() const override { return "ps"; }
+  int rank() const override { return rank_; }
+  void init(std::span<float> params) override;
+  void synchronize(std::span<float> grads, std::span<float> params) override;
+  StepStats last_step_stats() const override { return stats_; }
+
+ private:
+  PsClientOptions options_;
+  int rank_;
+  std::unique_ptr<PsClient> client_;
+  std::uint64_t step_ = 0;
+  StepStats stats_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,119 @@
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "experiments/in_process.h"
+#include "experiments/worker_loop.h"
+#include "server/ps_shard.h"
+#include "strategies/ps_strategy.h"
+#include "tests/support/compare.h"
+#include "worker/mlp.h"
+#include "worker/sampler.h"
+#include "worker/synthetic_data.h"
+
+namespace {
+
+const gradsync::TrainTest& data() {
+  static const gradsync::TrainTest set = [] {
+    gradsync::SyntheticDataOptions options;
+    options.train_samples = 4096;
+    options.test_samples = 256;
+    return gradsync::make_synthetic_data(options);
+  }();
+  return set;
+}
+
+const std::vector<int> kWidths = {32, 64, 32, 10};
+const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};
+
+// K shards on threads, N workers on threads, each worker with its own model, sampler and
+// PsStrategy over real ZeroMQ sockets on loopback: `gradsync server` and `gradsync worker`
+// minus the processes. Returns rank 0's final parameters.
+std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t steps) {
+  const std::size_t model_size = gradsync::Mlp(kWidths, 1).param_count();
+  std::vector<std::unique_ptr<gradsync::PsShard>> servers;
+  std::vector<std::string> endpoints;
+  for (int k = 0; k < shards; ++k) {
+    gradsync::PsShardOptions options;
+    options.shard = k;
+    options.shards = shards;
+    options.world_size = workers;
+    options.model_size = model_size;
+    options.mode = gradsync::PsShardOptions::Mode::kSync;
+    options.sgd = kSgd;
+    options.timeout = std::chrono::milliseconds(20000);
+    servers.push_back(std::make_unique<gradsync::PsShard>(options));
+    endpoints.push_back(servers.back()->endpoint());
+  }
+  std::vector<std::string> errors(static_cast<std::size_t>(shards + workers));
+  std::vector<std::vector<float>> params(static_cast<std::size_t>(workers));
+  {
+    std::vector<std::jthread> threads;
+    for (int k = 0; k < shards; ++k) {
+      threads.emplace_back([&, k] {
+        try {
+          servers[k]->serve();
+        } catch (const std::exception& e) {
+          errors[workers + k] = e.what();
+        }
+      });
+    }
+    for (int r = 0; r < workers; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          gradsync::PsClientOptions client;
+          client.rank = r;
+          client.world_size = workers;
+          client.endpoints = endpoints;
+          client.timeout = std::chrono::milliseconds(20000);
+          gradsync::PsStrategy strategy(client);
+          gradsync::Mlp model(kWidths, batch);
+          model.init_params(1 + static_cast<std::uint64_t>(r));  // init must make them equal
+          gradsync::DistributedSampler sampler(data().train.size, r, workers, batch, 1);
+          gradsync::LoopOptions loop;
+          loop.steps = steps;
+          loop.keep_params = true;
+          params[r] = gradsync::run_worker_loop(model, strategy, sampler, data(), loop, {})
+                          .final_params;
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+          for (auto& s : servers) s->stop();
+        }
+      });
+    }
+  }
+  for (std::size_t i = 0; i < errors.size(); ++i) REQUIRE_MESSAGE(errors[i].empty(), errors[i]);
+  for (const auto& p : params) CHECK(p == params.front());
+  return params.front();
+}
+
+std::vector<float> train_single(int batch, std::int64_t steps) {
+  gradsync::Config config;
+  config.train.batch = batch;
+  config.train.lr = kSgd.lr;
+  config.train.momentum = kSgd.momentum;
+  config.train.weight_decay = kSgd.weight_decay;
+  config.model.hidden = {64, 32};
+  gradsync::LoopOptions loop;
+  loop.steps = steps;
+  loop.keep_params = true;
+  return gradsync::train_in_process(config, data(), loop, {}, {}).front().final_params;
+}
+
+}  // namespace
+
+TEST_CASE("ps strategy: sync mode follows `single` on the global batch for 50 steps") {
+  const gradsync::Mlp shape(kWidths, 1);
+  const auto& layers = shape.layers();
+  for (int shards : {1, 2}) {
+    for (int workers : {1, 2, 4}) {
+      CAPTURE(shards);
+      CAPTURE(workers);
+      const auto ps = train_ps(shards, workers, 16, 50);
+      const auto single = train_single(16 * workers, 50);
+      const double diff = gradsync::testing::max_relative_difference(ps, single, layers);
+      MESSAGE("ps sync K=" << shards << " N=" << workers << " vs single: " << diff);
+      CHECK(diff <= 1e-5);
+    }
+  }
+}
