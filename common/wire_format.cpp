@@ -60,7 +60,13 @@ std::string hex32(std::uint32_t value) {
 }
 
 std::string range_text(std::uint64_t begin, std::uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  // Appended, not `"[" + ...`: GCC 12 warns falsely (-Wrestrict) on the prepend at -O3.
+  std::string text = "[";
+  text += std::to_string(begin);
+  text += ", ";
+  text += std::to_string(end);
+  text += ")";
+  return text;
 }
 
 [[noreturn]] void reject(const std::string& message) { throw WireError(message); }

@@ -1,6 +1,10 @@
 """A tiny check collector for the integration scripts: each check counts, failures print at
 once, and the summary line is the `N passed, N failed` that CI reads."""
+import os
+import signal
+import subprocess
 import sys
+import time
 
 
 class Checks:
@@ -18,3 +22,44 @@ class Checks:
     def finish(self):
         print(f"{self.passed} passed, {len(self.failures)} failed")
         sys.exit(1 if self.failures else 0)
+
+
+def children_of(pid):
+    """(pid, command line) of each direct child of `pid`."""
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True,
+                         text=True)
+    return [(int(line.split()[0]), line) for line in out.stdout.strip().splitlines()]
+
+
+def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound_s):
+    """Waits for `expected` children of the running `gradsync run` launcher, SIGKILLs the one
+    `pick(children)` returns after `settle_s`, then checks the whole run ends within
+    `bound_s`, names the victim and its signal on its last line, and leaves nothing behind."""
+    procs = []
+    deadline = time.time() + 30
+    while len(procs) < expected and time.time() < deadline:
+        time.sleep(0.2)
+        procs = children_of(launcher.pid)
+    check(len(procs) == expected, f"{expected} processes started ({procs})")
+    time.sleep(settle_s)
+    victim = pick(procs)
+    try:
+        os.kill(victim, signal.SIGKILL)
+    except (ProcessLookupError, OverflowError, TypeError):
+        check(False, f"a process was running to be killed ({procs})")
+    started = time.time()
+    try:
+        _, err = launcher.communicate(timeout=bound_s + 30)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        _, err = launcher.communicate()
+    elapsed = time.time() - started
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    check(launcher.returncode not in (0, None), f"the run failed (exit {launcher.returncode})")
+    check(elapsed < bound_s, f"the run ended {elapsed:.1f} s after the kill (bound {bound_s} s)")
+    check(f"pid {victim}" in last and "signal 9" in last,
+          f"the error names the killed process and its signal: {last!r}")
+    time.sleep(0.5)
+    alive = [p for p, _ in procs if os.path.exists(f"/proc/{p}") and
+             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    check(alive == [], f"no process left behind: {alive}")

@@ -10,22 +10,14 @@
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-from checks import Checks
+from checks import Checks, kill_one_and_check_teardown
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
-
-
-def children_of(pid):
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(pid)], capture_output=True,
-                         text=True)
-    return [(int(line.split()[0]), line) for line in out.stdout.strip().splitlines()]
 
 
 with tempfile.TemporaryDirectory() as out:
@@ -57,34 +49,9 @@ with tempfile.TemporaryDirectory() as out:
     launcher = subprocess.Popen([gradsync, "run", preset, "--output", out, "--only", "ps-sync-k2",
                                  "--set", "train.epochs=50", "--set", "comm.timeout_s=5"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    procs = []
-    deadline = time.time() + 30
-    while len(procs) < 4 and time.time() < deadline:
-        time.sleep(0.2)
-        procs = children_of(launcher.pid)
-    check(len(procs) == 4, f"two shards and two workers started ({len(procs)})")
-    time.sleep(3)
-    workers = [pid for pid, args in procs if " worker " in args]
-    victim = workers[-1] if workers else -1
-    try:
-        os.kill(victim, signal.SIGKILL)
-    except (ProcessLookupError, OverflowError):
-        check(False, f"a worker was running to be killed ({procs})")
-    started = time.time()
-    try:
-        _, err = launcher.communicate(timeout=40)
-    except subprocess.TimeoutExpired:
-        launcher.kill()
-        _, err = launcher.communicate()
-    elapsed = time.time() - started
-    last = err.strip().splitlines()[-1] if err.strip() else ""
-    check(launcher.returncode not in (0, None), f"the run failed (exit {launcher.returncode})")
-    check(elapsed < 15, f"the run ended {elapsed:.1f} s after the kill (timeout 5 s)")
-    check(f"pid {victim}" in last and "signal 9" in last,
-          f"the error names the killed worker and its signal: {last!r}")
-    time.sleep(0.5)
-    alive = [p for p, _ in procs if os.path.exists(f"/proc/{p}") and
-             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
-    check(alive == [], f"no process left behind: {alive}")
+    kill_one_and_check_teardown(
+        check, launcher, expected=4,
+        pick=lambda procs: [p for p, args in procs if " worker " in args][-1],
+        settle_s=3, bound_s=15)
 
 check.finish()

@@ -8,6 +8,7 @@
 #include "experiments/worker_loop.h"
 #include "strategies/allreduce_strategy.h"
 #include "tests/support/compare.h"
+#include "tests/support/training.h"
 #include "worker/mlp.h"
 #include "worker/sampler.h"
 #include "worker/synthetic_data.h"
@@ -16,15 +17,7 @@ namespace {
 
 using gradsync::LoopResult;
 
-const gradsync::TrainTest& data() {
-  static const gradsync::TrainTest set = [] {
-    gradsync::SyntheticDataOptions options;
-    options.train_samples = 4096;
-    options.test_samples = 256;
-    return gradsync::make_synthetic_data(options);
-  }();
-  return set;
-}
+const gradsync::TrainTest& data() { return gradsync::testing::synthetic_data(); }
 
 const std::vector<int> kWidths = {32, 64, 32, 10};
 
@@ -87,16 +80,7 @@ std::vector<LoopResult> train_ring(int ranks, const RankRun& run, std::int64_t s
 }
 
 std::vector<float> train_single(int batch, std::int64_t steps) {
-  gradsync::Config config;
-  config.train.batch = batch;
-  config.train.lr = 0.05;
-  config.train.momentum = 0.9;
-  config.train.weight_decay = 1e-4;
-  config.model.hidden = {64, 32};
-  gradsync::LoopOptions loop;
-  loop.steps = steps;
-  loop.keep_params = true;
-  return gradsync::train_in_process(config, data(), loop, {}, {}).front().final_params;
+  return gradsync::testing::train_single({64, 32}, batch, steps, gradsync::SgdOptions{0.05, 0.9, 1e-4});
 }
 
 const std::vector<gradsync::LayerRange>& layers() {

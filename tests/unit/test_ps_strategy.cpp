@@ -7,21 +7,14 @@
 #include "server/ps_shard.h"
 #include "strategies/ps_strategy.h"
 #include "tests/support/compare.h"
+#include "tests/support/training.h"
 #include "worker/mlp.h"
 #include "worker/sampler.h"
 #include "worker/synthetic_data.h"
 
 namespace {
 
-const gradsync::TrainTest& data() {
-  static const gradsync::TrainTest set = [] {
-    gradsync::SyntheticDataOptions options;
-    options.train_samples = 4096;
-    options.test_samples = 256;
-    return gradsync::make_synthetic_data(options);
-  }();
-  return set;
-}
+const gradsync::TrainTest& data() { return gradsync::testing::synthetic_data(); }
 
 const std::vector<int> kWidths = {32, 64, 32, 10};
 const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};
@@ -88,16 +81,7 @@ std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t ste
 }
 
 std::vector<float> train_single(int batch, std::int64_t steps) {
-  gradsync::Config config;
-  config.train.batch = batch;
-  config.train.lr = kSgd.lr;
-  config.train.momentum = kSgd.momentum;
-  config.train.weight_decay = kSgd.weight_decay;
-  config.model.hidden = {64, 32};
-  gradsync::LoopOptions loop;
-  loop.steps = steps;
-  loop.keep_params = true;
-  return gradsync::train_in_process(config, data(), loop, {}, {}).front().final_params;
+  return gradsync::testing::train_single({64, 32}, batch, steps, kSgd);
 }
 
 }  // namespace
