@@ -22,17 +22,17 @@ constexpr char kHeader[] =
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
-  file_ = std::fopen(path_.c_str(), mode == Mode::kCreate ? "w" : "a");
-  if (file_ == nullptr) throw_io_error(path_, "cannot create metrics file");
-  if (mode == Mode::kAppend) return;
-  // Flushing the header now surfaces a full disk (or /dev/full) at construction, not mid-run.
-  if (std::fputs(kHeader, file_) < 0 || std::fflush(file_) != 0) {
-    const int saved = errno;
-    std::fclose(file_);  // the destructor does not run when the constructor throws
-    file_ = nullptr;
-    errno = saved;
-    throw_io_error(path_, "cannot write metrics header");
+  if (mode == Mode::kCreate) {
+    std::FILE* header = std::fopen(path_.c_str(), "w");
+    if (header == nullptr) throw_io_error(path_, "cannot create metrics file");
+    // Writing the header now surfaces a full disk (or /dev/full) at construction, not mid-run.
+    const bool written = std::fputs(kHeader, header) >= 0;
+    if (std::fclose(header) != 0 || !written) throw_io_error(path_, "cannot write metrics header");
   }
+  // Always append: several writers (rank processes) share the file, and a writer at its own
+  // offset would overwrite the rows the others appended.
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) throw_io_error(path_, "cannot open metrics file");
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -1,0 +1,52 @@
+"""`gradsync worker` under another launcher (torchrun's variables, as mpirun or srun would give
+them): two workers started by hand from one config.yaml train together, and metrics.csv holds
+one header and one row per rank per step, whichever rank writes first."""
+import csv
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+from checks import Checks
+
+gradsync = sys.argv[1]
+check = Checks()
+CONFIG = """strategy: allreduce
+workers: 2
+data: {kind: synthetic, train_samples: 2048, test_samples: 256}
+model: {hidden: [32]}
+train: {steps: 40, batch: 16}
+comm: {timeout_s: 20}
+output: {progress: off}
+runs:
+  - name: external-2
+"""
+
+with tempfile.TemporaryDirectory() as run_dir:
+    config = os.path.join(run_dir, "config.yaml")
+    with open(config, "w") as f:
+        f.write(CONFIG)
+    with socket.socket() as s:  # a free port for rank 0's store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (1, 0):  # rank 1 first: it must wait for rank 0, not fail
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([gradsync, "worker", "--config", config, "--run-dir", run_dir],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        check(p.returncode == 0, f"worker exited {p.returncode}: {out[-1000:]}")
+    lines = open(os.path.join(run_dir, "metrics.csv")).read().splitlines()
+    check(lines[0].startswith("step,rank,"), "metrics.csv starts with its header")
+    check(sum(line.startswith("step,") for line in lines) == 1, "exactly one header")
+    rows = list(csv.DictReader(lines))
+    check(len(rows) == 80, f"one row per rank per step: {len(rows)} rows, expected 80")
+    check({r["rank"] for r in rows} == {"0", "1"}, "rows from both ranks")
+    check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
+          "no row torn by the other rank's writes")
+
+check.finish()
