@@ -1,0 +1,118 @@
+#include "experiments/preset_schema.h"
+
+#include <string>
+#include <vector>
+
+#include "strategies/strategy_factory.h"
+
+namespace gradsync {
+namespace {
+
+using yaml_schema::above;
+using yaml_schema::above_at_most;
+using yaml_schema::at_least;
+using yaml_schema::at_least_below;
+using yaml_schema::Field;
+using yaml_schema::KeySpec;
+using yaml_schema::kUnbounded;
+using yaml_schema::Type;
+
+const std::vector<std::string>& data_kinds() {
+  static const std::vector<std::string> kinds = {"fashion-mnist", "idx", "synthetic"};
+  return kinds;
+}
+const std::vector<std::string>& ps_modes() {
+  static const std::vector<std::string> modes = {"sync", "async", "ssp"};
+  return modes;
+}
+const std::vector<std::string>& progress_modes() {
+  static const std::vector<std::string> modes = {"auto", "terminal", "plain", "off"};
+  return modes;
+}
+
+// A lambda per row lets one table point into any nested member of Config.
+#define GRADSYNC_FIELD(member) [](Config& c) -> Field { return &c.member; }
+
+// Rows are grouped by section: to_yaml emits one block per section in this order.
+// clang-format off
+const KeySpec kRows[] = {
+    // key, type, range, description, field[, choices[, run_only]]
+    {"name", Type::kString, kUnbounded, "run name (default <strategy>-<workers>); names its folder",
+     GRADSYNC_FIELD(name), nullptr, true},
+    {"strategy", Type::kChoice, kUnbounded, "gradient-synchronisation strategy",
+     GRADSYNC_FIELD(strategy), strategy_names},
+    {"workers", Type::kInteger, at_least(1), "data-parallel replicas", GRADSYNC_FIELD(workers)},
+    {"train.steps", Type::kInteger, at_least(0), "steps to run; 0 = run train.epochs epochs",
+     GRADSYNC_FIELD(train.steps)},
+    {"train.epochs", Type::kInteger, at_least(1), "whole epochs to run when train.steps is 0",
+     GRADSYNC_FIELD(train.epochs)},
+    {"train.batch", Type::kInteger, at_least(1), "batch size per worker",
+     GRADSYNC_FIELD(train.batch)},
+    {"train.lr", Type::kNumber, above(0), "learning rate", GRADSYNC_FIELD(train.lr)},
+    {"train.momentum", Type::kNumber, at_least_below(0, 1), "SGD momentum",
+     GRADSYNC_FIELD(train.momentum)},
+    {"train.weight_decay", Type::kNumber, at_least(0), "L2 weight decay",
+     GRADSYNC_FIELD(train.weight_decay)},
+    {"train.seed", Type::kInteger, kUnbounded, "seed for weights, data order and synthetic data",
+     GRADSYNC_FIELD(train.seed)},
+    {"train.eval_every", Type::kInteger, at_least(0), "steps between evaluations; 0 = per epoch",
+     GRADSYNC_FIELD(train.eval_every)},
+    {"train.target_accuracy", Type::kNumber, above_at_most(0, 1),
+     "test accuracy that time-to-accuracy measures", GRADSYNC_FIELD(train.target_accuracy)},
+    {"train.accumulation_steps", Type::kInteger, at_least(1),
+     "micro-batches per optimizer step; no communication between them (DDP's no_sync)",
+     GRADSYNC_FIELD(train.accumulation_steps)},
+    {"data.kind", Type::kChoice, kUnbounded, "data set", GRADSYNC_FIELD(data.kind), data_kinds},
+    {"data.dir", Type::kString, kUnbounded, "data folder (idx: required; fashion-mnist: optional)",
+     GRADSYNC_FIELD(data.dir)},
+    {"data.train_samples", Type::kInteger, at_least(1), "synthetic: training samples",
+     GRADSYNC_FIELD(data.train_samples)},
+    {"data.test_samples", Type::kInteger, at_least(1), "synthetic: test samples",
+     GRADSYNC_FIELD(data.test_samples)},
+    {"data.dim", Type::kInteger, at_least(1), "synthetic: input dimension",
+     GRADSYNC_FIELD(data.dim)},
+    {"data.classes", Type::kInteger, at_least(1), "synthetic: classes",
+     GRADSYNC_FIELD(data.classes)},
+    {"model.hidden", Type::kIntList, at_least(1), "hidden layer widths, e.g. [256, 256]",
+     GRADSYNC_FIELD(model.hidden)},
+    {"comm.timeout_s", Type::kNumber, above(0), "seconds any wait on another rank may take",
+     GRADSYNC_FIELD(comm.timeout_s)},
+    {"comm.bucket_mb", Type::kNumber, above(0), "allreduce: gradient bucket size in MB",
+     GRADSYNC_FIELD(comm.bucket_mb)},
+    {"comm.overlap", Type::kBool, kUnbounded,
+     "allreduce: reduce buckets during backward (false: all after backward)",
+     GRADSYNC_FIELD(comm.overlap)},
+    {"comm.uneven_inputs", Type::kBool, kUnbounded,
+     "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
+     GRADSYNC_FIELD(comm.uneven_inputs)},
+    {"ps.servers", Type::kInteger, at_least(1), "ps: server shards, each owning a key range",
+     GRADSYNC_FIELD(ps.servers)},
+    {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",
+     GRADSYNC_FIELD(ps.mode), ps_modes},
+    {"ps.staleness", Type::kInteger, at_least(0),
+     "ps ssp: steps a worker may run ahead of the slowest", GRADSYNC_FIELD(ps.staleness)},
+    {"ps.continue_without_dead_workers", Type::kBool, kUnbounded,
+     "ps async: drop a silent worker and carry on", GRADSYNC_FIELD(ps.continue_without_dead_workers)},
+    {"ps.bind", Type::kString, kUnbounded, "ps: interface the shards listen on",
+     GRADSYNC_FIELD(ps.bind)},
+    {"ps.curve_keys", Type::kString, kUnbounded,
+     "ps: CURVE key file shared by shards and workers; empty: no encryption",
+     GRADSYNC_FIELD(ps.curve_keys)},
+    {"ps.heartbeat_s", Type::kNumber, above(0), "ps: seconds between worker heartbeats",
+     GRADSYNC_FIELD(ps.heartbeat_s)},
+    {"output.dir", Type::kString, kUnbounded, "results root: <dir>/<preset>-<timestamp>/<run>/",
+     GRADSYNC_FIELD(output.dir)},
+    {"output.trace_steps", Type::kInteger, at_least(0), "steps recorded in trace.json per rank",
+     GRADSYNC_FIELD(output.trace_steps)},
+    {"output.progress", Type::kChoice, kUnbounded, "progress display",
+     GRADSYNC_FIELD(output.progress), progress_modes},
+};
+// clang-format on
+
+#undef GRADSYNC_FIELD
+
+}  // namespace
+
+std::span<const yaml_schema::KeySpec> preset_schema() { return kRows; }
+
+}  // namespace gradsync
