@@ -16,6 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+# The columns this script reads, in metrics.csv's order; later columns (staleness, ...) are
+# allowed, so a newer gradsync's results still plot.
 METRIC_COLUMNS = ["step", "rank", "epoch", "time_s", "loss", "compute_s",
                   "communicate_s", "wait_s", "bytes_sent", "bytes_received"]
 SUMMARY_KEYS = ["samples_per_s", "mean_step_s"]
@@ -76,12 +78,12 @@ def load_metrics(path):
         with open(path, newline="") as f:
             reader = csv.reader(f)
             header = next(reader, None)
-            if header != METRIC_COLUMNS:
-                raise PlotError(f"{path}: header is not {','.join(METRIC_COLUMNS)}")
+            if header is None or header[:len(METRIC_COLUMNS)] != METRIC_COLUMNS:
+                raise PlotError(f"{path}: header does not start with {','.join(METRIC_COLUMNS)}")
             for row in reader:
-                if len(row) != len(METRIC_COLUMNS):
+                if len(row) != len(header):
                     raise PlotError(f"{path}:{reader.line_num}: expected "
-                                    f"{len(METRIC_COLUMNS)} fields, got {len(row)}")
+                                    f"{len(header)} fields, got {len(row)}")
                 rows.append((int(row[1]), float(row[3]), float(row[4])))
     except OSError as e:
         raise PlotError(f"{path}: {e.strerror}") from None

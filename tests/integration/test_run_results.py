@@ -51,5 +51,12 @@ with tempfile.TemporaryDirectory() as out:
         check(names == set(range(workers)), f"{run}: one trace track per rank")
         config_text = open(os.path.join(d, "config.yaml")).read()
         check(f"workers: {workers}" in config_text, f"{run}: config.yaml is the resolved config")
+    # The plot script reads what gradsync writes, not a fixture of it.
+    plotter = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plots",
+                           "plot_results.py")
+    plots = subprocess.run(["/usr/bin/python3", plotter, top], capture_output=True, text=True,
+                           timeout=120)
+    check(plots.returncode == 0, f"plots of a real results folder: {plots.stderr.strip()}")
+    check(os.path.isfile(os.path.join(top, "plots", "throughput.png")), "throughput.png written")
 
 check.finish()

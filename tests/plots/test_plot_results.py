@@ -17,8 +17,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "plots", "plot_results.py")
 PYTHON = "/usr/bin/python3"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# metrics.csv exactly as gradsync writes it (common/metrics_writer.h).
 HEADER = ("step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,"
-          "bytes_sent,bytes_received")
+          "bytes_sent,bytes_received,staleness")
 
 
 def write_metrics(folder, workers, steps, step_s):
@@ -28,7 +29,7 @@ def write_metrics(folder, workers, steps, step_s):
         loss = 2.3 * math.exp(-step / 150) + 0.3 + rng.uniform(-0.1, 0.1)
         for rank in range(workers):
             lines.append(f"{step},{rank},{step // 100},{(step + 1) * step_s:.6f},{loss:.5f},"
-                         f"{step_s * 0.6:.6f},{step_s * 0.3:.6f},{step_s * 0.1:.6f},1000,1000")
+                         f"{step_s * 0.6:.6f},{step_s * 0.3:.6f},{step_s * 0.1:.6f},1000,1000,0")
     with open(os.path.join(folder, "metrics.csv"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
