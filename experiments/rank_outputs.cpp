@@ -110,4 +110,25 @@ void merge_traces(const std::vector<std::string>& inputs, const std::string& out
                               {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
 }
 
+RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
+  std::vector<std::string> traces;
+  for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
+  merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+  std::vector<LoopResult> results;
+  for (int r = 0; r < config.workers; ++r) {
+    const std::string path = rank_result_path(run_dir, r);
+    results.push_back(read_rank_result(path));
+    fs::remove(path);
+  }
+  std::vector<NodeTraffic> servers;
+  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
+    const std::string path = server_result_path(run_dir, k);
+    servers.push_back({"server " + std::to_string(k), read_server_traffic(path)});
+    fs::remove(path);
+  }
+  RunSummary summary = summarize(config, results.front().parameters, results, servers);
+  write_summary((fs::path(run_dir) / "summary.json").string(), summary);
+  return summary;
+}
+
 }  // namespace gradsync

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/config.h"
+#include "experiments/summary.h"
 #include "experiments/worker_loop.h"
 
 namespace gradsync {
@@ -31,5 +33,10 @@ std::uint64_t read_server_traffic(const std::string& path);
 // Concatenates the ranks' trace events into `out` and removes the inputs. Missing inputs (a
 // rank that died) are skipped.
 void merge_traces(const std::vector<std::string>& inputs, const std::string& out);
+
+// After every process of a run has exited cleanly: merges the ranks' traces into trace.json,
+// summarises their results (and the shards' traffic, for ps) into summary.json, removes the
+// per-process files and returns the summary. Throws Error naming a missing or malformed file.
+RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir);
 
 }  // namespace gradsync

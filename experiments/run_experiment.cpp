@@ -79,7 +79,8 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
     std::string endpoints;
     for (int k = 0; k < config.ps.servers; ++k) {
       const std::string shard_port = std::to_string(free_local_port());
-      endpoints += (k ? "," : "") + std::string("tcp://127.0.0.1:") + shard_port;
+      if (k > 0) endpoints += ",";
+      endpoints += "tcp://127.0.0.1:" + shard_port;
       processes.push_back({"server " + std::to_string(k),
                            {exe, "server", "--config", config_path, "--run-dir", run_dir,
                             "--shard", std::to_string(k), "--port", shard_port},
@@ -110,22 +111,7 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
     }
     throw;
   }
-  merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
-  std::vector<LoopResult> results;
-  for (int r = 0; r < config.workers; ++r) {
-    const std::string path = rank_result_path(run_dir, r);
-    results.push_back(read_rank_result(path));
-    fs::remove(path);
-  }
-  std::vector<NodeTraffic> servers;
-  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
-    const std::string path = server_result_path(run_dir, k);
-    servers.push_back({"server " + std::to_string(k), read_server_traffic(path)});
-    fs::remove(path);
-  }
-  RunOutcome outcome{summarize(config, results.front().parameters, results, servers), run_dir};
-  write_summary((fs::path(run_dir) / "summary.json").string(), outcome.summary);
-  return outcome;
+  return RunOutcome{fold_rank_outputs(config, run_dir), run_dir};
 }
 
 RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir) {

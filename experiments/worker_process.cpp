@@ -63,7 +63,8 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
                                                     const RendezvousEnv& env,
                                                     std::chrono::milliseconds timeout,
                                                     const std::vector<std::string>& ps_endpoints,
-                                                    std::unique_ptr<Store>& store) {
+                                                    std::unique_ptr<Store>& store,
+                                                    std::shared_ptr<Communicator>& comm) {
   if (config.strategy == "ps") {
     if (ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
       throw ConfigError("command line", "--ps-endpoints",
@@ -94,7 +95,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
   // Neighbours must reach this rank's ring port at an address of this host; the one this host
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
-  std::shared_ptr<Communicator> comm(make_tcp_ring(*store, env.rank, env.world_size, ring_options));
+  comm = make_tcp_ring(*store, env.rank, env.world_size, ring_options);
   AllreduceStrategyOptions options;
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
@@ -138,8 +139,9 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
 
   // The store outlives the strategy: a ring keeps it for failure reports.
   std::unique_ptr<Store> store;
+  std::shared_ptr<Communicator> comm;  // allreduce only
   const std::unique_ptr<SyncStrategy> strategy =
-      make_process_strategy(config, env, timeout, ps_endpoints, store);
+      make_process_strategy(config, env, timeout, ps_endpoints, store, comm);
   LoopResult result;
   try {
     result = run_worker_loop(model, *strategy, sampler, data, loop_options(config, plan, origin),
@@ -155,6 +157,12 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   }
   trace.write(rank_trace_path(run_dir, env.rank));
   write_rank_result(rank_result_path(run_dir, env.rank), result);
+  // Without `gradsync run` nobody else folds the ranks' files into summary.json and trace.json:
+  // rank 0 does, once the barrier says every rank has written its own.
+  if (!launched_by_gradsync && comm) {
+    comm->barrier();
+    if (env.rank == 0) fold_rank_outputs(config, run_dir);
+  }
 }
 
 }  // namespace gradsync

@@ -1,6 +1,7 @@
 """`gradsync worker` under another launcher (torchrun's variables, as mpirun or srun would give
-them): two workers started by hand from one config.yaml train together, and metrics.csv holds
-one header and one row per rank per step, whichever rank writes first."""
+them): two workers started by hand from one config.yaml train together; metrics.csv holds
+one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
+same summary.json and trace.json as `gradsync run` would."""
 import csv
 import os
 import socket
@@ -48,5 +49,10 @@ with tempfile.TemporaryDirectory() as run_dir:
     check({r["rank"] for r in rows} == {"0", "1"}, "rows from both ranks")
     check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
           "no row torn by the other rank's writes")
+    # Rank 0 folds the ranks' files into the run's summary and trace, as `gradsync run` does.
+    names = sorted(os.listdir(run_dir))
+    check("summary.json" in names and "trace.json" in names, f"summary and trace written: {names}")
+    check(not any(n.startswith("rank") or ".rank" in n for n in names),
+          f"per-rank files folded and removed: {names}")
 
 check.finish()
