@@ -72,7 +72,11 @@ std::string peer_address(const zmq::message_t& frame) {
 void set_common_options(zmq::socket_t& socket, std::chrono::milliseconds linger,
                         std::int64_t max_frame_bytes) {
   socket.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
-  socket.set(zmq::sockopt::maxmsgsize, max_frame_bytes);
+  // libzmq checks the limit against the frame as it arrives, which under CURVE carries the
+  // box's nonce, MAC and command header on top of the payload: without the slack an encrypted
+  // frame of exactly the allowed payload would be refused and the connection silently dropped.
+  constexpr std::int64_t kCurveFrameSlack = 256;
+  socket.set(zmq::sockopt::maxmsgsize, max_frame_bytes + kCurveFrameSlack);
 }
 
 void make_curve_server(zmq::socket_t& socket, const CurveKeys& keys) {
