@@ -12,6 +12,7 @@
 #include "experiments/run_experiment.h"
 #include "experiments/server_process.h"
 #include "experiments/worker_process.h"
+#include "server/ps_client.h"
 
 namespace {
 
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
     }
     if (server->parsed()) {
       if (!key_file.empty()) {
-        gradsync::write_curve_key_file(key_file);
+        gradsync::write_curve_keys(key_file, gradsync::generate_curve_keys());
         std::cout << "wrote a CURVE key pair to " << key_file << "\n";
         return 0;
       }

@@ -1,10 +1,5 @@
 #include "experiments/server_process.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <iostream>
 
 #include "common/error.h"
@@ -62,21 +57,6 @@ void run_server_process(const std::string& config_path, const std::string& run_d
   const PsShardTraffic traffic = server.traffic();
   write_server_traffic(server_result_path(run_dir, shard), traffic.bytes_sent,
                        traffic.bytes_received);
-}
-
-void write_curve_key_file(const std::string& path) {
-  const CurveKeys keys = generate_curve_keys();
-  // Owner-only, and never over an existing file: replacing a key locks out every holder of
-  // the old one.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error(path + ": cannot create the key file: " + std::strerror(errno));
-  const std::string text =
-      "# gradsync CURVE key pair: shards and workers of one run share it (ps.curve_keys)\n"
-      "public " + keys.public_key + "\nsecret " + keys.secret_key + "\n";
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int saved = errno;
-  ::close(fd);
-  if (!written) throw Error(path + ": cannot write the key file: " + std::strerror(saved));
 }
 
 }  // namespace gradsync

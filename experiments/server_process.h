@@ -13,7 +13,4 @@ namespace gradsync {
 void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
                         int port);
 
-// Writes a fresh CURVE key pair to `path` in the format ps.curve_keys reads.
-void write_curve_key_file(const std::string& path);
-
 }  // namespace gradsync

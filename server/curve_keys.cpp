@@ -76,12 +76,13 @@ CurveKeys generate_curve_keys() {
 
 void write_curve_keys(const std::string& path, const CurveKeys& keys) {
   // Created 0600 from the start rather than chmod-ed after, so the secret is never readable by
-  // others, not even briefly.
+  // others, not even briefly; and never over an existing file, since replacing a key locks out
+  // every holder of the old one.
   std::FILE* file = nullptr;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd >= 0) file = ::fdopen(fd, "w");
   if (file == nullptr) {
-    throw Error(path + ": cannot write the CURVE key file: " + std::strerror(errno));
+    throw Error(path + ": cannot create the CURVE key file: " + std::strerror(errno));
   }
   std::fprintf(file,
                "# gradsync CURVE key pair: give this file to every shard and every worker.\n"

@@ -73,8 +73,8 @@ CurveKeys read_curve_keys(const std::string& path);
 // A fresh key pair from libzmq (zmq_curve_keypair). Throws Error when libzmq lacks CURVE.
 CurveKeys generate_curve_keys();
 
-// Writes `keys` in read_curve_keys' format, readable by the owner only (mode 0600). Throws
-// Error naming the path when it cannot be written.
+// Writes `keys` in read_curve_keys' format to a new file, readable by the owner only (mode
+// 0600). Throws Error naming the path when it exists already or cannot be written.
 void write_curve_keys(const std::string& path, const CurveKeys& keys);
 
 struct PsClientOptions {

@@ -43,11 +43,6 @@ void Mlp::init_params(std::uint64_t seed) {
   }
 }
 
-Mlp::MatrixMap Mlp::weight(FlatBuffer& buffer, int layer) {
-  const LayerRange& r = layers_[layer];
-  return MatrixMap(buffer.data() + r.weight_offset, r.out, r.in);
-}
-
 Mlp::VectorMap Mlp::bias(FlatBuffer& buffer, int layer) {
   const LayerRange& r = layers_[layer];
   return VectorMap(buffer.data() + r.bias_offset, r.out);

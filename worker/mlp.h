@@ -70,9 +70,7 @@ class Mlp {
   // gradients. With malloc's 16-byte alignment the split, and so the float summation order,
   // would depend on where the heap happened to put the buffer.
   using FlatBuffer = std::vector<float, Eigen::aligned_allocator<float>>;
-  using MatrixMap = Eigen::Map<Matrix>;
   using VectorMap = Eigen::Map<Eigen::VectorXf>;
-  MatrixMap weight(FlatBuffer& buffer, int layer);
   VectorMap bias(FlatBuffer& buffer, int layer);
 
   void gather(const Dataset& data, std::span<const std::int64_t> indices);

@@ -18,7 +18,8 @@ struct MlpBenchOptions {
   bool json = false;
 };
 
-// Returns the result line: "gradsync: samples/s=... steps=... seconds=... batch=... threads=1"
+// Returns the result line: "gradsync: samples/s=... steps=... seconds=... batch=... threads=1
+// gemm=avx512|eigen"
 // (or one JSON object with options.json).
 std::string run_mlp_bench(const MlpBenchOptions& options);
 

@@ -63,3 +63,12 @@ def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound
     alive = [p for p, _ in procs if os.path.exists(f"/proc/{p}") and
              open(f"/proc/{p}/stat").read().split()[2] != "Z"]
     check(alive == [], f"no process left behind: {alive}")
+
+
+def run_preset(check, gradsync, preset, out, timeout):
+    """Runs `gradsync run PRESET --output OUT`, checks it succeeded, and returns the process
+    and the preset's results folder (what OUT/latest points at)."""
+    proc = subprocess.run([gradsync, "run", preset, "--output", out], capture_output=True,
+                          text=True, timeout=timeout)
+    check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr[-3000:]}")
+    return proc, os.path.realpath(os.path.join(out, "latest"))

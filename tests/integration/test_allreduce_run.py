@@ -13,17 +13,14 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks, kill_one_and_check_teardown
+from checks import Checks, kill_one_and_check_teardown, run_preset
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
 
 
 with tempfile.TemporaryDirectory() as out:
-    proc = subprocess.run([gradsync, "run", preset, "--output", out], capture_output=True,
-                          text=True, timeout=240)
-    check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr[-2000:]}")
-    top = os.path.realpath(os.path.join(out, "latest"))
+    proc, top = run_preset(check, gradsync, preset, out, timeout=240)
     accuracy = {}
     for run, workers in [("single", 1), ("allreduce-2", 2), ("allreduce-3", 3)]:
         d = os.path.join(top, run)

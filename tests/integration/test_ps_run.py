@@ -14,17 +14,14 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks, kill_one_and_check_teardown
+from checks import Checks, kill_one_and_check_teardown, run_preset
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
 
 
 with tempfile.TemporaryDirectory() as out:
-    proc = subprocess.run([gradsync, "run", preset, "--output", out], capture_output=True,
-                          text=True, timeout=400)
-    check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr[-3000:]}")
-    top = os.path.realpath(os.path.join(out, "latest"))
+    proc, top = run_preset(check, gradsync, preset, out, timeout=400)
     summaries = {}
     for run in ["single", "ps-sync-k2", "ps-async", "ps-ssp-2"]:
         path = os.path.join(top, run, "summary.json")

@@ -6,18 +6,15 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks
+from checks import Checks, run_preset
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
 
 
 with tempfile.TemporaryDirectory() as out:
-    proc = subprocess.run([gradsync, "run", preset, "--output", out], capture_output=True,
-                          text=True, timeout=150)
-    check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr}")
+    proc, top = run_preset(check, gradsync, preset, out, timeout=150)
     check("| dp-3 |" in proc.stdout, "the comparison table lists every run")
-    top = os.path.realpath(os.path.join(out, "latest"))
     check(os.path.isdir(top), "results/latest points at the preset's folder")
     check(os.path.isfile(os.path.join(top, "comparison.md")), "comparison.md written")
     for run, workers in [("single", 1), ("dp-2", 2), ("dp-3", 3)]:

@@ -308,7 +308,10 @@ TEST_CASE("ps client: CURVE key files round-trip, and errors name the file and l
   std::filesystem::create_directories(dir);
   const CurveKeys keys = generate_curve_keys();
   const std::string path = (dir / "run.keys").string(), bad = (dir / "bad.keys").string();
+  std::filesystem::remove(path);  // a leftover of an earlier run with the same pid
   write_curve_keys(path, keys);
+  CHECK_THROWS_WITH(write_curve_keys(path, generate_curve_keys()),
+                    doctest::Contains(path.c_str()));
   const CurveKeys back = read_curve_keys(path);
   CHECK((back.public_key == keys.public_key && back.secret_key == keys.secret_key));
   CHECK((std::filesystem::status(path).permissions() & std::filesystem::perms::group_read) ==
