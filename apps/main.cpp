@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <iostream>
 
+#include "apps/model_command.h"
+#include "apps/teach_command.h"
 #include "common/error.h"
 #include "experiments/bench/collective_bench.h"
 #include "experiments/bench/mlp_throughput.h"
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
 #include "experiments/server_process.h"
+#include "experiments/sweep.h"
 #include "experiments/worker_process.h"
 #include "server/ps_client.h"
 
@@ -56,6 +59,15 @@ int main(int argc, char** argv) {
   run->add_option("--only", only, "run only the named runs of the preset");
   run->add_option("--output", output_dir, "results root (default: output.dir of the preset)");
   run->add_flag("--keys", list_keys, "list every preset key with its default and meaning");
+
+  std::string sweep_preset;
+  std::vector<std::string> sweep_overrides;
+  std::string sweep_output;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "run a preset's runs at every N of sweep.workers; write sweep.csv and sweep.md");
+  sweep->add_option("preset", sweep_preset, "preset name or YAML path")->required();
+  sweep->add_option("--set", sweep_overrides, "override a key: --set sweep.workers=[1,2,4]");
+  sweep->add_option("--output", sweep_output, "results root (default: output.dir of the preset)");
 
   std::string worker_config;
   std::string worker_run_dir;
@@ -123,6 +135,9 @@ int main(int argc, char** argv) {
   bench_allreduce->add_flag("--json", collective_options.json, "one JSON object per size");
   bench_allreduce->add_flag("!--no-gloo", collective_options.gloo, "leave out Gloo's columns");
 
+  const gradsync::ModelCommand model = gradsync::add_model_command(app);
+  const gradsync::TeachCommand teach = gradsync::add_teach_command(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -140,6 +155,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       return run_command(preset, overrides, output_dir, only);
+    }
+    if (sweep->parsed()) {
+      const gradsync::Preset loaded =
+          gradsync::load_preset(gradsync::find_preset(sweep_preset, kPresetsDir), sweep_overrides);
+      const gradsync::SweepOutcome outcome = gradsync::run_sweep(loaded, sweep_output);
+      std::cout << "\n" << gradsync::sweep_markdown(outcome.rows) << "\nresults: " << outcome.dir
+                << "  (sweep.csv, sweep.md; plot with plots/plot_results.py)\n";
+      return 0;
     }
     if (worker->parsed()) {
       gradsync::run_worker_process(worker_config, worker_run_dir, ps_endpoints);
@@ -166,6 +189,8 @@ int main(int argc, char** argv) {
       std::cout << gradsync::run_collective_bench(collective_options);
       return 0;
     }
+    if (model.app->parsed()) return model.run();
+    if (teach.app->parsed()) return teach.run();
     if (bench_mlp->parsed()) {
       std::cout << gradsync::run_mlp_bench(bench_options) << "\n";
       return 0;

@@ -35,7 +35,14 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::vector<int> hidden = {256, 256};  // hidden layer widths; input and output come from data
+  std::string kind = "mlp";              // mlp | synthetic
+  std::vector<int> hidden = {256, 256};  // mlp: hidden layer widths; input and output from data
+  // synthetic: a stand-in with real gradient buffers of `parameters` floats, split into
+  // `layers` equal layers, whose forward+backward takes `compute_ms` of wall time (an
+  // accelerator's compute, during which the CPU is free). ResNet-50 has 25.6M parameters.
+  std::int64_t parameters = 25'557'032;
+  double compute_ms = 100;
+  int layers = 50;
 };
 
 struct CommConfig {
@@ -55,6 +62,18 @@ struct PsConfig {
   double heartbeat_s = 1.0;
 };
 
+// Link emulation: every process's sends and receives through the transports are capped at
+// link_gbps (a token bucket per direction, as a full-duplex NIC), so a parameter server's one
+// link saturates as a real one would. 0: no cap.
+struct NetworkConfig {
+  double link_gbps = 0;
+};
+
+// `gradsync sweep`: every run of the preset at each of these worker counts.
+struct SweepConfig {
+  std::vector<int> workers;
+};
+
 struct OutputConfig {
   std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
   std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
@@ -70,6 +89,8 @@ struct Config {
   ModelConfig model;
   CommConfig comm;
   PsConfig ps;
+  NetworkConfig network;
+  SweepConfig sweep;
   OutputConfig output;
 };
 

@@ -6,7 +6,7 @@
 
 #include "experiments/run_plan.h"
 #include "strategies/strategy_factory.h"
-#include "worker/mlp.h"
+#include "experiments/model_factory.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -27,11 +27,10 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
   auto replica = [&](std::size_t r) {
     try {
       // Built on the replica's own thread, so its buffers are first touched where they are used.
-      Mlp model(widths, config.train.batch);
-      model.init_params(config.train.seed);
+      const std::unique_ptr<Model> model = make_model(config, widths, config.train.batch);
       DistributedSampler sampler(data.train.size, static_cast<int>(r), config.workers,
                                  config.train.batch, config.train.seed);
-      results[r] = run_worker_loop(model, *strategies[r], sampler, data, loop,
+      results[r] = run_worker_loop(*model, *strategies[r], sampler, data, loop,
                                    r == 0 ? rank0_sinks : other_sinks);
     } catch (...) {
       errors[r] = std::current_exception();

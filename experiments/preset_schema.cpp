@@ -21,6 +21,10 @@ const std::vector<std::string>& data_kinds() {
   static const std::vector<std::string> kinds = {"fashion-mnist", "idx", "synthetic"};
   return kinds;
 }
+const std::vector<std::string>& model_kinds() {
+  static const std::vector<std::string> kinds = {"mlp", "synthetic"};
+  return kinds;
+}
 const std::vector<std::string>& ps_modes() {
   static const std::vector<std::string> modes = {"sync", "async", "ssp"};
   return modes;
@@ -73,8 +77,17 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(data.dim)},
     {"data.classes", Type::kInteger, at_least(1), "synthetic: classes",
      GRADSYNC_FIELD(data.classes)},
-    {"model.hidden", Type::kIntList, at_least(1), "hidden layer widths, e.g. [256, 256]",
+    {"model.kind", Type::kChoice, kUnbounded, "model (synthetic: chosen size and compute time)",
+     GRADSYNC_FIELD(model.kind), model_kinds},
+    {"model.hidden", Type::kIntList, at_least(1), "mlp: hidden layer widths, e.g. [256, 256]",
      GRADSYNC_FIELD(model.hidden)},
+    {"model.parameters", Type::kInteger, at_least(1), "synthetic: parameter count",
+     GRADSYNC_FIELD(model.parameters)},
+    {"model.compute_ms", Type::kNumber, at_least(0), "synthetic: forward+backward milliseconds",
+     GRADSYNC_FIELD(model.compute_ms)},
+    {"model.layers", Type::kInteger, at_least(1),
+     "synthetic: equal layers, each reported to the strategy when its gradient is ready",
+     GRADSYNC_FIELD(model.layers)},
     {"comm.timeout_s", Type::kNumber, above(0), "seconds any wait on another rank may take",
      GRADSYNC_FIELD(comm.timeout_s)},
     {"comm.bucket_mb", Type::kNumber, above(0), "allreduce: gradient bucket size in MB",
@@ -100,6 +113,11 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(ps.curve_keys)},
     {"ps.heartbeat_s", Type::kNumber, above(0), "ps: seconds between worker heartbeats",
      GRADSYNC_FIELD(ps.heartbeat_s)},
+    {"network.link_gbps", Type::kNumber, at_least(0),
+     "emulated link: Gbit/s each process may send, and receive, through the transports; 0: no cap",
+     GRADSYNC_FIELD(network.link_gbps)},
+    {"sweep.workers", Type::kIntList, at_least(1), "gradsync sweep: worker counts for every run",
+     GRADSYNC_FIELD(sweep.workers)},
     {"output.dir", Type::kString, kUnbounded, "results root: <dir>/<preset>-<timestamp>/<run>/",
      GRADSYNC_FIELD(output.dir)},
     {"output.trace_steps", Type::kInteger, at_least(0), "steps recorded in trace.json per rank",

@@ -43,6 +43,7 @@ LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_
   loop.trace_steps = config.output.trace_steps;
   loop.accumulation_steps = config.train.accumulation_steps;
   loop.origin = origin;
+  loop.evaluate = config.model.kind != "synthetic";
   return loop;
 }
 
@@ -65,6 +66,7 @@ StrategyOptions strategy_options(const Config& config) {
   options.workers = config.workers;
   options.sgd = sgd_options(config);
   options.timeout = comm_timeout(config);
+  options.link = make_emulated_link(config.network.link_gbps);
   return options;
 }
 

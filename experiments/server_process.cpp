@@ -8,7 +8,7 @@
 #include "experiments/rank_outputs.h"
 #include "experiments/run_plan.h"
 #include "server/ps_shard.h"
-#include "worker/mlp.h"
+#include "experiments/model_factory.h"
 
 namespace gradsync {
 namespace {
@@ -34,13 +34,12 @@ void run_server_process(const std::string& config_path, const std::string& run_d
   // The shard checks every worker's model size against its own idea of the model, which the
   // configuration and the data's shape determine.
   const RunPlan plan = plan_run(config, load_data(config.data, config.train.seed));
-  const Mlp model(plan.widths, 1);
 
   PsShardOptions options;
   options.shard = shard;
   options.shards = config.ps.servers;
   options.world_size = config.workers;
-  options.model_size = model.param_count();
+  options.model_size = static_cast<std::uint64_t>(model_parameters(config, plan.widths));
   options.bind_host = config.ps.bind;
   options.port = port;
   options.mode = parse_mode(config.ps.mode);

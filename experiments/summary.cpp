@@ -66,7 +66,8 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
     const std::uint64_t bytes = t.bytes_sent + t.bytes_received;
     if (bytes > s.busiest_bytes) {
       s.busiest_bytes = bytes;
-      s.busiest_node = "rank " + std::to_string(r);
+      // dp's replicas are threads of one process, not ranks of a process group.
+      s.busiest_node = (config.strategy == "dp" ? "replica " : "rank ") + std::to_string(r);
     }
     s.mean_step.compute_s += t.compute_s;
     s.mean_step.communicate_s += t.communicate_s;
@@ -132,8 +133,11 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
     out += "| " + s.run + " | " + s.strategy + " | " + std::to_string(s.workers) + " | " +
            std::to_string(s.global_batch) + " | " + format("%.0f", s.samples_per_s) + " | " +
            (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
-           format("%.2f%%", 100.0 * s.final_test_accuracy) + " | " +
-           (s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s) : "not reached") +
+           // A run without evaluations (a synthetic model) has no accuracy to show.
+           (s.evals.empty() ? "-" : format("%.2f%%", 100.0 * s.final_test_accuracy)) + " | " +
+           (s.evals.empty()          ? "-"
+            : s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s)
+                                   : "not reached") +
            " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " + format("%.0f%%", 100.0 * comm_share) + " |\n";
   }
   return out;

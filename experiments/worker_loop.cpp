@@ -29,7 +29,7 @@ void trace_step(TraceWriter& trace, int rank, std::int64_t step, Clock::time_poi
 
 }  // namespace
 
-LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSampler& sampler,
+LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,
                            const TrainTest& data, const LoopOptions& options,
                            const LoopSinks& sinks) {
   const int rank = strategy.rank();
@@ -83,6 +83,7 @@ LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSample
       if (rank != 0) continue;
       if (sinks.progress) sinks.progress->update(step, epoch, loss);
       const bool last = step + 1 == options.steps;
+      if (!options.evaluate) continue;
       if (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0)) {
         const Clock::time_point eval_begin = Clock::now();
         const Evaluation eval = model.evaluate(data.test);

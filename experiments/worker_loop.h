@@ -26,7 +26,7 @@
 #include "common/trace_writer.h"
 #include "strategies/sync_strategy.h"
 #include "worker/dataset.h"
-#include "worker/mlp.h"
+#include "worker/model.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -45,6 +45,7 @@ struct LoopOptions {
   int accumulation_steps = 1;         // micro-batches per step; sampler steps = steps * this
   Clock::time_point origin;           // the run's time zero, shared by every rank
   bool keep_params = false;           // copy the final parameters into the result (tests)
+  bool evaluate = true;               // false: no test-set evaluation (a synthetic model)
 };
 
 // Optional sinks; null pointers are skipped. `progress` is used by rank 0 only.
@@ -64,7 +65,7 @@ struct LoopResult {
   std::vector<float> final_params;  // only with LoopOptions::keep_params
 };
 
-LoopResult run_worker_loop(Mlp& model, SyncStrategy& strategy, DistributedSampler& sampler,
+LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,
                            const TrainTest& data, const LoopOptions& options,
                            const LoopSinks& sinks);
 

@@ -23,7 +23,7 @@
 #include "experiments/worker_loop.h"
 #include "strategies/allreduce_strategy.h"
 #include "strategies/ps_strategy.h"
-#include "worker/mlp.h"
+#include "experiments/model_factory.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -95,6 +95,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
   // Neighbours must reach this rank's ring port at an address of this host; the one this host
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
+  ring_options.link = make_emulated_link(config.network.link_gbps);
   comm = make_tcp_ring(*store, env.rank, env.world_size, ring_options);
   AllreduceStrategyOptions options;
   options.bucket_bytes = bucket_bytes(config);
@@ -124,8 +125,7 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   const RunPlan plan = plan_run(config, data);
   // Declared before the strategy, so destroyed after it: a failing step may leave a bucket
   // reduction in flight over the model's gradient buffer, and the strategy waits for it.
-  Mlp model(plan.widths, config.train.batch);
-  model.init_params(config.train.seed);
+  const std::unique_ptr<Model> model = make_model(config, plan.widths, config.train.batch);
   DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
                              config.train.seed);
   // Under `gradsync run` the launcher wrote the header; under mpirun, srun or torchrun rank 0
@@ -144,7 +144,7 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
       make_process_strategy(config, env, timeout, ps_endpoints, store, comm);
   LoopResult result;
   try {
-    result = run_worker_loop(model, *strategy, sampler, data, loop_options(config, plan, origin),
+    result = run_worker_loop(*model, *strategy, sampler, data, loop_options(config, plan, origin),
                              LoopSinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr});
   } catch (...) {
     // The steps before the failure are worth seeing in the trace; the failure itself is what

@@ -13,10 +13,12 @@ namespace {
 // State shared by the replicas of one process: where each replica's buffers live, the
 // optimizer (it runs on replica 0 only) and the two barriers of a step.
 struct DpGroup {
-  DpGroup(int n, const SgdOptions& sgd_options, std::chrono::milliseconds wait_limit)
+  DpGroup(int n, const SgdOptions& sgd_options, std::chrono::milliseconds wait_limit,
+          std::shared_ptr<EmulatedLink> replica_zero_link)
       : replicas(n),
         sgd_options(sgd_options),
         timeout(wait_limit),
+        link(std::move(replica_zero_link)),
         grads(static_cast<std::size_t>(n)),
         params(static_cast<std::size_t>(n)),
         gradients_ready(n, "dp gradient barrier"),
@@ -25,6 +27,7 @@ struct DpGroup {
   int replicas;
   SgdOptions sgd_options;
   std::chrono::milliseconds timeout;
+  std::shared_ptr<EmulatedLink> link;  // replica 0's, or null
   std::vector<std::span<float>> grads;
   std::vector<std::span<float>> params;
   std::optional<Sgd> sgd;
@@ -68,15 +71,18 @@ class DpReplica final : public SyncStrategy {
 
     phase.restart();
     if (rank_ == 0) {
+      const std::uint64_t others = bytes * static_cast<std::uint64_t>(g.replicas - 1);
+      if (g.link) g.link->receive.acquire(others);
       reduce_onto_replica_zero(grads);
       Stopwatch update;
       g.sgd->step(params, grads);
       stats_.compute_s = update.seconds();
+      if (g.link) g.link->send.acquire(others);
       for (int r = 1; r < g.replicas; ++r) {
         std::copy(params.begin(), params.end(), g.params[r].begin());
       }
-      stats_.bytes_received = bytes * static_cast<std::uint64_t>(g.replicas - 1);
-      stats_.bytes_sent = bytes * static_cast<std::uint64_t>(g.replicas - 1);
+      stats_.bytes_received = others;
+      stats_.bytes_sent = others;
     } else {
       stats_.bytes_sent = bytes;      // its gradient, gathered by replica 0
       stats_.bytes_received = bytes;  // the parameters replica 0 copies back
@@ -114,9 +120,10 @@ class DpReplica final : public SyncStrategy {
 }  // namespace
 
 std::vector<std::unique_ptr<SyncStrategy>> make_dp_group(int replicas, const SgdOptions& sgd,
-                                                         std::chrono::milliseconds timeout) {
+                                                         std::chrono::milliseconds timeout,
+                                                         std::shared_ptr<EmulatedLink> link) {
   GRADSYNC_CHECK(replicas >= 1, "dp needs at least one replica");
-  auto group = std::make_shared<DpGroup>(replicas, sgd, timeout);
+  auto group = std::make_shared<DpGroup>(replicas, sgd, timeout, std::move(link));
   std::vector<std::unique_ptr<SyncStrategy>> out;
   for (int r = 0; r < replicas; ++r) out.push_back(std::make_unique<DpReplica>(group, r));
   return out;

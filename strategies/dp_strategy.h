@@ -8,18 +8,22 @@
 //
 // make_dp_group() returns the N per-replica strategies; each must be driven by its own thread.
 // A replica that waits longer than `timeout` for the others throws TimeoutError naming them.
+// With a `link` (network.link_gbps), replica 0's gather and copy-out pass through it as
+// through a real server's NIC: (N-1)*S received, then (N-1)*S sent, one after the other.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <vector>
 
+#include "common/emulated_link.h"
 #include "strategies/sync_strategy.h"
 #include "worker/sgd.h"
 
 namespace gradsync {
 
 std::vector<std::unique_ptr<SyncStrategy>> make_dp_group(int replicas, const SgdOptions& sgd,
-                                                         std::chrono::milliseconds timeout);
+                                                         std::chrono::milliseconds timeout,
+                                                         std::shared_ptr<EmulatedLink> link = {});
 
 }  // namespace gradsync

@@ -21,7 +21,9 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions
     out.push_back(std::make_unique<SingleStrategy>(options.sgd));
     return out;
   }
-  if (options.name == "dp") return make_dp_group(options.workers, options.sgd, options.timeout);
+  if (options.name == "dp") {
+    return make_dp_group(options.workers, options.sgd, options.timeout, options.link);
+  }
   if (options.name == "allreduce" || options.name == "ps") {
     throw ConfigError("strategy", "strategy",
                       "`" + options.name +

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/emulated_link.h"
 #include "strategies/sync_strategy.h"
 #include "worker/sgd.h"
 
@@ -20,6 +21,7 @@ struct StrategyOptions {
   int workers = 1;
   SgdOptions sgd;
   std::chrono::milliseconds timeout{60000};  // any wait on another replica
+  std::shared_ptr<EmulatedLink> link;        // dp: replica 0's link (network.link_gbps)
 };
 
 // The strategy names gradsync knows, in the order the docs list them.

@@ -16,14 +16,9 @@
 #include <vector>
 
 #include "worker/dataset.h"
+#include "worker/model.h"
 
 namespace gradsync {
-
-struct Evaluation {
-  double loss = 0;      // mean cross-entropy
-  double accuracy = 0;  // fraction of argmax == label
-  std::int64_t samples = 0;
-};
 
 struct LayerRange {
   std::size_t weight_offset, bias_offset;  // into params() / grads()
@@ -31,7 +26,7 @@ struct LayerRange {
   std::size_t end() const { return bias_offset + static_cast<std::size_t>(out); }
 };
 
-class Mlp {
+class Mlp final : public Model {
  public:
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
@@ -39,12 +34,12 @@ class Mlp {
   Mlp(std::vector<int> widths, int max_batch);
 
   // PyTorch's nn.Linear default: W, b ~ U(-1/sqrt(in), 1/sqrt(in)), from `seed` alone.
-  void init_params(std::uint64_t seed);
+  void init_params(std::uint64_t seed) override;
 
-  std::span<float> params() { return params_; }
-  std::span<float> grads() { return grads_; }
+  std::span<float> params() override { return params_; }
+  std::span<float> grads() override { return grads_; }
   std::span<const float> params() const { return params_; }
-  std::size_t param_count() const { return params_.size(); }
+  std::size_t param_count() const override { return params_.size(); }
   const std::vector<LayerRange>& layers() const { return layers_; }
   const std::vector<int>& widths() const { return widths_; }
 
@@ -53,16 +48,15 @@ class Mlp {
   // them, or adding to them when `accumulate` (micro-batches of one optimizer step, with
   // grad_scale = 1/k). Returns the mean loss. indices.size() must be in [1, max_batch].
   double forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
-                          float grad_scale = 1.0f, bool accumulate = false);
+                          float grad_scale = 1.0f, bool accumulate = false) override;
 
-  // Called during backward with each layer's range [begin, end) of grads() as soon as it is
-  // final (last layer first), so a strategy can start reducing it while backward continues.
-  void set_grad_ready_callback(std::function<void(std::size_t begin, std::size_t end)> callback) {
+  // Each layer's range, last layer first (see Model).
+  void set_grad_ready_callback(GradReadyCallback callback) override {
     grad_ready_ = std::move(callback);
   }
 
   // Test loss and accuracy over the whole dataset (in chunks of max_batch); parameters unchanged.
-  Evaluation evaluate(const Dataset& data);
+  Evaluation evaluate(const Dataset& data) override;
 
  private:
   // Aligned to Eigen's widest packet: vectorised loops then split every range into the same
@@ -91,7 +85,7 @@ class Mlp {
   std::vector<Matrix> deltas_;       // [l] = d(loss)/d(pre-activation of layer l)
   FlatBuffer transposed_weight_;      // W^T of one layer, for the input gradient
   std::vector<std::int64_t> eval_indices_;
-  std::function<void(std::size_t, std::size_t)> grad_ready_;
+  GradReadyCallback grad_ready_;
 };
 
 }  // namespace gradsync

@@ -43,7 +43,7 @@ class Pipeline {
  public:
   Pipeline(int send_fd, int recv_fd, const LinkHeader& header, std::span<const RingStep> steps,
            std::size_t chunk_bytes, std::span<float> scratch, Clock::time_point deadline,
-           Traffic& traffic)
+           Traffic& traffic, EmulatedLink* link)
       : send_fd_(send_fd),
         recv_fd_(recv_fd),
         header_(header),
@@ -52,12 +52,14 @@ class Pipeline {
         scratch_(reinterpret_cast<std::byte*>(scratch.data())),
         deadline_(deadline),
         traffic_(traffic),
+        link_(link),
         done_(steps.size(), 0) {}
 
   void run() {
     try {
       while (!sending_done() || !receiving_done()) {
         send_blocked_ = false;
+        send_throttled_ = receive_throttled_ = false;
         // Alternate one send and one receive per turn so that neither link idles while the
         // other one is busy; poll only when neither can move.
         bool progressed = !sending_done() && try_send();
@@ -116,8 +118,14 @@ class Pipeline {
       if (ready <= send_offset_) return false;  // gated: waits for our own receive side
       data = steps_[send_step_].send + send_offset_;
       size = ready - send_offset_;
+      if (link_ != nullptr) {
+        size = link_->send.take(size);
+        if (size == 0) return send_throttled_ = true, false;
+      }
     }
+    const bool charged = link_ != nullptr && header_sent_ == kHeaderBytes;
     const ssize_t n = ::send(send_fd_, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (charged) link_->send.refund(size - static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     if (n < 0) {
       if (!would_block(errno))
         throw LinkFailure{LinkFailure::Kind::kClosed, false, std::strerror(errno)};
@@ -155,7 +163,13 @@ class Pipeline {
       into = scratch_ + (recv_offset_ - chunk_begin);
       size = chunk_end - recv_offset_;
     }
+    const bool charged = link_ != nullptr && step != nullptr;
+    if (charged) {
+      size = link_->receive.take(size);
+      if (size == 0) return receive_throttled_ = true, false;
+    }
     const ssize_t n = ::recv(recv_fd_, into, size, MSG_DONTWAIT);
+    if (charged) link_->receive.refund(size - static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     if (n == 0) throw LinkFailure{LinkFailure::Kind::kClosed, true, "connection closed"};
     if (n < 0) {
       if (!would_block(errno))
@@ -225,16 +239,30 @@ class Pipeline {
     pollfd fds[2];
     nfds_t count = 0;
     if (sending) fds[count++] = {send_fd_, short(POLLIN | (send_blocked_ ? POLLOUT : 0)), 0};
-    if (receiving) fds[count++] = {recv_fd_, POLLIN, 0};
-    const int rc = ::poll(fds, count, poll_timeout_ms(deadline_));
+    // A throttled receive waits for credit, not for data: polling POLLIN would spin.
+    if (receiving) fds[count++] = {recv_fd_, short(receive_throttled_ ? 0 : POLLIN), 0};
+    const Clock::time_point wake = throttle_wake();
+    const int rc = ::poll(fds, count, poll_timeout_ms(std::min(deadline_, wake)));
     if (rc < 0) {
       if (errno == EINTR) return;
       throw LinkFailure{LinkFailure::Kind::kClosed, receiving, std::strerror(errno)};
     }
+    if (rc == 0 && wake < deadline_) return;  // credit is due: try again
     // Timed out: blame the side that holds us up: the left while we still wait for its bytes
     // (a gated send waits for them too), else the right, which stopped taking ours.
     if (rc == 0) throw LinkFailure{LinkFailure::Kind::kTimeout, receiving, ""};
     if (sending && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) check_right_link();
+  }
+
+  // When the emulated link will have credit for a throttled side again (time_point::max()
+  // when nothing is throttled).
+  Clock::time_point throttle_wake() const {
+    Clock::time_point wake = Clock::time_point::max();
+    if (send_throttled_) wake = std::min(wake, Clock::now() + link_->send.wait_for(chunk_bytes_));
+    if (receive_throttled_) {
+      wake = std::min(wake, Clock::now() + link_->receive.wait_for(chunk_bytes_));
+    }
+    return wake;
   }
 
   void check_right_link() {
@@ -257,6 +285,7 @@ class Pipeline {
   std::byte* const scratch_;
   const Clock::time_point deadline_;
   Traffic& traffic_;
+  EmulatedLink* const link_;
 
   LinkHeader received_header_{};
   std::size_t header_sent_ = 0;
@@ -267,6 +296,8 @@ class Pipeline {
   std::size_t recv_offset_ = 0;
   std::vector<std::size_t> done_;  // per step: received bytes that are final (reduced if need be)
   bool send_blocked_ = false;
+  bool send_throttled_ = false;
+  bool receive_throttled_ = false;
 };
 
 }  // namespace
@@ -286,8 +317,9 @@ std::string describe(const LinkHeader& header) {
 
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
                        std::span<const RingStep> steps, std::size_t chunk_bytes,
-                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic) {
-  Pipeline(send_fd, recv_fd, header, steps, chunk_bytes, scratch, deadline, traffic).run();
+                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic,
+                       EmulatedLink* link) {
+  Pipeline(send_fd, recv_fd, header, steps, chunk_bytes, scratch, deadline, traffic, link).run();
 }
 
 }  // namespace gradsync::tcp

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "allreduce/tcp/socket.h"
+#include "common/emulated_link.h"
 
 namespace gradsync::tcp {
 
@@ -80,9 +81,11 @@ struct Traffic {
 
 // Runs one collective over the links; throws LinkFailure. `scratch` holds at least one chunk
 // of floats; `chunk_bytes` is a positive multiple of sizeof(float). Counts payload bytes into
-// `traffic` as they move, so a failure still reports what went through.
+// `traffic` as they move, so a failure still reports what went through. With a `link`, payload
+// bytes move only as fast as its buckets allow (headers are not charged).
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
                        std::span<const RingStep> steps, std::size_t chunk_bytes,
-                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic);
+                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic,
+                       EmulatedLink* link = nullptr);
 
 }  // namespace gradsync::tcp

@@ -178,7 +178,8 @@ class TcpRing final : public Communicator {
       tcp::Traffic traffic;
       try {
         tcp::run_ring_pipeline(links_.right.fd(), links_.left.fd(), header, steps, chunk_bytes_,
-                               scratch_, Clock::now() + options_.timeout, traffic);
+                               scratch_, Clock::now() + options_.timeout, traffic,
+                               options_.link.get());
       } catch (const LinkFailure& failure) {
         count_traffic(traffic);
         fail(work, header, failure);

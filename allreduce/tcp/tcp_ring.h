@@ -27,6 +27,7 @@
 
 #include "allreduce/communicator.h"
 #include "allreduce/store.h"
+#include "common/emulated_link.h"
 
 namespace gradsync {
 
@@ -35,6 +36,7 @@ struct TcpRingOptions {
   std::string bind_host = "127.0.0.1";  // this rank's listening address for its left neighbour
   std::size_t chunk_bytes = 1 << 20;     // pipelining granularity of a segment
   std::string store_prefix = "ring";     // several communicators can share one Store
+  std::shared_ptr<EmulatedLink> link;    // network.link_gbps: caps payload bytes; null: none
 };
 
 // Connects the ring: publishes this rank's address in `store`, connects to the next rank and

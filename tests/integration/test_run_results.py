@@ -42,7 +42,7 @@ with tempfile.TemporaryDirectory() as out:
             model_bytes = 4 * (32 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10)
             check(sent == steps * (workers - 1) * model_bytes,
                   f"{run}: replica 0 sends (N-1) models per step")
-            check(summary["busiest_node"]["name"] == "rank 0", f"{run}: replica 0 is the busiest")
+            check(summary["busiest_node"]["name"] == "replica 0", f"{run}: replica 0 is the busiest")
         trace = json.load(open(os.path.join(d, "trace.json")))
         names = {e["tid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
         check(names == set(range(workers)), f"{run}: one trace track per rank")

@@ -72,6 +72,50 @@ def make_run(parent, name, strategy, workers, steps=500, step_s=0.005):
     return folder
 
 
+# sweep.csv exactly as `gradsync sweep` writes it.
+SWEEP_HEADER = ("run,strategy,workers,servers,mode,link_gbps,parameters,global_batch,steps,"
+                "samples_per_s,scaling_efficiency,step_s,compute_s,communicate_s,wait_s,"
+                "comm_share,busiest_node,busiest_bytes_per_step")
+SWEEP_NS = [1, 2, 4, 8]
+SWEEP_PARAMS = 1_200_000
+
+
+def sweep_rows():
+    """3 series x N in SWEEP_NS, shaped like the cost model: dp's replica 0 and a lone ps shard
+    carry ~N model copies a step, the ring's ranks ~2 (sent + received each)."""
+    model = SWEEP_PARAMS * 4
+    rows = []
+    for strategy, servers, mode in (("dp", 0, ""), ("ps", 1, "sync"), ("allreduce", 0, "")):
+        for n in SWEEP_NS:
+            if strategy == "dp":
+                name, node, moved, slow = f"dp-n{n}", "replica 0", 2 * (n - 1) * model, 0.35
+            elif strategy == "ps":
+                name, node, moved, slow = (f"ps-k1-sync-n{n}", "server 0",
+                                           max(2 * n * model / servers, 2 * model), 0.3)
+            else:
+                name, node, moved, slow = f"allreduce-n{n}", "rank 0", 4 * (n - 1) / n * model, 0.05
+            step_s = 0.01 * (1 + slow * (n - 1))
+            comm = step_s - 0.01
+            rate = 256 * n / step_s
+            eff = "" if n == 1 else f"{rate / (256 / 0.01) / n:.4f}"
+            rows.append(f"{name},{strategy},{n},{servers},{mode},10,{SWEEP_PARAMS},{256 * n},200,"
+                        f"{rate:.1f},{eff},{step_s:.6f},0.01,{comm * 0.7:.6f},{comm * 0.3:.6f},"
+                        f"{comm / step_s:.4f},{node},{moved:.0f}")
+    return rows
+
+
+def make_sweep(root, rows=None, header=SWEEP_HEADER, run_folders=()):
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "sweep.csv"), "w") as f:
+        f.write("\n".join([header] + (rows if rows is not None else sweep_rows())) + "\n")
+    with open(os.path.join(root, "sweep.md"), "w") as f:
+        f.write("# sweep\n")
+    for name in run_folders:
+        strategy, n = name.split("-")[0], int(name.rsplit("-n", 1)[1])
+        make_run(root, name, strategy, n, steps=200, step_s=0.01 * (1 + 0.1 * (n - 1)))
+    return root
+
+
 def run_plot(*args):
     return subprocess.run([PYTHON, SCRIPT, *args], capture_output=True, text=True, timeout=120)
 
@@ -136,11 +180,72 @@ def test_bad_csv_row_named(tmp):
     assert "metrics.csv" in lines[0], f"stderr {r.stderr!r}"
 
 
+SWEEP_PLOTS = ["scaling_throughput.png", "busiest_node_bytes.png", "comm_share.png"]
+
+
+def test_sweep_folder(tmp):
+    names = [row.split(",")[0] for row in sweep_rows()]
+    present = [n for n in names if n != "allreduce-n8"]  # a failed grid point: no folder
+    root = make_sweep(os.path.join(tmp, "sweep"), run_folders=present)
+    r = run_plot(root)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    out = os.path.join(root, "plots")
+    # One timeline per series, its largest N with a run folder (allreduce-n8 has none).
+    expected = (SWEEP_PLOTS + ["loss_vs_time.png", "throughput.png", "step_breakdown.png"] +
+                ["timeline_dp-n8.png", "timeline_ps-k1-sync-n8.png", "timeline_allreduce-n4.png"])
+    for name in expected:
+        check_png(os.path.join(out, name))
+    for name in SWEEP_PLOTS:  # lines, labels, legend: well past a blank canvas
+        size = os.path.getsize(os.path.join(out, name))
+        assert size > 30000, f"{name}: only {size} bytes"
+    printed = set(r.stdout.split())
+    assert printed == {os.path.join(out, n) for n in expected}, f"printed {r.stdout!r}"
+
+
+def test_sweep_without_run_folders(tmp):
+    root = make_sweep(os.path.join(tmp, "sweep"))
+    out = os.path.join(tmp, "out")
+    r = run_plot(root, "--out", out)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    for name in SWEEP_PLOTS:
+        check_png(os.path.join(out, name))
+    assert set(os.listdir(out)) == set(SWEEP_PLOTS), f"wrote {sorted(os.listdir(out))}"
+
+
+def expect_sweep_error(root, *fragments):
+    r = run_plot(root)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, f"exit {r.returncode}, {r.stderr!r}"
+    for fragment in (os.path.join(root, "sweep.csv"),) + fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    assert not os.path.exists(os.path.join(root, "plots", "scaling_throughput.png"))
+
+
+def test_sweep_missing_column_named(tmp):
+    columns = SWEEP_HEADER.split(",")
+    drop = columns.index("comm_share")
+    rows = [",".join(f for i, f in enumerate(row.split(",")) if i != drop) for row in sweep_rows()]
+    header = ",".join(c for c in columns if c != "comm_share")
+    root = make_sweep(os.path.join(tmp, "sweep"), rows, header, run_folders=["dp-n2"])
+    expect_sweep_error(root, "comm_share")
+
+
+def test_sweep_bad_number_named(tmp):
+    rows = sweep_rows()
+    fields = rows[2].split(",")
+    fields[SWEEP_HEADER.split(",").index("samples_per_s")] = "fast"
+    rows[2] = ",".join(fields)
+    root = make_sweep(os.path.join(tmp, "sweep"), rows, run_folders=["dp-n2"])
+    expect_sweep_error(root, "sweep.csv:4", "samples_per_s", "'fast'")
+
+
 def main():
     keep = "--keep" in sys.argv
     tmp = tempfile.mkdtemp(prefix="plot_results_test_")
     tests = [test_comparison_folder, test_single_run_default_out, test_no_summary_fails,
-             test_malformed_file_named, test_bad_csv_row_named]
+             test_malformed_file_named, test_bad_csv_row_named, test_sweep_folder,
+             test_sweep_without_run_folders, test_sweep_missing_column_named,
+             test_sweep_bad_number_named]
     passed = failed = 0
     try:
         for test in tests:

@@ -157,13 +157,13 @@ runs:
 TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(error_of("data: {kind: synthetic}\nworkerz: 2\n") ==
         "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, train, "
-        "data, model, comm, ps, output, runs)");
+        "data, model, comm, ps, network, sweep, output, runs)");
   CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
         "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
         "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
         "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
-        "train, data, model, comm, ps, output)");
+        "train, data, model, comm, ps, network, sweep, output)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - name: a\n    runs: []\n")
             .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
   CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
@@ -171,7 +171,8 @@ TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: 0.1, lr: 0.2}\n") ==
         "presets/x.yaml:2: train.lr: duplicate key");
   CHECK(error_of("data: {kind: synthetic}\nmodel: {hidden: [1], extra: {a: 1}}\n")
-            .starts_with("presets/x.yaml:2: model.extra: unknown key (known in model: hidden)"));
+            .starts_with("presets/x.yaml:2: model.extra: unknown key (known in model: kind, hidden, "
+                         "parameters, compute_ms, layers)"));
 }
 
 TEST_CASE("preset: sections and runs must have the right shape") {
@@ -305,7 +306,7 @@ TEST_CASE("preset: bad --set overrides") {
         "weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of(kSynthetic, {"lr=3"}) ==
         "--set: lr: unknown key (known at top level: strategy, workers, train, data, model, "
-        "comm, ps, output)");
+        "comm, ps, network, sweep, output)");
   CHECK(error_of(kSynthetic, {"train=3"}).starts_with("--set: train: is a section, not a key"));
   CHECK(error_of(kSynthetic, {"name=x"}) == "--set: name: allowed only inside a runs entry");
   CHECK(error_of(kSynthetic, {"train.batch=1.5"}) ==
@@ -432,9 +433,10 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "train.steps", "train.epochs", "train.batch", "train.lr", "train.momentum",
       "train.weight_decay", "train.seed", "train.eval_every", "train.target_accuracy",
       "train.accumulation_steps", "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
-      "data.classes", "model.hidden", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs",
+      "data.classes", "model.kind", "model.hidden", "model.parameters", "model.compute_ms",
+      "model.layers", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs",
       "ps.servers", "ps.mode", "ps.staleness", "ps.continue_without_dead_workers", "ps.bind",
-      "ps.curve_keys", "ps.heartbeat_s",
+      "ps.curve_keys", "ps.heartbeat_s", "network.link_gbps", "sweep.workers",
       "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on
   std::istringstream lines(table);

@@ -1,0 +1,78 @@
+// The alpha-beta (Hockney) cost of one step's gradient synchronisation, per strategy, as
+// gradsync implements it. A message costs alpha seconds of latency, a byte beta seconds
+// (beta = 1 / link bandwidth). Every process has its own full-duplex link: it may send and
+// receive at 1/beta at the same time, and its sends (and its receives) share that one link.
+// S = model bytes, N workers, K parameter-server shards. The time is along the critical path:
+//
+//   dp    replica 0 receives N-1 gradients, then sends N-1 parameter copies, one after the
+//         other through its one link: 2(N-1) messages, 2(N-1)S bytes.
+//   ps    sync, pushes and pulls pipelined by chunk (a shard updates and answers chunk c while
+//         chunk c+1 still arrives): 2 messages, max(S, N*S/K) bytes — the worker's link carries
+//         S each way, each shard's link N*S/K each way; the slower link sets the pace.
+//   ring  reduce-scatter then all-gather in every one of B buckets: 2(N-1)B messages,
+//         2(N-1)/N * S bytes each way on every link.
+//
+// N = 1 costs nothing for dp and ring; ps still sends S and receives S (2 messages).
+// The ring's bytes per link approach 2S while a ps worker's stay S: with K >= N/2 shards on
+// their own links, ps overtakes the ring (BytePS's observation), and the model says where.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gradsync::cost {
+
+enum class Scheme { kDp, kPs, kRing };
+
+// "dp", "ps", "ring" (also "allreduce"); throws ConfigError naming the value otherwise.
+Scheme parse_scheme(const std::string& name);
+std::string scheme_name(Scheme scheme);  // "dp", "ps", "ring"
+
+struct Scenario {
+  Scheme scheme = Scheme::kRing;
+  int workers = 1;           // N >= 1
+  int servers = 1;           // K >= 1, ps only
+  double model_bytes = 0;    // S
+  int buckets = 1;           // B >= 1, ring only: separate all-reduces per step
+};
+
+struct LinkParams {
+  double alpha_s = 0;          // latency per message, seconds
+  double beta_s_per_byte = 0;  // seconds per byte = 1 / bandwidth
+  double gbps() const;         // bandwidth in Gbit/s (infinity when beta is 0)
+};
+
+// time = messages * alpha + bytes * beta
+struct CostTerms {
+  double messages = 0;
+  double bytes = 0;
+  double seconds(const LinkParams& link) const { return messages * link.alpha_s + bytes * link.beta_s_per_byte; }
+};
+
+// The critical path of one step. Throws ConfigError on N < 1, K < 1, B < 1 or S < 0.
+CostTerms step_terms(const Scenario& scenario);
+
+// Bytes sent plus received per step by the node that moves the most: replica 0 for dp,
+// a shard (2N*S/K) or a worker (2S), whichever is more, for ps, any worker for the ring.
+double busiest_node_bytes(const Scenario& scenario);
+
+// The smallest K (1 <= K <= max_servers) at which ps's step is faster than the ring's with the
+// same N, S and link (ring with one bucket); 0 when no such K. Strictly faster: a tie (N = 2
+// with no latency: both move S) is not a win.
+int ps_servers_to_beat_ring(int workers, double model_bytes, const LinkParams& link,
+                            int max_servers);
+
+// One measured run, for calibration.
+struct Observation {
+  std::string label;  // run name, for messages
+  Scenario scenario;
+  double measured_s = 0;  // communication per step (communicate + wait), seconds
+};
+
+// Fits alpha and beta (both >= 0) to the observations by least squares on the relative error
+// (each run counts equally whatever its size). Throws ConfigError when fewer than two
+// observations have a positive measured time, or when they cannot separate alpha from beta.
+LinkParams calibrate(std::span<const Observation> observations);
+
+}  // namespace gradsync::cost

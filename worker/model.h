@@ -1,0 +1,54 @@
+// Model: what the worker loop trains. One flat parameter buffer and one flat gradient buffer,
+// whose ranges are what every strategy moves (a bucket, a key range, an all-reduce).
+//
+//   model.init_params(seed);                              // the same on every replica
+//   loss = model.forward_backward(data, batch_indices);   // fills grads()
+//   model.evaluate(test)                                  // loss and accuracy, params unchanged
+//
+// Implementations: Mlp (worker/mlp.h), a real network; SyntheticModel
+// (worker/synthetic_model.h), a stand-in with a chosen size and compute time.
+// Buffers stay at the same address for the model's lifetime. Not thread-safe: one per replica.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "worker/dataset.h"
+
+namespace gradsync {
+
+struct Evaluation {
+  double loss = 0;      // mean loss
+  double accuracy = 0;  // fraction of argmax == label (0 for a model without classes)
+  std::int64_t samples = 0;
+};
+
+class Model {
+ public:
+  using GradReadyCallback = std::function<void(std::size_t begin, std::size_t end)>;
+
+  virtual ~Model() = default;
+
+  virtual void init_params(std::uint64_t seed) = 0;
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual std::size_t param_count() const = 0;
+
+  // Runs forward and backward on `indices` of `data` and writes grad_scale times the gradient
+  // of the mean loss into grads(): overwriting them, or adding to them when `accumulate`
+  // (micro-batches of one optimizer step). Returns the mean loss.
+  virtual double forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                                  float grad_scale = 1.0f, bool accumulate = false) = 0;
+
+  // Called during backward with each layer's range [begin, end) of grads() as soon as it is
+  // final (last layer first), so a strategy can start reducing it while backward continues.
+  virtual void set_grad_ready_callback(GradReadyCallback callback) = 0;
+
+  // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
+  virtual bool evaluates() const { return true; }
+  virtual Evaluation evaluate(const Dataset& data) = 0;
+};
+
+}  // namespace gradsync
