@@ -2,8 +2,12 @@
 
 #include <iostream>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "experiments/preset.h"
+#include "experiments/run_experiment.h"
+#include "experiments/teach/dp_vs_ddp.h"
 #include "experiments/teach/ring_schedule.h"
 
 namespace gradsync {
@@ -42,6 +46,31 @@ Lesson add_ring_lesson(CLI::App& teach) {
           }};
 }
 
+Lesson add_dp_vs_ddp_lesson(CLI::App& teach) {
+  struct Options {
+    std::string preset = "dp-vs-ddp";
+    std::vector<std::string> overrides;
+    std::string output;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* lesson = teach.add_subcommand(
+      "dp-vs-ddp", "run DataParallel-style dp and DDP-style allreduce on the same model and "
+                   "links, and print measured bytes and times beside the model's prediction");
+  lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
+  lesson->add_option("--set", options->overrides, "override a key, e.g. network.link_gbps=2");
+  lesson->add_option("--output", options->output, "results root (default: output.dir)");
+  return {lesson, [options] {
+            const Preset preset = load_preset(
+                find_preset(options->preset, GRADSYNC_SOURCE_DIR "/experiments/presets"),
+                options->overrides);
+            const PresetOutcome outcome = run_preset(preset, options->output);
+            std::cout << "\n"
+                      << teach::render_dp_vs_ddp(teach::dp_vs_ddp_rows(preset.runs, outcome.runs))
+                      << "\nresults: " << outcome.dir << "\n";
+            return 0;
+          }};
+}
+
 }  // namespace
 
 TeachCommand add_teach_command(CLI::App& parent) {
@@ -50,6 +79,7 @@ TeachCommand add_teach_command(CLI::App& parent) {
   teach->require_subcommand(1);
   std::vector<Lesson> lessons;
   lessons.push_back(add_ring_lesson(*teach));
+  lessons.push_back(add_dp_vs_ddp_lesson(*teach));
   return {teach, [lessons = std::move(lessons)] {
             for (const Lesson& lesson : lessons) {
               if (lesson.app->parsed()) return lesson.run();

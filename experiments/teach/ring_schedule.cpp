@@ -255,11 +255,12 @@ void render_traffic(std::ostringstream& out, const RingSchedule& s) {
   if (min_sent == max_sent) {
     out << ".\n";
   } else {
-    out << ";\n  here " << min_sent << " or " << max_sent
+    out << ";\n  here " << (max_sent - min_sent > sizeof(float) ? "from " : "") << min_sent
+        << (max_sent - min_sent > sizeof(float) ? " to " : " or ") << max_sent
         << ": rank r never sends segments r+1 and r+2, and segments differ by one element.\n";
   }
   if (any_empty) out << "  A message of an empty segment carries nothing: TcpRing skips it.\n";
-  if (n > 1) {
+  if (n > 1 && !any_empty) {
     out << (n == 2 ? "  Both" : "  All " + std::to_string(n))
         << " links are busy in every step, each with about S/N: 2(N-1) = " << 2 * (n - 1)
         << " steps of S/N.\n";
