@@ -2,12 +2,16 @@
 #   make demo   install what is missing, build, run the quickstart preset, plot it
 #   make test   install what is missing, build, run every test (ctest)
 #   make bench  also install the peers (PyTorch on OpenBLAS, ...) and compare against them
+#   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each   (docs/testing.md)
+#   make check-sanitize  every test under ASan+UBSan (build-asan), then TSan (build-tsan)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 PYTHON := /usr/bin/python3
 GRADSYNC := $(BUILD)/bin/gradsync
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := fuzz_wire_format fuzz_idx_reader fuzz_preset
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps build demo test bench clean fuzz check-sanitize
 
 all: build
 
@@ -36,6 +40,25 @@ test: build
 bench: build
 	@scripts/install-deps.sh --bench
 	@scripts/bench-mlp-vs-pytorch.sh $(GRADSYNC)
+
+# Fuzz targets need clang's libFuzzer, so they get their own build folder and compiler; each runs
+# on a scratch copy of fuzz/corpus/<target>, so the checked-in seeds never grow.
+fuzz:
+	@scripts/install-deps.sh --fuzz
+	@cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DGRADSYNC_FUZZ=ON -DGRADSYNC_SANITIZE=address,undefined -DGRADSYNC_BUILD_TESTS=OFF \
+	  -DGRADSYNC_BUILD_BENCHMARKS=OFF > build-fuzz.configure.log 2>&1 || \
+	  { cat build-fuzz.configure.log; exit 1; }
+	@grep "gradsync:" build-fuzz.configure.log || true
+	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	@fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Both builds run even if the first fails, so one make shows every finding.
+check-sanitize: deps
+	@status=0; \
+	tests/sanitizers/check.sh address,undefined build-asan $(JOBS) || status=1; \
+	tests/sanitizers/check.sh thread build-tsan $(JOBS) || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

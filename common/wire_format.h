@@ -16,6 +16,15 @@
 // Payloads: PUSHPULL, REPLY and INIT carry exactly 4 bytes per key of their range; ERROR
 // carries 1..4096 bytes of text; every other type carries none.
 //
+// Chunks: a shard's key range is cut into chunks of kChunkKeys keys from its first key, the last
+// one shorter (an empty range is one empty chunk). A PUSHPULL carries exactly one chunk (its key
+// range names it), so a worker sends its gradient of a shard's range as one PUSHPULL per chunk,
+// in order, all with the same step; a REPLY also carries one chunk, and the REPLYs answering a
+// PULL or a step tile the range in order. That is what lets a sync shard update and answer chunk
+// c as soon as every worker pushed it, while chunk c + 1 is still arriving. INIT carries the
+// whole range. Whether a range is one of the receiver's chunks depends on the shard's range, so
+// the shard checks it (decode_header cannot).
+//
 // decode_header() checks every field that can be checked without context (magic, version,
 // known type, key_begin <= key_end, payload size consistent with the type and the range, no
 // more than kMaxPayloadBytes) and throws WireError saying which field is wrong; the shard then
@@ -35,11 +44,12 @@ inline constexpr std::uint32_t kMagic = 0x53505347;  // "GSPS" in memory order
 inline constexpr std::uint16_t kWireVersion = 1;
 inline constexpr std::size_t kHeaderBytes = 48;
 inline constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 33;  // 8 GiB
+inline constexpr std::uint64_t kChunkKeys = std::uint64_t{1} << 17;       // 512 KiB of floats
 
 enum class MessageType : std::uint16_t {
   kHello = 1,      // worker -> shard: rank, world size (aux), model size (key_end); no payload
   kHelloAck = 2,   // shard -> worker: the shard's key range, its version (step); no payload
-  kPushPull = 3,   // worker -> shard: gradient of the shard's range for `step`; reply: params
+  kPushPull = 3,   // worker -> shard: gradient of one chunk for `step`; reply: that chunk's params
   kPull = 4,       // worker -> shard: no payload; reply: params of the range
   kReply = 5,      // shard -> worker: params of the range (payload), staleness in aux
   kError = 6,      // either way: UTF-8 reason in the payload; the receiver fails naming it

@@ -49,6 +49,7 @@ void run_server_process(const std::string& config_path, const std::string& run_d
   options.timeout = comm_timeout(config);
   options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
+  options.link = make_emulated_link(config.network.link_gbps);
 
   PsShard server(options);
   std::cout << "endpoint " << server.endpoint() << std::endl;

@@ -78,6 +78,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
     options.timeout = timeout;
     options.heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
     if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
+    options.link = make_emulated_link(config.network.link_gbps);
     return std::make_unique<PsStrategy>(options);
   }
   if (config.strategy != "allreduce") {

@@ -3,6 +3,7 @@
 #   scripts/install-deps.sh          build, test and demo dependencies
 #   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
 #                                    (PyTorch on OpenBLAS, Gloo, Open MPI)
+#   scripts/install-deps.sh --fuzz   also clang, libFuzzer and llvm-symbolizer for `make fuzz`
 set -euo pipefail
 
 packages=(
@@ -11,9 +12,14 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-matplotlib python3-numpy
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch libopenblas0-serial libgloo-dev openmpi-bin libopenmpi-dev)
-fi
+for flag in "$@"; do
+  case "$flag" in
+    --bench) packages+=(python3-torch libopenblas0-serial libgloo-dev openmpi-bin libopenmpi-dev) ;;
+    # libFuzzer's runtime is in libclang-rt-14-dev, which clang does not pull in; llvm-14 has the
+    # symbolizer that turns sanitizer stacks into file:line.
+    --fuzz) packages+=(clang libclang-rt-14-dev llvm-14) ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
+#include "common/wire_format.h"
 #include "server/ps_client.h"
 
 namespace gradsync {
@@ -22,6 +24,15 @@ std::vector<KeyRange> balanced_ranges(std::uint64_t total, int shards) {
     ranges[i].end = ranges[i].begin + base + (i < extra ? 1 : 0);
   }
   return ranges;
+}
+
+std::vector<KeyRange> chunk_ranges(KeyRange range) {
+  std::vector<KeyRange> chunks;
+  // ceil(size / kChunkKeys) chunks, at least one, so even an empty range gets one message.
+  for (std::uint64_t at = range.begin; at < range.end || chunks.empty(); at += wire::kChunkKeys) {
+    chunks.push_back({at, std::min(range.end, at + wire::kChunkKeys)});
+  }
+  return chunks;
 }
 
 }  // namespace gradsync

@@ -1,26 +1,26 @@
 // ParamStore: one shard's slice of the parameters and the Sgd that updates it, chunk by chunk.
 //
 //   ParamStore store(range.size(), sgd);
-//   store.set(init_payload);                                   // INIT
-//   store.apply_average(pushes, [&](Chunk c) { send(c); });    // sync: mean of N gradients
-//   store.apply(push, [&](Chunk c) { send(c); });              // async / ssp: one gradient
-//   Buffer reply = store.snapshot(chunk);                      // shares the array, no copy
+//   store.set(init_payload);                         // INIT
+//   store.apply(c, pushes);   // chunk c: one Sgd step with the mean of the pushes (one per worker)
+//   Buffer reply = store.snapshot(store.chunks()[c]);   // shares the array, no copy
 //
-// Updates run chunk by chunk (kChunkFloats, 1 MiB) and call `ready` after each, so the shard
-// sends chunk i while it computes chunk i + 1, and the worker copies chunk i into place while
-// chunk i + 1 is on the wire: the optimizer and the final copy hide behind the transfer.
+// The range is cut into chunks of wire::kChunkKeys (512 KiB of floats), the unit of PUSHPULL and
+// REPLY messages. Each update is of one chunk, so a sync shard updates and answers chunk c as
+// soon as every worker pushed it, while chunk c + 1 is still on the wire, and an async shard
+// applies each chunk of a push as it arrives.
 //
 // Replies send the parameters without copying them: snapshot() hands out a Buffer that shares
-// the current array. An update writes in place when no snapshot of it is still held (the usual
-// case in sync mode: every reply of step t has left before a push of step t+1 can arrive), and
-// otherwise into another array first (copy-on-write), so bytes that ZeroMQ is still sending
-// never change under it. Within one update, chunk i's snapshots are never written again.
-// Snapshots may be released on any thread (ZeroMQ's I/O thread does); everything else is for
-// the one thread that owns the store.
+// the current array and marks its chunk as held. An update of chunk c writes in place when no
+// snapshot of chunk c is still held (the usual case in sync mode: every reply of chunk c of
+// step t has left before any worker can push chunk c of step t + 1), even while other chunks'
+// snapshots are being sent (their bytes are not touched); otherwise it writes into a copy of
+// the whole array first (copy-on-write), so bytes that ZeroMQ is still sending never change
+// under it, and the copy starts with no chunk held. Snapshots may be released on any thread
+// (ZeroMQ's I/O thread does); everything else is for the one thread that owns the store.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -32,24 +32,25 @@ namespace gradsync {
 
 class ParamStore {
  public:
-  static constexpr std::size_t kChunkFloats = std::size_t{1} << 18;  // 1 MiB of floats
+  static constexpr std::size_t kChunkFloats = wire::kChunkKeys;
 
   // A piece of the range, as offsets into it. An empty range has one empty chunk, so every
   // reply has at least one message.
   struct Chunk {
     std::size_t begin = 0;
     std::size_t end = 0;
+    std::size_t size() const { return end - begin; }
   };
-  using ChunkReady = std::function<void(Chunk)>;
 
   ParamStore(std::size_t size, const SgdOptions& sgd);
 
   // The initial parameters: size() floats as raw little-endian bytes.
   void set(std::span<const std::byte> floats);
-  // One Sgd step with the average of `grads` (one gradient per worker, each size() floats).
-  void apply_average(std::span<const Buffer> grads, const ChunkReady& ready);
-  // One Sgd step with `grad` as it is.
-  void apply(const Buffer& grad, const ChunkReady& ready);
+  // One Sgd step on chunk `c` with the mean of `grads` (one per worker, each the chunk's floats
+  // as raw bytes), summed in the order given (rank order: the result must not depend on which
+  // push arrived first) and then scaled by 1/N, as the dp strategy does, so a sync parameter
+  // server and dp compute bit-identical averages from the same gradients.
+  void apply(std::size_t c, std::span<const Buffer> grads);
 
   const std::vector<Chunk>& chunks() const { return chunks_; }
   Buffer snapshot(Chunk chunk) const;
@@ -59,12 +60,20 @@ class ParamStore {
   std::uint64_t copies_on_write() const { return copies_; }
 
  private:
-  std::span<float> writable();
-  const float* floats_of(const Buffer& buffer);
+  // What a snapshot of one chunk owns: the array (kept alive) and, by being shared, the mark
+  // that the chunk is held (use_count() > 1).
+  struct Hold {
+    std::shared_ptr<std::vector<float>> array;
+  };
+
+  std::span<float> writable(std::size_t c);
+  void fresh_holds();
+  const float* floats_of(const Buffer& buffer, std::size_t n);
 
   std::size_t size_;
   std::vector<Chunk> chunks_;
   std::shared_ptr<std::vector<float>> current_;
+  std::vector<std::shared_ptr<const Hold>> holds_;  // per chunk, all on current_
   // Arrays given up by earlier copy-on-writes; reused once ZeroMQ released them, so a busy
   // async shard does not allocate (and page-fault) a fresh array per update.
   std::vector<std::shared_ptr<std::vector<float>>> spares_;

@@ -5,9 +5,11 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <thread>
 #include <zmq.hpp>
 
 #include "common/error.h"
+#include "server/link_shaper.h"
 #include "server/shard_link.h"
 
 namespace gradsync {
@@ -46,11 +48,9 @@ class PsClient::Impl {
                   std::to_string(options_.world_size));
     }
     const auto expected = balanced_ranges(options_.model_size, shards);
-    // Replies come in chunks of at most 1 MiB, but a shard may send its range whole; the
-    // largest range bounds what this client accepts.
-    std::uint64_t largest = 0;
-    for (const KeyRange& r : expected) largest = std::max(largest, r.size());
-    const auto max_frame = std::max<std::int64_t>(kMaxErrorFrame, largest * sizeof(float));
+    // Replies come in chunks (wire_format.h), so one chunk bounds what this client accepts.
+    const auto max_frame =
+        std::max<std::int64_t>(kMaxErrorFrame, wire::kChunkKeys * sizeof(float));
     try {
       for (int k = 0; k < shards; ++k) {
         links_.emplace_back(context_, k, options_.endpoints[k], expected[k], options_.curve,
@@ -71,7 +71,9 @@ class PsClient::Impl {
     if (!broken_.empty()) return;  // shut_down() already closed everything
     heartbeat_.reset();
     // BYE lets the shard tell a clean exit from a crash; a short linger lets it leave without
-    // holding the process long if the shard is gone.
+    // holding the process long if the shard is gone. Messages still queued on the emulated
+    // link belong to requests nobody waits for any more: they go nowhere.
+    shaper_.clear();
     const auto bye = wire::make_header(MessageType::kBye, options_.rank, 0, 0, 0, 0);
     for (ShardLink& link : links_) {
       try {
@@ -101,17 +103,45 @@ class PsClient::Impl {
     const MessageType type = kind == Kind::kInit   ? MessageType::kInit
                              : kind == Kind::kPull ? MessageType::kPull
                                                    : MessageType::kPushPull;
+    // INIT and PULL name each shard's whole range; a push_pull sends one PUSHPULL per chunk of
+    // it (wire_format.h), so a shard can answer chunk c while chunk c + 1 is on its way. The
+    // chunks go round-robin over the shards (chunk 0 of every shard, then chunk 1, ...): every
+    // shard's link gets busy at once instead of the last shard waiting for all the others.
+    // Each rank starts the round at another shard (rank r at shard r mod K), so that the N
+    // workers' chunks reach the shards spread out rather than all at the same shard at once.
+    std::vector<std::vector<KeyRange>> pieces;
+    std::size_t most = 0;
+    for (ShardLink& link : links_) {
+      const KeyRange r = link.range();
+      request.cursor.push_back(r.begin);
+      pieces.push_back(kind == Kind::kPushPull ? chunk_ranges(r) : std::vector<KeyRange>{r});
+      most = std::max(most, pieces.back().size());
+    }
     try {
-      for (ShardLink& link : links_) {
-        const KeyRange r = link.range();
-        request.cursor.push_back(r.begin);
-        // Each shard gets exactly its range: the slice of the caller's buffer, sent in place.
-        Buffer payload;
-        if (kind != Kind::kPull) payload.bytes = std::as_bytes(out.subspan(r.begin, r.size()));
-        link.send(wire::make_header(type, options_.rank, step, r.begin, r.end, payload.size()),
-                  payload, operation(request, link.shard()));
-        request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
+      const std::size_t shards = links_.size();
+      for (std::size_t c = 0; c < most; ++c) {
+        for (std::size_t j = 0; j < shards; ++j) {
+          ShardLink& link = links_[(j + static_cast<std::size_t>(options_.rank)) % shards];
+          if (c >= pieces[link.shard()].size()) continue;
+          const KeyRange piece = pieces[link.shard()][c];
+          // The slice of the caller's buffer, sent in place (zmq_transport.h).
+          Buffer payload;
+          if (kind != Kind::kPull) {
+            payload.bytes = std::as_bytes(out.subspan(piece.begin, piece.size()));
+          }
+          const auto header =
+              wire::make_header(type, options_.rank, step, piece.begin, piece.end, payload.size());
+          request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
+          if (shaper_.shaping()) {
+            const std::size_t bytes = payload.size();
+            shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)});
+          } else {
+            link.send(header, payload, operation(request, link.shard()));
+          }
+        }
       }
+      // What the link lets go at once (a PULL on an idle link) leaves now, not at wait().
+      shaper_.release_sent(Clock::now(), [&](Queued&& q) { transmit(std::move(q)); });
     } catch (const std::exception& e) {
       shut_down(e.what(), std::chrono::milliseconds(0));
       throw;
@@ -127,9 +157,13 @@ class PsClient::Impl {
       throw Error("PsClient::wait: ticket " + std::to_string(ticket) +
                   " was never issued or was already waited for");
     }
-    const auto deadline = Clock::now() + options_.timeout;
+    auto deadline = Clock::now() + options_.timeout;
     try {
-      while (done_.count(ticket) == 0) receive_some(deadline);
+      while (true) {
+        complete_in_order();
+        if (done_.count(ticket) != 0) break;
+        receive_some(deadline);
+      }
     } catch (const std::exception& e) {
       shut_down(e.what(), std::chrono::milliseconds(0));
       throw;
@@ -140,6 +174,29 @@ class PsClient::Impl {
   }
 
  private:
+  // A message waiting for the emulated link: to send (to `shard`), or received (from it).
+  struct Queued {
+    int shard;
+    wire::Header header;
+    Buffer payload;
+  };
+  struct Arrived {
+    int shard;
+    ShardLink::Message message;
+  };
+
+  std::string operation_of(const wire::Header& h, int shard) const {
+    const std::string with = " with shard " + std::to_string(shard);
+    if (h.type == MessageType::kInit) return "init" + with;
+    if (h.type == MessageType::kPull) return "pull" + with;
+    return "push_pull step " + std::to_string(h.step) + with;
+  }
+
+  void transmit(Queued&& q) {
+    ShardLink& link = links_[q.shard];
+    link.send(q.header, q.payload, operation_of(q.header, q.shard));
+  }
+
   struct Request {
     Ticket ticket;
     Kind kind;
@@ -218,27 +275,74 @@ class PsClient::Impl {
     return "HELLO handshake with shard " + std::to_string(link.shard());
   }
 
-  // Waits (until `deadline`) for reply messages from the shards that still owe one.
-  void receive_some(Clock::time_point deadline) {
+  // Requests complete in order: the oldest first, even if a later one was answered sooner.
+  void complete_in_order() {
+    while (!pending_.empty() && pending_.front().remaining == 0) {
+      done_[pending_.front().ticket] = pending_.front().stats;
+      pending_.pop_front();
+    }
+  }
+
+  // Waits (until `deadline`) for reply messages from the shards that still owe one, and with an
+  // emulated link also until the next queued message is due, then releases what is due: the
+  // replies received (filed into place) and the chunks to send, side by side (full duplex).
+  // A chunk leaving the send queue moves the deadline to `timeout` after it: the shard cannot
+  // answer what it has not been sent.
+  void receive_some(Clock::time_point& deadline) {
     std::vector<int> owing;
     for (const ShardLink& link : links_) {
       if (next_request_for(link.shard()) != nullptr) owing.push_back(link.shard());
     }
     std::vector<zmq::pollitem_t> items;
-    if (!poll(owing, deadline, items)) {
-      const ShardLink& link = links_[owing[0]];
+    for (int k : owing) items.push_back({links_[k].socket().handle(), 0, ZMQ_POLLIN, 0});
+    const auto now = Clock::now();
+    auto wake = std::min(deadline, shaper_.next_release());
+    // Past the deadline with messages still queued: those come first, no spinning until then.
+    if (wake <= now && !shaper_.idle()) wake = shaper_.next_release();
+    const auto timeout = poll_timeout(now, wake, std::chrono::milliseconds(options_.timeout));
+    int ready = 0;
+    if (!items.empty()) {
+      ready = zmq::poll(items, timeout);
+    } else if (wake > now) {
+      // Every reply owed is already here, waiting for the link: nothing to poll.
+      std::this_thread::sleep_for(timeout);
+    }
+    if (ready == 0 && shaper_.idle() && Clock::now() >= deadline) {
+      const ShardLink& link = links_[owing.empty() ? 0 : owing[0]];
+      const Request* request = owing.empty() ? nullptr : next_request_for(link.shard());
       throw TimeoutError(link.shard(), link.endpoint(),
-                         operation(*next_request_for(link.shard()), link.shard()),
+                         request ? operation(*request, link.shard()) : "push_pull",
                          "no reply within " + seconds_text(options_.timeout));
     }
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (items[i].revents & ZMQ_POLLIN) file_reply(links_[owing[i]]);
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      ShardLink& link = links_[owing[i]];
+      // Everything that is here, not one message per poll: a reply is many chunks. With an
+      // emulated link each message is stamped with its arrival now, to be filed when due.
+      while (next_request_for(link.shard()) != nullptr || shaper_.shaping()) {
+        auto message = link.try_read(pending_operation(link.shard()));
+        if (!message) break;
+        if (!shaper_.shaping()) {
+          file_reply(link.shard(), *message);
+          continue;
+        }
+        const std::size_t bytes = message->payload.size();
+        shaper_.received(bytes, Arrived{link.shard(), std::move(*message)});
+      }
     }
-    // Requests complete in order: the oldest first, even if a later one was answered sooner.
-    while (!pending_.empty() && pending_.front().remaining == 0) {
-      done_[pending_.front().ticket] = pending_.front().stats;
-      pending_.pop_front();
+    if (shaper_.shaping()) {
+      const auto at = Clock::now();
+      shaper_.release_received(at, [&](Arrived&& a) { file_reply(a.shard, a.message); });
+      shaper_.release_sent(at, [&](Queued&& q) {
+        transmit(std::move(q));
+        deadline = std::max(deadline, at + options_.timeout);
+      });
     }
+  }
+
+  std::string pending_operation(int shard) {
+    const Request* request = next_request_for(shard);
+    return request ? operation(*request, shard) : "reading from shard " + std::to_string(shard);
   }
 
   // The oldest request `shard` has not finished answering: its next message belongs to it.
@@ -249,15 +353,20 @@ class PsClient::Impl {
     return nullptr;
   }
 
-  // Files one REPLY message from `link`. A shard answers INIT with one empty REPLY, and PULL or
-  // PUSHPULL with REPLYs whose ranges tile its range in order (ParamStore's chunks): each is
-  // copied into place as it arrives, while the next one is still on the wire.
-  void file_reply(ShardLink& link) {
-    const int k = link.shard();
-    Request& request = *next_request_for(k);
-    const std::string op = operation(request, k);
-    const ShardLink::Message message = link.read(op);
+  // Files one REPLY message from shard k. A shard answers INIT with one empty REPLY, and PULL
+  // or PUSHPULL with REPLYs whose ranges tile its range in order (its chunks): each is copied
+  // into place as it arrives, while the next one is still on the wire. The request is complete
+  // once every shard's replies reached the end of its range.
+  void file_reply(int k, const ShardLink::Message& message) {
+    const ShardLink& link = links_[k];
+    Request* pending = next_request_for(k);
     const wire::Header& h = message.header;
+    if (pending == nullptr) {
+      throw PeerError(k, link.endpoint(), "reading from shard " + std::to_string(k),
+                      "a reply nobody asked for: " + h.to_string());
+    }
+    Request& request = *pending;
+    const std::string op = operation(request, k);
     const KeyRange r = link.range();
     const std::uint64_t at = request.cursor[k];
     const bool init = request.kind == Kind::kInit;
@@ -288,6 +397,7 @@ class PsClient::Impl {
   // every message, including zero-copy ones pointing into the caller's spans.
   void shut_down(const std::string& why, std::chrono::milliseconds linger) {
     broken_ = why.empty() ? "failed" : why;
+    shaper_.clear();  // nothing queued leaves any more; its spans are the caller's again
     heartbeat_.reset();
     for (ShardLink& link : links_) link.close(linger);
     context_.close();
@@ -308,6 +418,7 @@ class PsClient::Impl {
   Ticket next_ticket_ = 1;
   std::string broken_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
+  LinkShaper<Queued, Arrived> shaper_{options_.link};
 };
 
 PsClient::PsClient(const PsClientOptions& options) : impl_(std::make_unique<Impl>(options)) {}

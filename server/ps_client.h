@@ -9,10 +9,19 @@
 // push_pull until rank 0's INIT has arrived, so the other ranks may pull at once.
 //
 // Each shard owns a contiguous key range of the flat parameter buffer (balanced_ranges();
-// ranges() after the handshake). push_pull sends each shard its gradient range, from the
-// caller's buffer without a copy when it is large, and copies each shard's reply into
-// `params`. A shard replies in chunks of 1 MiB that tile its range in order, sent as soon as
-// its optimizer has updated them, so the copy of one chunk overlaps the transfer of the next.
+// ranges() after the handshake). push_pull sends each shard its gradient range as one PUSHPULL
+// per 512 KiB chunk (chunk_ranges(); round-robin over the shards), from the caller's buffer
+// without a copy when it is large, and copies each shard's reply into `params`. A shard
+// replies chunk by chunk, in order, each chunk as soon as its optimizer has updated it — in
+// sync mode as soon as every worker pushed that chunk — so pushing later chunks overlaps
+// updating and returning earlier ones (BytePS's pipelining), and the copy of one reply chunk
+// overlaps the transfer of the next. wait() returns once every chunk of every shard arrived.
+//
+// Link emulation (options.link, network.link_gbps): payload bytes sent and received are each
+// paced at the link's rate, independently (full duplex): push_pull queues its chunks, and
+// wait() releases each one when the link would have carried it, while it also receives the
+// replies and files each one when the link would have delivered it. Only wait() moves queued
+// chunks: call it soon after push_pull (PsStrategy does at once). Heartbeats are not shaped.
 //
 // Buffers: the spans must stay valid and untouched until wait() returns. If wait() throws, or
 // the client is destroyed with requests outstanding, ZeroMQ has released every span before that
@@ -44,6 +53,8 @@
 #include <string>
 #include <vector>
 
+#include "common/emulated_link.h"
+
 namespace gradsync {
 
 struct KeyRange {
@@ -56,6 +67,10 @@ struct KeyRange {
 // The K contiguous ranges of a buffer of `total` floats, balanced by bytes: the first
 // total % K shards take one extra element.
 std::vector<KeyRange> balanced_ranges(std::uint64_t total, int shards);
+
+// The chunks of a shard's range that PUSHPULL and REPLY messages carry (wire::kChunkKeys keys
+// each from range.begin, the last one shorter; an empty range is one empty chunk).
+std::vector<KeyRange> chunk_ranges(KeyRange range);
 
 // CURVE (libzmq's built-in encryption and authentication): a key pair in Z85 text.
 struct CurveKeys {
@@ -85,6 +100,9 @@ struct PsClientOptions {
   std::chrono::milliseconds timeout{60000};   // handshake, and each wait()
   std::chrono::milliseconds heartbeat{1000};  // zero: no heartbeats (tests of a silent worker)
   std::optional<CurveKeys> curve;             // the shared key pair (with its secret); absent: none
+  // The worker's emulated NIC (network.link_gbps): payload bytes sent and received are each
+  // capped at its rate, full duplex. Null: no cap.
+  std::shared_ptr<EmulatedLink> link;
 };
 
 struct PushPullStats {

@@ -18,6 +18,13 @@
 // traffic() from any thread. With options.curve a small ZAP thread authenticates clients
 // (ZapHandler). The destructor waits up to 1 s for unsent replies, then closes everything.
 //
+// Link emulation (options.link, network.link_gbps): the shard's NIC, full duplex. Each message
+// received is queued until its payload would have come in at the link's rate (behind the other
+// workers' messages: N workers pushing to one shard share its link), and each reply until it
+// would have gone out; the serving loop polls until the next of those moments as well as for
+// its sockets, so receiving and sending proceed side by side in its one thread. HEARTBEATs are
+// handled on arrival and ERRORs sent at once: liveness and failures never wait behind data.
+//
 // Security: binds only to bind_host (127.0.0.1 unless told otherwise). With options.curve the
 // traffic is encrypted and only clients holding the shared key pair can connect; without it
 // anyone who can reach the port can join the run, so use it beyond loopback.

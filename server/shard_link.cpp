@@ -35,8 +35,14 @@ void ShardLink::send(const wire::Header& header, const Buffer& payload,
 }
 
 ShardLink::Message ShardLink::read(const std::string& operation) {
+  std::optional<Message> message = try_read(operation);
+  if (!message) throw PeerError(shard_, endpoint_, operation, "no message after poll");
+  return std::move(*message);
+}
+
+std::optional<ShardLink::Message> ShardLink::try_read(const std::string& operation) {
   std::vector<zmq::message_t> frames = receive_message(socket_);
-  if (frames.empty()) throw PeerError(shard_, endpoint_, operation, "no message after poll");
+  if (frames.empty()) return std::nullopt;
   Message message;
   try {
     message.header = wire::decode_header(

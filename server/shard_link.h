@@ -48,6 +48,8 @@ class ShardLink {
   // The next message, which must be waiting (poll first). An ERROR from the shard, or
   // anything malformed, throws PeerError naming `operation` and the shard's reason.
   Message read(const std::string& operation);
+  // As read(), but nothing when no message is waiting (never blocks).
+  std::optional<Message> try_read(const std::string& operation);
   // Closes the socket, letting queued messages go for at most `linger`.
   void close(std::chrono::milliseconds linger);
 

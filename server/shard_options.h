@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -36,6 +37,10 @@ struct PsShardOptions {
   // Where the shard's one-line reports go (refusals, garbage, dead workers); stderr if empty.
   // Called from the serving thread and, with CURVE, from the authentication thread.
   std::function<void(const std::string&)> log;
+  // The shard's emulated NIC (network.link_gbps): payload bytes sent and received are each
+  // paced at its rate, full duplex (PsShard's send and receive queues); heartbeats and ERRORs
+  // are not queued. Null: no cap.
+  std::shared_ptr<EmulatedLink> link;
 };
 
 const char* mode_name(PsShardOptions::Mode mode);

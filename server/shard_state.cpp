@@ -48,7 +48,13 @@ ShardState::ShardState(const PsShardOptions& options, Clock::time_point now)
       range_(balanced_ranges(options.model_size, options.shards)[options.shard]),
       started_(now),
       store_(range_.size(), options.sgd),
-      workers_(options.world_size) {}
+      workers_(options.world_size),
+      chunk_pushes_(store_.chunks().size(), 0) {
+  for (Worker& w : workers_) {
+    w.got.assign(store_.chunks().size(), false);
+    w.pushed.resize(store_.chunks().size());
+  }
+}
 
 void ShardState::on_message(const std::string& peer, std::span<const Buffer> frames,
                             Clock::time_point now, const std::string& address, const Sink& send) {
@@ -110,14 +116,25 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     reject(peer, header.to_string() + ": shards send this type, they never receive it");
     return;
   }
-  // Parameters move only for this shard's whole range: a worker splits by balanced_ranges()
-  // too, so any other range means a different shard layout or a corrupt sender.
-  const bool carries_range =
-      type == MessageType::kPushPull || type == MessageType::kPull || type == MessageType::kInit;
-  if (carries_range && (header.key_begin != range_.begin || header.key_end != range_.end)) {
+  // Parameters move only for this shard's whole range (PULL, INIT) or one of its chunks
+  // (PUSHPULL): a worker splits by balanced_ranges() and chunk_ranges() too, so any other range
+  // means a different shard layout or a corrupt sender.
+  const bool whole_range = type == MessageType::kPull || type == MessageType::kInit;
+  if (whole_range && (header.key_begin != range_.begin || header.key_end != range_.end)) {
     reject(peer, header.to_string() + ": keys are not this shard's range " +
                      range_text(range_.begin, range_.end));
     return;
+  }
+  std::size_t chunk = 0;
+  if (type == MessageType::kPushPull) {
+    const auto found = chunk_of(header);
+    if (!found) {
+      reject(peer, header.to_string() + ": keys are not a chunk of this shard's range " +
+                       range_text(range_.begin, range_.end) + " (chunks of " +
+                       std::to_string(wire::kChunkKeys) + " keys from its start)");
+      return;
+    }
+    chunk = *found;
   }
   if (type == MessageType::kHeartbeat) {
     // Heartbeats come on the client's own heartbeat connection, never the one that said
@@ -160,17 +177,19 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     case MessageType::kPushPull:
       if (!initialised_) {
         // Rank 0's INIT may still be on its way: answer once the parameters exist. A worker
-        // has one request in flight, a few at most; more is a flood, not a worker.
+        // has one request in flight, a few at most (a push_pull is one message per chunk);
+        // more is a flood, not a worker.
         const auto mine = std::count_if(before_init_.begin(), before_init_.end(),
                                         [&](const Deferred& d) { return d.rank == rank; });
-        if (mine >= kMaxDeferredPerWorker) {
+        const auto limit = kMaxDeferredPerWorker * static_cast<long>(store_.chunks().size());
+        if (mine >= limit) {
           return reject(peer, header.to_string() + ": too many requests before INIT");
         }
-        before_init_.push_back({rank, header, payload});
+        before_init_.push_back({rank, header, payload, chunk});
         return;
       }
       if (type == MessageType::kPull) return reply(rank, 0);
-      return push_pull(rank, header, payload);
+      return push_pull(rank, header, payload, chunk);
     case MessageType::kBye:
       return bye(rank);
     default:
@@ -221,7 +240,7 @@ void ShardState::bye(int rank) {
   Worker& w = workers_[rank];
   w.presence = Presence::kLeft;
   w.held_staleness.reset();
-  if (options_.mode == Mode::kSync && pushed_this_step_ > 0) {
+  if (options_.mode == Mode::kSync && pushes_this_step_ > 0) {
     // Others already pushed this step and wait for an average that now cannot be formed.
     return fail({rank, w.address, name() + " step " + std::to_string(version_),
                  "worker " + std::to_string(rank) + " left (BYE) while step " +
@@ -297,6 +316,31 @@ void ShardState::refuse(const std::string& peer, const std::string& address,
 
 Outgoing ShardState::error_to(const std::string& peer, const std::string& text) const {
   return make_error(peer, options_.shard, range_.begin, range_.end, text);
+}
+
+std::optional<std::size_t> ShardState::chunk_of(const wire::Header& header) const {
+  // Chunk c covers [range.begin + c * kChunkKeys, min(range.end, that + kChunkKeys)): the key
+  // range must start on a chunk boundary and end exactly where that chunk ends.
+  if (header.key_begin < range_.begin || header.key_begin > range_.end) return std::nullopt;
+  const std::uint64_t offset = header.key_begin - range_.begin;
+  if (offset % wire::kChunkKeys != 0) return std::nullopt;
+  const std::uint64_t c = offset / wire::kChunkKeys;
+  const auto& chunks = store_.chunks();
+  if (c >= chunks.size() || header.key_end != range_.begin + chunks[c].end) return std::nullopt;
+  return static_cast<std::size_t>(c);
+}
+
+std::uint64_t ShardState::slowest_clock_if(int rank, std::uint64_t clock) const {
+  std::uint64_t slowest = clock;
+  for (std::size_t r = 0; r < workers_.size(); ++r) {
+    const Worker& w = workers_[r];
+    if (static_cast<int>(r) == rank || w.presence == Presence::kLeft ||
+        w.presence == Presence::kDropped) {
+      continue;
+    }
+    slowest = std::min(slowest, w.clock);
+  }
+  return slowest;
 }
 
 std::uint64_t ShardState::slowest_clock(std::uint64_t fallback) const {

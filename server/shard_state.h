@@ -9,9 +9,9 @@
 //   if (state.failure()) throw ...;   if (state.finished()) return;
 //
 // Replies go to `send` as they are ready, not at the end, because a parameter reply is several
-// REPLY messages (one per ParamStore chunk, tiling the range in order) and chunk i should be on
-// the wire while chunk i + 1 is being updated. The overloads returning a vector collect them
-// (tests).
+// REPLY messages (one per chunk, tiling the range in order: see wire_format.h) and chunk c should
+// be on the wire while chunk c + 1 is still arriving or being updated. The overloads returning
+// a vector collect them (tests).
 //
 // `peer` is the routing id of the connection the message came on; `frames` are the header
 // frame and at most one payload frame (present exactly when header.payload_bytes > 0).
@@ -22,18 +22,27 @@
 //   INIT       rank 0's initial parameters; REPLY with an empty range (no parameters). PULLs
 //              and PUSHPULLs that came before it are held, then answered in arrival order.
 //   PULL       REPLY (in chunks) with the current parameters.
-//   PUSHPULL   sync: held until all N workers pushed this step; then one Sgd step with the
-//              average and a REPLY to each. async: one Sgd step with this gradient, REPLY.
-//              ssp: as async, but the REPLY is held while the worker's next step would be more
-//              than `staleness` steps ahead of the slowest worker's.
+//   PUSHPULL   one chunk of a worker's gradient for its step (the key range names the chunk);
+//              a worker pushes every chunk of its step, in order, before its next step.
+//              sync: held until all N workers pushed chunk c of this step; then one Sgd step
+//              on chunk c with the average (in rank order) and chunk c's REPLY to each worker,
+//              while later chunks may still be arriving; the step ends when every chunk did.
+//              A chunk pushed twice in a step, or a step other than the shard's, is answered
+//              with an ERROR. async: each chunk is one Sgd step on that chunk with this
+//              gradient, answered at once with its REPLY. ssp: as async, but the worker's step
+//              counts as pushed (its clock advances) once all its chunks arrived, and its
+//              replies are held while its next step would be more than `staleness` steps ahead
+//              of the slowest worker's (then the whole range is answered at once on release).
 //   HEARTBEAT  marks the rank alive (it comes from the client's second socket: matched by rank).
 //   BYE        the worker leaves; finished() once all N have left.
-// Anything else (undecodable, wrong frame count or payload size, a range not this shard's, a
-// connection that did not say HELLO, a type a shard never receives) is logged as one line,
+// Anything else (undecodable, wrong frame count or payload size, a range not this shard's or a
+// PUSHPULL range not one of its chunks, a connection that did not say HELLO, a type a shard
+// never receives) is logged as one line,
 // "shard 0: rejected message from <peer hex>: <reason>", and dropped without a reply.
 //
 // Staleness, sent in each REPLY's aux, is counted in steps (SSP's clocks): a push of step t
-// computed on parameters that held every worker's updates for steps < c is t - c stale.
+// computed on parameters that held every worker's updates for steps < c is t - c stale. A
+// worker's clock counts its steps whose every chunk was applied.
 //
 // Liveness (on_tick): a connected worker silent for longer than options.timeout ends the run
 // (ERROR to every connected worker, failure() set), except in async or ssp mode with
@@ -106,15 +115,21 @@ class ShardState {
     std::string peer;
     std::string address;
     Clock::time_point last_seen;
-    std::uint64_t clock = 0;                      // pushes applied: the step it computes next
-    std::uint64_t read_clock = 0;                 // slowest clock when it last received parameters
-    std::optional<Buffer> pushed;                 // sync: its gradient of the current step
+    std::uint64_t clock = 0;       // steps whose every chunk was applied: it computes this one
+    std::uint64_t read_clock = 0;  // slowest clock when it last received parameters
+    std::vector<bool> got;         // the chunks of its current step that arrived
+    std::size_t got_count = 0;
+    std::vector<std::optional<Buffer>> pushed;    // sync: per chunk, held until all N pushed it
+    std::optional<std::uint64_t> pushing;         // async, ssp: the step whose chunks arrive
+    bool streaming = false;                       // async, ssp: answer each chunk as applied
+    std::uint32_t staleness = 0;                  // async, ssp: of the step being pushed
     std::optional<std::uint32_t> held_staleness;  // ssp: a reply waiting for the slowest
   };
   struct Deferred {  // a PULL or PUSHPULL that came before INIT
     int rank;
     wire::Header header;
     Buffer payload;
+    std::size_t chunk;  // PUSHPULL: which of the range's chunks
   };
 
   // Message intake and liveness (shard_state.cpp).
@@ -128,16 +143,20 @@ class ShardState {
 
   // Parameters and updates (shard_updates.cpp).
   void init(int rank, const Buffer& payload);
-  void push_pull(int rank, const wire::Header& header, const Buffer& payload);
-  void push_sync(int rank, const wire::Header& header, const Buffer& payload);
-  void push_async(int rank, const wire::Header& header, const Buffer& payload);
+  void push_pull(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
+  void push_sync(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
+  void push_async(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
   void release_held();
   void reply(int rank, std::uint32_t staleness);
-  Outgoing reply_chunk(int rank, ParamStore::Chunk chunk, std::uint32_t staleness) const;
+  Outgoing reply_chunk(int rank, std::size_t chunk, std::uint64_t step,
+                       std::uint32_t staleness) const;
+  std::optional<std::size_t> chunk_of(const wire::Header& header) const;
 
   void emit(Outgoing&& out) { (*send_)(std::move(out)); }
   Outgoing error_to(const std::string& peer, const std::string& text) const;
   std::uint64_t slowest_clock(std::uint64_t fallback) const;
+  // The slowest clock if worker `rank` were at `clock` (ssp: may its next step start?).
+  std::uint64_t slowest_clock_if(int rank, std::uint64_t clock) const;
   void reject(const std::string& peer, const std::string& reason);
   void log(const std::string& line) const;
   std::string name() const { return "shard " + std::to_string(options_.shard); }
@@ -151,7 +170,11 @@ class ShardState {
   std::deque<Deferred> before_init_;
   bool initialised_ = false;
   std::uint64_t version_ = 0;
-  int pushed_this_step_ = 0;  // sync
+  // sync: per chunk, how many workers pushed it this step; chunks updated and answered; and
+  // chunk messages received this step (a worker leaving then breaks the step).
+  std::vector<int> chunk_pushes_;
+  std::size_t chunks_done_ = 0;
+  std::uint64_t pushes_this_step_ = 0;
   std::optional<ShardFailure> failure_;
   std::uint64_t rejected_ = 0;
   const Sink* send_ = nullptr;  // the current call's sink

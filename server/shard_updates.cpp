@@ -1,4 +1,4 @@
-// ShardState's parameter side: INIT, the three update rules, and the chunked replies.
+// ShardState's parameter side: INIT, the three update rules chunk by chunk, and the replies.
 #include <algorithm>
 #include <limits>
 
@@ -34,17 +34,19 @@ void ShardState::init(int rank, const Buffer& payload) {
     if (d.header.type == MessageType::kPull) {
       reply(d.rank, 0);
     } else {
-      push_pull(d.rank, d.header, d.payload);
+      push_pull(d.rank, d.header, d.payload, d.chunk);
     }
   }
 }
 
-void ShardState::push_pull(int rank, const wire::Header& header, const Buffer& payload) {
-  if (options_.mode == Mode::kSync) return push_sync(rank, header, payload);
-  push_async(rank, header, payload);
+void ShardState::push_pull(int rank, const wire::Header& header, const Buffer& payload,
+                           std::size_t chunk) {
+  if (options_.mode == Mode::kSync) return push_sync(rank, header, payload, chunk);
+  push_async(rank, header, payload, chunk);
 }
 
-void ShardState::push_sync(int rank, const wire::Header& header, const Buffer& payload) {
+void ShardState::push_sync(int rank, const wire::Header& header, const Buffer& payload,
+                           std::size_t chunk) {
   Worker& w = workers_[rank];
   for (std::size_t r = 0; r < workers_.size(); ++r) {
     if (workers_[r].presence == Presence::kLeft) {
@@ -61,63 +63,117 @@ void ShardState::push_sync(int rank, const wire::Header& header, const Buffer& p
     why = "worker " + std::to_string(rank) + " pushed step " + std::to_string(header.step) +
           ", this shard is at step " + std::to_string(version_) +
           " (sync: every worker pushes every step once, in order)";
-  } else if (w.pushed) {
-    why =
-        "worker " + std::to_string(rank) + " pushed step " + std::to_string(header.step) + " twice";
+  } else if (w.got[chunk]) {
+    // Also after the chunk was averaged and answered: `got` lasts until the step ends.
+    why = "worker " + std::to_string(rank) + " pushed chunk " + std::to_string(chunk) +
+          " of step " + std::to_string(header.step) + " twice";
   }
   if (!why.empty()) {
     log(name() + ": " + why);
     return emit(error_to(w.peer, why));
   }
-  w.pushed = payload;  // kept, not copied: the frame itself waits for the others
-  if (++pushed_this_step_ < static_cast<int>(workers_.size())) return;
+  w.got[chunk] = true;
+  ++w.got_count;
+  ++pushes_this_step_;
+  w.pushed[chunk] = payload;  // kept, not copied: the frame itself waits for the others
+  if (++chunk_pushes_[chunk] < static_cast<int>(workers_.size())) return;
 
-  // Every worker pushed this step: one Sgd step with the average (in rank order, so the result
-  // does not depend on arrival order), and the same new parameters to everyone, each chunk
-  // sent to all workers as soon as it is updated.
+  // Every worker pushed chunk c of this step: one Sgd step on it with the average (in rank
+  // order, so the result does not depend on arrival order, and is the same as a whole-range
+  // average: the update is element-wise), and the same new chunk to everyone at once, while
+  // later chunks may still be arriving. Chunks complete in order: each worker pushes in order.
   std::vector<Buffer> grads;
   grads.reserve(workers_.size());
   for (Worker& each : workers_) {
-    grads.push_back(std::move(*each.pushed));
-    each.pushed.reset();
+    grads.push_back(std::move(*each.pushed[chunk]));
+    each.pushed[chunk].reset();
   }
-  ++version_;
-  pushed_this_step_ = 0;
-  for (Worker& each : workers_) each.clock = version_;
-  for (Worker& each : workers_) each.read_clock = version_;  // everyone is at this step
-  store_.apply_average(grads, [&](ParamStore::Chunk chunk) {
-    for (std::size_t r = 0; r < workers_.size(); ++r) emit(reply_chunk(r, chunk, 0));
-  });
+  chunk_pushes_[chunk] = 0;
+  store_.apply(chunk, grads);
+  grads.clear();  // the frames go back to ZeroMQ now, not after the replies
+  const std::uint64_t next = version_ + 1;  // the version these parameters now belong to
+  if (++chunks_done_ == store_.chunks().size()) {
+    // The step is complete once its last chunk is: everyone is at the next step. This happens
+    // before the last chunk's replies leave, so no worker can push step `next` any earlier.
+    version_ = next;
+    chunks_done_ = 0;
+    pushes_this_step_ = 0;
+    for (Worker& each : workers_) {
+      each.clock = version_;
+      each.read_clock = version_;
+      std::fill(each.got.begin(), each.got.end(), false);
+      each.got_count = 0;
+    }
+  }
+  // Shard k answers rank k mod N first, then the next ones: with K shards answering at once,
+  // each worker's link then gets one shard's chunk at a time instead of all K together
+  // (the workers stagger their pushes over the shards the same way, see PsClient).
+  const std::size_t n = workers_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    emit(reply_chunk((static_cast<std::size_t>(options_.shard) + i) % n, chunk, next, 0));
+  }
 }
 
-void ShardState::push_async(int rank, const wire::Header& header, const Buffer& payload) {
+void ShardState::push_async(int rank, const wire::Header& header, const Buffer& payload,
+                            std::size_t chunk) {
   Worker& w = workers_[rank];
-  if (header.step < w.clock) {
-    const std::string why = "worker " + std::to_string(rank) + " pushed step " +
-                            std::to_string(header.step) + " after step " +
-                            std::to_string(w.clock - 1) + ": steps must increase";
+  std::string why;
+  if (!w.pushing && header.step < w.clock) {
+    why = "worker " + std::to_string(rank) + " pushed step " + std::to_string(header.step) +
+          " after step " + std::to_string(w.clock - 1) + ": steps must increase";
+  } else if (w.pushing && header.step != *w.pushing) {
+    why = "worker " + std::to_string(rank) + " pushed step " + std::to_string(header.step) +
+          " before every chunk of step " + std::to_string(*w.pushing) + " arrived";
+  } else if (w.got[chunk]) {
+    why = "worker " + std::to_string(rank) + " pushed chunk " + std::to_string(chunk) +
+          " of step " + std::to_string(header.step) + " twice";
+  }
+  if (!why.empty()) {
     log(name() + ": " + why);
     return emit(error_to(w.peer, why));
   }
-  // Staleness in SSP's terms: the worker computed step t on parameters holding every worker's
-  // updates for steps < read_clock. Sync makes it 0; the ssp hold below keeps it <= s.
-  const std::uint64_t lag = header.step - std::min(header.step, w.read_clock);
-  const auto staleness = static_cast<std::uint32_t>(
-      std::min<std::uint64_t>(lag, std::numeric_limits<std::uint32_t>::max()));
+  if (!w.pushing) {
+    // The first chunk of step t. Staleness in SSP's terms: the worker computed step t on
+    // parameters holding every worker's updates for steps < read_clock. Sync makes it 0; the
+    // ssp hold below keeps it <= s.
+    w.pushing = header.step;
+    const std::uint64_t lag = header.step - std::min(header.step, w.read_clock);
+    w.staleness = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(lag, std::numeric_limits<std::uint32_t>::max()));
+    // SSP: the worker may start step t + 1 only while it is at most s steps ahead of the
+    // slowest worker's current step. If that already holds now, it can only keep holding
+    // (clocks only grow), so each chunk is answered as soon as it is applied; otherwise the
+    // answer waits for the whole step (and maybe for the slowest: release_held).
+    const std::uint64_t slowest = slowest_clock_if(rank, header.step + 1);
+    w.streaming = options_.mode != Mode::kSsp || header.step + 1 <= slowest + options_.staleness;
+    // What the replies will hold includes every update of steps below the slowest clock now
+    // (this worker's own step t included: each chunk is answered after it is applied).
+    if (w.streaming) w.read_clock = slowest;
+  }
+  w.got[chunk] = true;
+  ++w.got_count;
+  // Each chunk of the gradient is applied as it is, as one SGD step of its own: each worker's
+  // gradient is already the mean over its batch, so this is Hogwild/Downpour's rule (one
+  // optimizer step per push). Scaling by 1/N would instead make N pushes move as far as one
+  // sync step.
+  store_.apply(chunk, std::span<const Buffer>(&payload, 1));
+  if (w.streaming) emit(reply_chunk(rank, chunk, version_, w.staleness));
+  if (w.got_count < store_.chunks().size()) return;
+
+  // Every chunk of step t arrived: the worker's step counts as pushed.
   ++version_;
-  w.clock = header.step + 1;
-  // SSP: the worker may start step w.clock only while it is at most s steps ahead of the
-  // slowest worker's current step; otherwise its reply waits (release_held) for the slowest.
-  const bool hold =
-      options_.mode == Mode::kSsp && w.clock > slowest_clock(w.clock) + options_.staleness;
-  if (hold) w.held_staleness = staleness;
-  if (!hold) w.read_clock = slowest_clock(w.clock);
-  // The gradient is applied as it is, as one SGD step of its own: each worker's gradient is
-  // already the mean over its batch, so this is Hogwild/Downpour's rule (one optimizer step per
-  // push). Scaling by 1/N would instead make N pushes move as far as one sync step.
-  store_.apply(payload, [&](ParamStore::Chunk chunk) {
-    if (!hold) emit(reply_chunk(rank, chunk, staleness));
-  });
+  w.clock = *w.pushing + 1;
+  w.pushing.reset();
+  std::fill(w.got.begin(), w.got.end(), false);
+  w.got_count = 0;
+  if (!w.streaming) {
+    const bool hold = w.clock > slowest_clock(w.clock) + options_.staleness;
+    if (hold) {
+      w.held_staleness = w.staleness;
+    } else {
+      reply(rank, w.staleness);
+    }
+  }
   release_held();  // this push may have been the slowest worker's, letting held ones go on
 }
 
@@ -135,15 +191,18 @@ void ShardState::release_held() {
 void ShardState::reply(int rank, std::uint32_t staleness) {
   // What the worker now holds includes every update of steps below the slowest clock.
   workers_[rank].read_clock = slowest_clock(workers_[rank].clock);
-  for (const ParamStore::Chunk& chunk : store_.chunks()) emit(reply_chunk(rank, chunk, staleness));
+  for (std::size_t c = 0; c < store_.chunks().size(); ++c) {
+    emit(reply_chunk(rank, c, version_, staleness));
+  }
 }
 
-Outgoing ShardState::reply_chunk(int rank, ParamStore::Chunk chunk, std::uint32_t staleness) const {
+Outgoing ShardState::reply_chunk(int rank, std::size_t chunk, std::uint64_t step,
+                                 std::uint32_t staleness) const {
+  const ParamStore::Chunk c = store_.chunks()[chunk];
   return {workers_[rank].peer,
-          wire::make_header(MessageType::kReply, options_.shard, version_,
-                            range_.begin + chunk.begin, range_.begin + chunk.end,
-                            (chunk.end - chunk.begin) * sizeof(float), staleness),
-          store_.snapshot(chunk)};
+          wire::make_header(MessageType::kReply, options_.shard, step, range_.begin + c.begin,
+                            range_.begin + c.end, c.size() * sizeof(float), staleness),
+          store_.snapshot(c)};
 }
 
 }  // namespace gradsync

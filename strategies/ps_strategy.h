@@ -4,12 +4,16 @@
 //
 //   init:         rank 0 sends its initial parameters to the shards; every other rank pulls
 //                 them, so all replicas start equal
-//   synchronize:  one push_pull to all K shards at once (gradient ranges out, parameter ranges
-//                 back into `params`), then wait: in sync mode for the step's average of all N
-//                 workers; in async / ssp mode for the newest parameters, which may lag behind
-//                 the server by a few versions (recorded per step as `staleness`)
+//   synchronize:  one push_pull to all K shards at once (gradient ranges out in chunks, parameter
+//                 ranges back into `params` chunk by chunk), then wait: in sync mode for the
+//                 step's average of all N workers, which each shard forms chunk by chunk as the
+//                 pushes arrive, so pushing and pulling overlap; in async / ssp mode for the
+//                 newest parameters, which may lag behind the server by a few versions
+//                 (recorded per step as `staleness`)
 //
-// Traffic per step: each worker sends and receives S; shard k moves 2*N*|range_k|*4 bytes.
+// Traffic per step: each worker sends and receives S; shard k moves 2*N*|range_k|*4 bytes. With
+// an emulated link (PsClientOptions::link) a sync step takes about max(S, N*S/K) / rate plus a
+// few chunks (experiments/cost_model.h).
 // One object per worker process; not thread-safe.
 #pragma once
 

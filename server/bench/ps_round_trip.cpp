@@ -23,7 +23,7 @@ void BM_PsPushPull(benchmark::State& state) {
   options.sgd = {0.1, 0.9, 0.0};
   gradsync::PsShard shard(options);
   std::jthread server([&] { shard.serve(); });  // returns when the client says BYE
-  gradsync::PsClient client({0, 1, n, {shard.endpoint()}, 60s, 1s, {}});
+  gradsync::PsClient client({0, 1, n, {shard.endpoint()}, 60s, 1s, {}, {}});
   client.wait(client.init(params));
   std::uint64_t step = 0;
   for (int i = 0; i < 3; ++i) client.wait(client.push_pull(step++, grads, params));  // warm-up

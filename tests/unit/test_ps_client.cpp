@@ -58,7 +58,7 @@ struct Shards {
     return log.find(text) != std::string::npos;
   }
   PsClientOptions client(int rank, int world, std::uint64_t model) const {
-    PsClientOptions o{rank, world, model, {}, 4s, 200ms, {}};
+    PsClientOptions o{rank, world, model, {}, 4s, 200ms, {}, {}};
     for (const auto& s : shards) o.endpoints.push_back(s->endpoint());
     return o;
   }
@@ -126,9 +126,18 @@ TEST_CASE("ps client: balanced_ranges gives the first total % K shards one extra
   CHECK_THROWS_AS(balanced_ranges(10, 0), Error);
 }
 
+TEST_CASE("ps client: chunk_ranges tiles a shard's range in chunks of kChunkKeys from its start") {
+  const std::uint64_t c = wire::kChunkKeys;
+  CHECK(chunk_ranges({5, 5}) == std::vector<KeyRange>{{5, 5}});  // one empty chunk
+  CHECK(chunk_ranges({7, 8}) == std::vector<KeyRange>{{7, 8}});
+  CHECK(chunk_ranges({10, 10 + c}) == std::vector<KeyRange>{{10, 10 + c}});
+  CHECK(chunk_ranges({10, 10 + 2 * c + 1}) ==
+        std::vector<KeyRange>{{10, 10 + c}, {10 + c, 10 + 2 * c}, {10 + 2 * c, 10 + 2 * c + 1}});
+}
+
 TEST_CASE("ps client: sync with K shards and N workers matches the closed form on every worker") {
   const int steps = 5;
-  // 1001 is odd (shards differ by one element); 786437 gives each of two shards 2 chunks.
+  // 1001 is odd (shards differ by one element); 786437 gives each of two shards several chunks.
   for (std::uint64_t model : {1001, 786437}) {
     for (int k : {1, 2}) {
       for (int n : {1, 2, 4}) {
@@ -144,7 +153,10 @@ TEST_CASE("ps client: sync with K shards and N workers matches the closed form o
           for (int t = 0; t < steps; ++t) {
             const PushPullStats stats = client.wait(client.push_pull(t, grads, params));
             CHECK(stats.max_staleness == 0);
-            CHECK(stats.bytes_sent == k * 48 + model * 4);
+            // One header per chunk of each shard's range: a push_pull is chunked.
+            std::uint64_t messages = 0;
+            for (const KeyRange& r : balanced_ranges(model, k)) messages += chunk_ranges(r).size();
+            CHECK(stats.bytes_sent == messages * 48 + model * 4);
             CHECK(stats.bytes_received >= stats.bytes_sent);  // one header per chunk
           }
           result[r] = params;
@@ -237,13 +249,13 @@ TEST_CASE("ps client: a shard's refusal reaches the constructor with its reason"
   std::vector<float> p(100);
   CHECK_THROWS_WITH_AS(first.init(std::span<float>(p).first(10)),
                        doctest::Contains("buffers of 10 floats for a model of 100"), Error);
-  PsClientOptions nobody{0, 1, 4, {"tcp://127.0.0.1:1"}, 300ms, 0ms, {}};
+  PsClientOptions nobody{0, 1, 4, {"tcp://127.0.0.1:1"}, 300ms, 0ms, {}, {}};
   CHECK_THROWS_WITH_AS(PsClient{nobody},
                        doctest::Contains("did not answer the handshake within 0.3 s"),
                        TimeoutError);
 }
 
-TEST_CASE("ps client: CURVE workers train; clients without the key are refused in time") {
+TEST_CASE("ps client: CURVE workers train, clients without the key are refused in time") {
   if (!zmq_has("curve")) {
     MESSAGE("libzmq without CURVE: skipped");
     return;

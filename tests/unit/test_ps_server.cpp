@@ -51,7 +51,8 @@ PsShardOptions options_for(int world, std::uint64_t model, Mode mode, Log& log, 
           .sgd = {0.1, 0.0, 0.0},
           .timeout = 500ms,
           .curve = {},
-          .log = log.sink()};
+          .log = log.sink(),
+          .link = {}};
 }
 
 Buffer header_frame(const wire::Header& h) {
@@ -80,16 +81,26 @@ struct Driver {
   std::vector<Outgoing> hello(int rank, int world, std::uint64_t model_size) {
     return send(rank, wire::make_header(MessageType::kHello, rank, 0, 0, model_size, 0, world));
   }
-  std::vector<Outgoing> keys(MessageType type, int rank, std::uint64_t step = 0, float v = 0) {
-    const KeyRange r = state.range();
+  std::vector<Outgoing> keys(MessageType type, int rank, std::uint64_t step = 0, float v = 0,
+                             std::optional<KeyRange> range = {}) {
+    const KeyRange r = range.value_or(state.range());
     const bool floats = type != MessageType::kPull;
     const auto h = wire::make_header(type, rank, step, r.begin, r.end, floats ? 4 * r.size() : 0);
     return floats ? send(rank, h, floats_frame(r.size(), v)) : send(rank, h);
   }
   std::vector<Outgoing> init(float value) { return keys(MessageType::kInit, 0, 0, value); }
   std::vector<Outgoing> pull(int rank) { return keys(MessageType::kPull, rank); }
+  // One PUSHPULL of chunk c (wire_format.h: a push carries one chunk of the shard's range).
+  std::vector<Outgoing> push_chunk(int rank, std::uint64_t step, std::size_t c, float value) {
+    return keys(MessageType::kPushPull, rank, step, value, chunk_ranges(state.range()).at(c));
+  }
+  // A whole push_pull: every chunk in order, as PsClient sends them; all the replies caused.
   std::vector<Outgoing> push(int rank, std::uint64_t step, float value) {
-    return keys(MessageType::kPushPull, rank, step, value);
+    std::vector<Outgoing> all;
+    for (std::size_t c = 0; c < chunk_ranges(state.range()).size(); ++c) {
+      for (Outgoing& out : push_chunk(rank, step, c, value)) all.push_back(std::move(out));
+    }
+    return all;
   }
   // Every rank says HELLO, then rank 0 sends INIT with `value` everywhere.
   void start(int world, float value) {
@@ -179,10 +190,12 @@ TEST_CASE("ps shard: a large range is answered in chunks, each sent as soon as i
   d.push(0, 0, 1.f);
   const auto out = d.push(1, 0, 3.f);
   // 2.5 chunks: three REPLYs per worker, chunk by chunk, tiling [2.5, 5) chunks in order.
+  // Shard 1 answers worker 1 first (shard k starts at rank k mod N, spreading the replies of
+  // K shards over the workers' links).
   REQUIRE(out.size() == 6);
   std::uint64_t at = state.range().begin;
   for (std::size_t i = 0; i < out.size(); i += 2) {
-    CHECK((out[i].peer == "w0" && out[i + 1].peer == "w1"));
+    CHECK((out[i].peer == "w1" && out[i + 1].peer == "w0"));
     CHECK((out[i].header.key_begin == at && out[i + 1].header.key_begin == at));
     CHECK(out[i].payload.bytes.data() == out[i + 1].payload.bytes.data());  // shared, no copy
     CHECK(first_param(out[i]) == doctest::Approx(0.8f));                    // 1 - 0.1 * 2
@@ -196,6 +209,130 @@ TEST_CASE("ps shard: a large range is answered in chunks, each sent as soon as i
   CHECK(d.push(1, 1, 1.f).size() == 6);
   CHECK(state.store().copies_on_write() == 1);
   CHECK(first_param(out[0]) == doctest::Approx(0.8f));
+}
+
+TEST_CASE("ps shard: sync answers chunk 0 of a step before the step's last chunk is pushed") {
+  Log log;
+  const std::uint64_t chunk = ParamStore::kChunkFloats, model = 2 * chunk + 100;  // 3 chunks
+  ShardState state(options_for(2, model, Mode::kSync, log), Clock::now());
+  Driver d{state, model};
+  d.start(2, 1.f);
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    // Worker 0 pushes its whole step; worker 1 only chunk 0 so far: chunk 0 is complete.
+    for (std::size_t c = 0; c < 3; ++c) CHECK(d.push_chunk(0, step, c, 1.f).empty());
+    auto out = d.push_chunk(1, step, 0, 3.f);
+    REQUIRE(out.size() == 2);  // chunk 0 to both workers, at once
+    for (const Outgoing& reply : out) {
+      CHECK((reply.header.type == MessageType::kReply && reply.header.key_begin == 0 &&
+             reply.header.key_end == chunk && reply.header.step == step + 1));
+    }
+    CHECK((out[0].peer == "w0" && out[1].peer == "w1"));
+    CHECK(first_param(out[0]) == doctest::Approx(1.f - 0.2f * (step + 1)));  // mean 2, lr 0.1
+    // ...while chunks 1 and 2 are not: the step is not over, chunk 1 still waits for worker 1.
+    CHECK(state.version() == step);
+    CHECK(state.params()[chunk] == doctest::Approx(1.f - 0.2f * step));
+    out = d.push_chunk(1, step, 1, 3.f);
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].header.key_begin == chunk);
+    CHECK(state.version() == step);
+    out = d.push_chunk(1, step, 2, 3.f);  // the last chunk ends the step
+    REQUIRE(out.size() == 2);
+    CHECK((out[1].header.key_begin == 2 * chunk && out[1].header.key_end == model));
+    CHECK(state.version() == step + 1);
+  }
+  // Every chunk saw the same two steps: identical to a whole-range average.
+  for (std::size_t i = 0; i < model; i += 9973) CHECK(state.params()[i] == doctest::Approx(0.6f));
+  CHECK(log.size() == 0);
+}
+
+TEST_CASE("ps shard: misaligned chunk ranges and duplicate chunks are refused, the shard goes on") {
+  Log log;
+  const std::uint64_t chunk = ParamStore::kChunkFloats, model = 2 * chunk + 100;  // 3 chunks
+  ShardState state(options_for(2, model, Mode::kSync, log), Clock::now());
+  Driver d{state, model};
+  d.start(2, 1.f);
+  auto misaligned = [&](std::uint64_t begin, std::uint64_t end) {
+    CAPTURE(begin);
+    CAPTURE(end);
+    const std::size_t before = log.size();
+    CHECK(d.keys(MessageType::kPushPull, 0, 0, 1.f, KeyRange{begin, end}).empty());
+    CHECK(log.size() == before + 1);
+  };
+  misaligned(1, chunk + 1);          // not on a chunk boundary
+  misaligned(0, chunk - 1);          // a chunk cut short
+  misaligned(0, 2 * chunk);          // two chunks in one push
+  misaligned(chunk, model);          // from a boundary to the end: more than chunk 1
+  misaligned(2 * chunk, model - 1);  // the last chunk cut short
+  misaligned(0, model);              // the whole range: the old, unchunked push
+  misaligned(model, model);          // an empty range at the end is no chunk
+  CHECK(log.has("shard 0: rejected message from 7730: PUSHPULL from 0 step 0 keys [1, " +
+                std::to_string(chunk + 1) + ")"));
+  CHECK(log.has("keys are not a chunk of this shard's range [0, " + std::to_string(model) + ")"));
+  CHECK(state.rejected() == 7);
+  // A chunk pushed twice in one step: an ERROR to that worker, before and after the chunk was
+  // averaged and answered; nothing else changes.
+  CHECK(d.push_chunk(0, 0, 0, 1.f).empty());
+  auto twice = d.push_chunk(0, 0, 0, 5.f);
+  REQUIRE(twice.size() == 1);
+  CHECK(error_text(twice[0]) == "worker 0 pushed chunk 0 of step 0 twice");
+  CHECK(d.push_chunk(1, 0, 0, 3.f).size() == 2);  // chunk 0 complete: average of 1 and 3
+  twice = d.push_chunk(1, 0, 0, 3.f);
+  REQUIRE(twice.size() == 1);
+  CHECK(error_text(twice[0]) == "worker 1 pushed chunk 0 of step 0 twice");
+  CHECK(log.has("shard 0: worker 1 pushed chunk 0 of step 0 twice"));
+  // The shard keeps serving: the step completes with the gradients first pushed.
+  for (std::size_t c = 1; c < 3; ++c) {
+    CHECK(d.push_chunk(0, 0, c, 1.f).empty());
+    CHECK(d.push_chunk(1, 0, c, 3.f).size() == 2);
+  }
+  CHECK(state.version() == 1);
+  for (std::size_t i = 0; i < model; i += 9973) CHECK(state.params()[i] == doctest::Approx(0.8f));
+  CHECK(d.push(0, 1, 1.f).empty());
+  CHECK(d.push(1, 1, 3.f).size() == 6);
+  CHECK(!state.failure());
+}
+
+TEST_CASE("ps shard: async applies each chunk on arrival, ssp counts a step once all chunks came") {
+  Log log;
+  const std::uint64_t chunk = ParamStore::kChunkFloats, model = chunk + 10;  // 2 chunks
+  SUBCASE("async: every chunk is answered as soon as it is applied") {
+    ShardState state(options_for(2, model, Mode::kAsync, log), Clock::now());
+    Driver d{state, model};
+    d.start(2, 0.f);
+    auto out = d.push_chunk(0, 0, 0, 1.f);
+    REQUIRE(out.size() == 1);
+    CHECK((out[0].header.key_begin == 0 && first_param(out[0]) == doctest::Approx(-0.1f)));
+    CHECK(state.version() == 0);  // the step is not complete yet
+    // Chunks of one step come together: step 1 before step 0's chunk 1 is refused.
+    out = d.push_chunk(0, 1, 0, 1.f);
+    REQUIRE(out.size() == 1);
+    CHECK(error_text(out[0]) == "worker 0 pushed step 1 before every chunk of step 0 arrived");
+    CHECK(d.push_chunk(0, 0, 1, 1.f).size() == 1);
+    CHECK(state.version() == 1);
+    CHECK(error_text(d.push_chunk(0, 0, 0, 1.f).at(0)) ==
+          "worker 0 pushed step 0 after step 0: steps must increase");
+  }
+  SUBCASE("ssp s=0: the fast worker's step counts once complete, its reply waits for the slow") {
+    ShardState state(options_for(2, model, Mode::kSsp, log, 0), Clock::now());
+    Driver d{state, model};
+    d.start(2, 0.f);
+    d.pull(1);
+    // Worker 0 would be ahead after step 0 (worker 1 is at 0): nothing answered, then held.
+    CHECK(d.push_chunk(0, 0, 0, 1.f).empty());
+    CHECK(d.push_chunk(0, 0, 1, 1.f).empty());
+    CHECK(state.version() == 1);
+    // Worker 1 is the slowest: each of its chunks is answered at once; its last one releases
+    // worker 0's whole range.
+    auto out = d.push_chunk(1, 0, 0, 1.f);
+    REQUIRE(out.size() == 1);
+    CHECK((out[0].peer == "w1" && out[0].header.key_begin == 0));
+    out = d.push_chunk(1, 0, 1, 1.f);
+    REQUIRE(out.size() == 3);
+    CHECK((out[0].peer == "w1" && out[0].header.key_begin == chunk));
+    CHECK((out[1].peer == "w0" && out[1].header.key_begin == 0 && out[2].peer == "w0"));
+    for (const Outgoing& reply : out) CHECK(reply.header.aux == 0);
+    CHECK(first_param(out[1]) == doctest::Approx(-0.2f));
+  }
 }
 
 TEST_CASE("ps shard: garbage is logged once per message and never answered") {
@@ -236,7 +373,7 @@ TEST_CASE("ps shard: garbage is logged once per message and never answered") {
     garbage({Buffer::copy_of(noise), Buffer::copy_of(noise)}, "noise");
   }
   CHECK(log.has("shard 0: rejected message from 7730: magic"));
-  CHECK(log.has("keys are not this shard's range [0, 8)"));
+  CHECK(log.has("keys are not a chunk of this shard's range [0, 8) (chunks of " + std::to_string(wire::kChunkKeys) + " keys"));
   CHECK(log.has("shard 0: rejected message from 7374"));
   CHECK((state.params()[0] == 0.f && state.version() == 0));
   CHECK(d.push(0, 0, 1.f).size() == 1);  // and it still works
@@ -345,7 +482,7 @@ TEST_CASE("ps shard: a live shard logs and ignores garbage while two workers tra
   std::future<std::vector<float>> workers[2];
   for (int r = 0; r < 2; ++r) {
     workers[r] = std::async(std::launch::async, [&, r] {
-      PsClient client({r, 2, 1000, {endpoint}, 3s, 100ms, {}});
+      PsClient client({r, 2, 1000, {endpoint}, 3s, 100ms, {}, {}});
       std::vector<float> params(1000), grads(1000, float(r + 1));
       for (std::size_t i = 0; i < 1000; ++i) params[i] = 0.001f * i;
       client.wait(r == 0 ? client.init(params) : client.pull(params));
@@ -385,7 +522,7 @@ TEST_CASE("ps shard: a live shard logs and ignores garbage while two workers tra
   CHECK_NOTHROW(served.get());  // serve() returned by itself once both workers said BYE
   for (const char* reason :
        {"rejected message from 00", "header: 20 bytes, expected 48", "more than the maximum",
-        "magic: 0x12345678", "version: 77", "keys are not this shard's range [0, 1000)"}) {
+        "magic: 0x12345678", "version: 77", "keys are not a chunk of this shard's range [0, 1000)"}) {
     CHECK_MESSAGE(log.has(reason), reason);
   }
   CHECK(log.size() >= 15);
