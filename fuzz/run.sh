@@ -47,13 +47,14 @@ for target in "${targets[@]}"; do
   if [[ -f $here/$name.dict ]]; then dict=("-dict=$here/$name.dict"); fi
   # -timeout: one input taking 25 s is a hang worth reporting; -rss_limit_mb keeps a runaway
   # allocation (a header that asks for gigabytes) a finding instead of an OOM kill.
+  started=$SECONDS
   # shellcheck disable=SC2086
   "$binary" "$work/corpus" "${dict[@]}" -max_total_time="$seconds" -timeout=25 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
     ${FUZZ_ARGS:-} > "$work/fuzz.log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz.log" | tail -1)
-  took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$work/fuzz.log" | tail -1)
+  took=$((SECONDS - started))
   corpus=$(find "$work/corpus" -type f | wc -l)
   artifacts=$(find "$work/artifacts" -type f | sort)
   if [[ $rc -eq 0 && -z $artifacts ]]; then
@@ -62,7 +63,7 @@ for target in "${targets[@]}"; do
     result="CRASH (exit $rc): ${artifacts:-no artifact saved}; log $work/fuzz.log"
     status=1
   fi
-  printf "%-18s %12s %8s %8s  %s\n" "$target" "${execs:-?}" "${took:-?}" "$corpus" "$result"
+  printf "%-18s %12s %8s %8s  %s\n" "$target" "${execs:-?}" "$took" "$corpus" "$result"
   if [[ $rc -ne 0 ]]; then
     # The report's first lines name the bug; the rest of the stack is in the log.
     grep -m1 -E "ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer)|runtime error:|GRADSYNC_FUZZ_REQUIRE|terminate called|uncaught" \

@@ -4,11 +4,12 @@
 #   tests/sanitizers/check.sh SANITIZERS BUILD_DIR JOBS
 #
 # Every report stops its process (halt_on_error) and is written to BUILD_DIR/sanitizer-logs/
-# rather than stderr. A failing test then shows nothing new, but a report can no longer hide
-# inside a test that expects a failure anyway (a bad preset, a killed worker) or inside a child
-# process whose stderr a test swallows; so the run fails if any log appears, whatever ctest says,
-# and the first lines of each log are printed. The variables are inherited by every subprocess the
-# integration tests start (the launcher passes its environment on to workers and shards).
+# rather than stderr (except UBSan's under GCC, see below). A failing test then shows nothing
+# new, but a report can no longer hide inside a test that expects a failure anyway (a bad preset,
+# a killed worker) or inside a child process whose stderr a test swallows; so the run fails if
+# any log appears, whatever ctest says, and the first lines of each log are printed. Every
+# subprocess the integration tests start inherits these settings (the launcher passes its
+# environment on to workers and shards).
 set -uo pipefail
 
 if [[ $# -ne 3 ]]; then
@@ -39,12 +40,21 @@ if [[ $sanitizers == thread ]]; then
   # failure exit of 1; the suppressions silence only the uninstrumented system libraries.
   export TSAN_OPTIONS="$common:exitcode=66:second_deadlock_stack=1:suppressions=$here/tsan.supp"
 else
-  export ASAN_OPTIONS="$common:detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1"
-  export UBSAN_OPTIONS="$common"
-  if [[ -f $here/lsan.supp ]]; then export LSAN_OPTIONS="suppressions=$here/lsan.supp"; fi
+  asan="detect_leaks=1:check_initialization_order=1:strict_init_order=1"
+  export ASAN_OPTIONS="$common:$asan:detect_stack_use_after_return=1"
+  # GCC links UBSan as its own runtime beside ASan's, and in that pairing it ignores log_path:
+  # its reports go to stderr. exitcode=67 at least makes a halted process stand out from an
+  # ordinary failure (1) in the launcher's "exited with code N" and in the tests' checks.
+  export UBSAN_OPTIONS="$common:exitcode=67"
 fi
 
-(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
+# Tests that assert wall-clock speed against the cost model cannot pass when every memory access
+# costs several times more: skipped under TSan only (ASan's slowdown stays within their bounds).
+exclude=()
+if [[ $sanitizers == thread ]]; then
+  exclude=(-E "^ps link: a shaped round trip takes what the cost model predicts")
+fi
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600 "${exclude[@]}")
 rc=$?
 
 reports=$(find "$logs" -type f | sort)
