@@ -74,6 +74,14 @@ struct SweepConfig {
   std::vector<int> workers;
 };
 
+// Checkpoints: every `every` steps the run's state (parameters, optimizer state, step; the
+// sampler's position follows from the step) is written atomically under `dir`, by rank 0 or, for
+// ps, by every server shard for its key range. `gradsync run PRESET --resume DIR` continues.
+struct CheckpointConfig {
+  std::int64_t every = 0;   // steps between checkpoints; 0: none
+  std::string dir;          // empty: <run folder>/checkpoints
+};
+
 struct OutputConfig {
   std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
   std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
@@ -84,6 +92,7 @@ struct Config {
   std::string name;             // run name: `runs[i].name`, else "<strategy>-<workers>"
   std::string strategy = "single";
   int workers = 1;
+  std::string device = "cpu";   // cpu | gpu (one GPU per worker from LOCAL_RANK; dp: G devices)
   TrainConfig train;
   DataConfig data;
   ModelConfig model;
@@ -91,6 +100,7 @@ struct Config {
   PsConfig ps;
   NetworkConfig network;
   SweepConfig sweep;
+  CheckpointConfig checkpoint;
   OutputConfig output;
 };
 

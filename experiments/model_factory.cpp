@@ -10,6 +10,10 @@ namespace gradsync {
 
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
                                   int max_batch) {
+  if (config.device != "cpu") {
+    throw ConfigError(config.name, "device",
+                      "'" + config.device + "' is not available in this build (cpu only)");
+  }
   std::unique_ptr<Model> model;
   if (config.model.kind == "synthetic") {
     const auto compute = std::chrono::duration_cast<std::chrono::nanoseconds>(

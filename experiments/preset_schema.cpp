@@ -29,6 +29,10 @@ const std::vector<std::string>& ps_modes() {
   static const std::vector<std::string> modes = {"sync", "async", "ssp"};
   return modes;
 }
+const std::vector<std::string>& devices() {
+  static const std::vector<std::string> kinds = {"cpu", "gpu"};
+  return kinds;
+}
 const std::vector<std::string>& progress_modes() {
   static const std::vector<std::string> modes = {"auto", "terminal", "plain", "off"};
   return modes;
@@ -46,6 +50,9 @@ const KeySpec kRows[] = {
     {"strategy", Type::kChoice, kUnbounded, "gradient-synchronisation strategy",
      GRADSYNC_FIELD(strategy), strategy_names},
     {"workers", Type::kInteger, at_least(1), "data-parallel replicas", GRADSYNC_FIELD(workers)},
+    {"device", Type::kChoice, kUnbounded,
+     "cpu, or gpu: one GPU per worker (LOCAL_RANK); dp: one process over G GPUs",
+     GRADSYNC_FIELD(device), devices},
     {"train.steps", Type::kInteger, at_least(0), "steps to run; 0 = run train.epochs epochs",
      GRADSYNC_FIELD(train.steps)},
     {"train.epochs", Type::kInteger, at_least(1), "whole epochs to run when train.steps is 0",
@@ -118,6 +125,10 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(network.link_gbps)},
     {"sweep.workers", Type::kIntList, at_least(1), "gradsync sweep: worker counts for every run",
      GRADSYNC_FIELD(sweep.workers)},
+    {"checkpoint.every", Type::kInteger, at_least(0), "steps between checkpoints; 0: none",
+     GRADSYNC_FIELD(checkpoint.every)},
+    {"checkpoint.dir", Type::kString, kUnbounded,
+     "checkpoint folder; empty: <run folder>/checkpoints", GRADSYNC_FIELD(checkpoint.dir)},
     {"output.dir", Type::kString, kUnbounded, "results root: <dir>/<preset>-<timestamp>/<run>/",
      GRADSYNC_FIELD(output.dir)},
     {"output.trace_steps", Type::kInteger, at_least(0), "steps recorded in trace.json per rank",

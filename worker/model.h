@@ -12,9 +12,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <functional>
 #include <span>
 
+#include "common/error.h"
 #include "worker/dataset.h"
 
 namespace gradsync {
@@ -45,6 +47,20 @@ class Model {
   // Called during backward with each layer's range [begin, end) of grads() as soon as it is
   // final (last layer first), so a strategy can start reducing it while backward continues.
   virtual void set_grad_ready_callback(GradReadyCallback callback) = 0;
+
+  // Where params() and grads() live: -1 for host memory, else the CUDA device ordinal. Code that
+  // reads or writes parameter values outside a strategy (checkpoints, tests) goes through
+  // copy_params_to_host / copy_params_from_host, which work for either.
+  virtual int device() const { return -1; }
+  // Both spans hold exactly param_count() floats.
+  virtual void copy_params_to_host(std::span<float> out) {
+    GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
+    std::copy(params().begin(), params().end(), out.begin());
+  }
+  virtual void copy_params_from_host(std::span<const float> in) {
+    GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
+    std::copy(in.begin(), in.end(), params().begin());
+  }
 
   // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
   virtual bool evaluates() const { return true; }

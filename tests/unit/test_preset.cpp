@@ -156,14 +156,14 @@ runs:
 
 TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(error_of("data: {kind: synthetic}\nworkerz: 2\n") ==
-        "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, train, "
-        "data, model, comm, ps, network, sweep, output, runs)");
+        "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, device, "
+        "train, data, model, comm, ps, network, sweep, checkpoint, output, runs)");
   CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
         "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
         "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
         "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
-        "train, data, model, comm, ps, network, sweep, output)");
+        "device, train, data, model, comm, ps, network, sweep, checkpoint, output)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - name: a\n    runs: []\n")
             .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
   CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
@@ -305,8 +305,8 @@ TEST_CASE("preset: bad --set overrides") {
         "--set: train.stpes: unknown key (known in train: steps, epochs, batch, lr, momentum, "
         "weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of(kSynthetic, {"lr=3"}) ==
-        "--set: lr: unknown key (known at top level: strategy, workers, train, data, model, "
-        "comm, ps, network, sweep, output)");
+        "--set: lr: unknown key (known at top level: strategy, workers, device, train, "
+        "data, model, comm, ps, network, sweep, checkpoint, output)");
   CHECK(error_of(kSynthetic, {"train=3"}).starts_with("--set: train: is a section, not a key"));
   CHECK(error_of(kSynthetic, {"name=x"}) == "--set: name: allowed only inside a runs entry");
   CHECK(error_of(kSynthetic, {"train.batch=1.5"}) ==
@@ -429,7 +429,7 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
   const std::string table = describe_keys();
   // clang-format off
   const std::vector<std::string> keys = {
-      "name", "strategy", "workers",
+      "name", "strategy", "workers", "device",
       "train.steps", "train.epochs", "train.batch", "train.lr", "train.momentum",
       "train.weight_decay", "train.seed", "train.eval_every", "train.target_accuracy",
       "train.accumulation_steps", "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
@@ -437,7 +437,7 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "model.layers", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs",
       "ps.servers", "ps.mode", "ps.staleness", "ps.continue_without_dead_workers", "ps.bind",
       "ps.curve_keys", "ps.heartbeat_s", "network.link_gbps", "sweep.workers",
-      "output.dir", "output.trace_steps", "output.progress"};
+      "checkpoint.every", "checkpoint.dir", "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on
   std::istringstream lines(table);
   std::vector<std::string> listed;
