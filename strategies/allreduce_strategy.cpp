@@ -35,7 +35,7 @@ void AllreduceStrategy::init(std::span<float> params) {
   // DDP broadcasts module state from rank 0 at construction: replicas start equal even if
   // their initialisation differed.
   comm_->broadcast(params, 0);
-  sgd_.emplace(params.size(), options_.sgd);
+  sgd_ = make_sgd(params.size(), options_.sgd, options_.device);
   counted_ = comm_->counters();
 }
 

@@ -24,7 +24,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "allreduce/communicator.h"
@@ -38,6 +37,7 @@ struct AllreduceStrategyOptions {
   bool overlap = true;
   bool join_uneven = false;
   SgdOptions sgd;
+  int device = -1;  // where the model's buffers live (Model::device())
 };
 
 class AllreduceStrategy final : public SyncStrategy {
@@ -55,6 +55,7 @@ class AllreduceStrategy final : public SyncStrategy {
   void finish(std::span<float> grads, std::span<float> params) override;
   void abort(const std::string& reason) override;
   StepStats last_step_stats() const override { return stats_; }
+  Optimizer* optimizer() override { return sgd_.get(); }
 
   // Buckets of the last step as [begin, end) ranges, in the order they were issued (tests).
   const std::vector<std::pair<std::size_t, std::size_t>>& last_buckets() const {
@@ -69,7 +70,7 @@ class AllreduceStrategy final : public SyncStrategy {
 
   std::shared_ptr<Communicator> comm_;
   AllreduceStrategyOptions options_;
-  std::optional<Sgd> sgd_;
+  std::unique_ptr<Optimizer> sgd_;
   StepStats stats_;
   CommCounters counted_;  // counters at the end of the previous step
   // The ready region not yet in a bucket: [pending_begin_, pending_end_). Backward fills the

@@ -1,7 +1,7 @@
 #include "strategies/dp_strategy.h"
 
 #include <algorithm>
-#include <optional>
+#include <memory>
 
 #include "common/error.h"
 #include "common/replica_barrier.h"
@@ -30,7 +30,7 @@ struct DpGroup {
   std::shared_ptr<EmulatedLink> link;  // replica 0's, or null
   std::vector<std::span<float>> grads;
   std::vector<std::span<float>> params;
-  std::optional<Sgd> sgd;
+  std::unique_ptr<Sgd> sgd;
   ReplicaBarrier gradients_ready;
   ReplicaBarrier parameters_ready;
 };
@@ -42,6 +42,7 @@ class DpReplica final : public SyncStrategy {
   std::string_view name() const override { return "dp"; }
   int rank() const override { return rank_; }
   StepStats last_step_stats() const override { return stats_; }
+  Optimizer* optimizer() override { return rank_ == 0 ? group_->sgd.get() : nullptr; }
 
   void init(std::span<float> params) override {
     DpGroup& g = *group_;
@@ -49,7 +50,7 @@ class DpReplica final : public SyncStrategy {
     g.grads[rank_] = {};
     g.gradients_ready.arrive_and_wait(rank_, g.timeout);  // every replica has registered
     if (rank_ == 0) {
-      g.sgd.emplace(params.size(), g.sgd_options);
+      g.sgd = std::make_unique<Sgd>(params.size(), g.sgd_options);
       // DataParallel replicates module 0: every replica starts from replica 0's parameters.
       for (int r = 1; r < g.replicas; ++r) {
         GRADSYNC_CHECK(g.params[r].size() == params.size(), "dp replicas differ in model size");

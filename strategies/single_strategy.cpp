@@ -4,7 +4,9 @@
 
 namespace gradsync {
 
-void SingleStrategy::init(std::span<float> params) { sgd_.emplace(params.size(), sgd_options_); }
+void SingleStrategy::init(std::span<float> params) {
+  sgd_ = make_sgd(params.size(), sgd_options_, device_);
+}
 
 void SingleStrategy::synchronize(std::span<float> grads, std::span<float> params) {
   Stopwatch update;

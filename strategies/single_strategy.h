@@ -3,7 +3,7 @@
 // synchronous strategy with N workers of batch global/N.
 #pragma once
 
-#include <optional>
+#include <memory>
 
 #include "strategies/sync_strategy.h"
 #include "worker/sgd.h"
@@ -12,17 +12,21 @@ namespace gradsync {
 
 class SingleStrategy final : public SyncStrategy {
  public:
-  explicit SingleStrategy(const SgdOptions& sgd) : sgd_options_(sgd) {}
+  // `device`: where the model's buffers live (Model::device(); -1 for host memory).
+  explicit SingleStrategy(const SgdOptions& sgd, int device = -1)
+      : sgd_options_(sgd), device_(device) {}
 
   std::string_view name() const override { return "single"; }
   int rank() const override { return 0; }
   void init(std::span<float> params) override;
   void synchronize(std::span<float> grads, std::span<float> params) override;
   StepStats last_step_stats() const override { return stats_; }
+  Optimizer* optimizer() override { return sgd_.get(); }
 
  private:
   SgdOptions sgd_options_;
-  std::optional<Sgd> sgd_;
+  int device_;
+  std::unique_ptr<Optimizer> sgd_;
   StepStats stats_;
 };
 

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "common/step_stats.h"
+#include "worker/optimizer.h"
 
 namespace gradsync {
 
@@ -47,6 +48,10 @@ class SyncStrategy {
   // communicate / wait seconds and bytes of the last synchronize(). compute_s holds only
   // compute the strategy itself did (an optimizer update); the loop adds forward/backward.
   virtual StepStats last_step_stats() const = 0;
+
+  // The optimizer this rank updates parameters with, for checkpoints; null where the update
+  // runs elsewhere (ps: on the server shards; dp: replicas other than 0). Valid after init().
+  virtual Optimizer* optimizer() { return nullptr; }
 
   // Called when this rank fails outside synchronize(): wakes every wait of the strategy (this
   // rank's and, in-process, its peers') with an error, so no one is left blocked.

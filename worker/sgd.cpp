@@ -1,5 +1,7 @@
 #include "worker/sgd.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace gradsync {
@@ -25,5 +27,17 @@ void Sgd::step(std::span<float> params, std::span<const float> grads) {
   }
   ++steps_;
 }
+
+void Sgd::save_state(std::span<float> momentum) const {
+  GRADSYNC_CHECK(momentum.size() == velocity_.size(), "save_state: size != optimizer range");
+  std::copy(velocity_.begin(), velocity_.end(), momentum.begin());
+}
+
+void Sgd::load_state(std::span<const float> momentum, std::uint64_t steps) {
+  GRADSYNC_CHECK(momentum.size() == velocity_.size(), "load_state: size != optimizer range");
+  std::copy(momentum.begin(), momentum.end(), velocity_.begin());
+  steps_ = steps;
+}
+
 
 }  // namespace gradsync

@@ -6,32 +6,33 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
+#include "worker/optimizer.h"
+#include "worker/sgd_options.h"
+
 namespace gradsync {
 
-struct SgdOptions {
-  double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
-};
-
-class Sgd {
+class Sgd final : public Optimizer {
  public:
   Sgd(std::size_t size, const SgdOptions& options);
 
   // Applies one update; params and grads must have the size given at construction.
-  void step(std::span<float> params, std::span<const float> grads);
+  void step(std::span<float> params, std::span<const float> grads) override;
+  std::size_t size() const override { return velocity_.size(); }
+  std::uint64_t steps_taken() const override { return steps_; }
+  void save_state(std::span<float> momentum) const override;
+  void load_state(std::span<const float> momentum, std::uint64_t steps) override;
 
   const SgdOptions& options() const { return options_; }
   std::span<const float> momentum_buffer() const { return velocity_; }
-  std::size_t steps_taken() const { return steps_; }
 
  private:
   SgdOptions options_;
   std::vector<float> velocity_;
-  std::size_t steps_ = 0;
+  std::uint64_t steps_ = 0;
 };
 
 }  // namespace gradsync
