@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
   run->add_option("--only", only, "run only the named runs of the preset");
   run->add_option("--output", output_dir, "results root (default: output.dir of the preset)");
   run->add_flag("--keys", list_keys, "list every preset key with its default and meaning");
+  std::string resume;
+  run->add_option("--resume", resume,
+                  "continue from a checkpoint: a step-N folder, a checkpoints folder (its newest "
+                  "complete step), a run's or a preset's results folder");
 
   std::string sweep_preset;
   std::vector<std::string> sweep_overrides;
@@ -154,6 +158,8 @@ int main(int argc, char** argv) {
         std::cerr << "gradsync run: name a preset (e.g. `gradsync run quickstart`)\n";
         return 2;
       }
+      // --resume is checkpoint.resume for every run; each run finds its own checkpoint in it.
+      if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
       return run_command(preset, overrides, output_dir, only);
     }
     if (sweep->parsed()) {

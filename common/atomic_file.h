@@ -1,5 +1,6 @@
 // Writing a results file so that a reader never sees half of it and a full disk is an error:
-// the text goes to <path>.tmp, is flushed and fsync'd, and only then renamed over <path>.
+// the text goes to <path>.tmp, is flushed and fsync'd, and only then renamed over <path>; the
+// folder is fsync'd after the rename, so the new name survives a crash too.
 #pragma once
 
 #include <string>

@@ -80,6 +80,7 @@ struct SweepConfig {
 struct CheckpointConfig {
   std::int64_t every = 0;   // steps between checkpoints; 0: none
   std::string dir;          // empty: <run folder>/checkpoints
+  std::string resume;       // a checkpoint to continue from (experiments/checkpoints.h)
 };
 
 struct OutputConfig {

@@ -9,6 +9,7 @@
 #include "common/metrics_writer.h"
 #include "common/progress.h"
 #include "common/trace_writer.h"
+#include "experiments/checkpoints.h"
 #include "experiments/data_loader.h"
 #include "experiments/in_process.h"
 #include "experiments/launcher.h"
@@ -53,6 +54,18 @@ void point_latest_at(const fs::path& root, const fs::path& target) {
   std::error_code ec;
   if (fs::is_symlink(link, ec)) fs::remove(link, ec);
   if (!fs::exists(link, ec)) fs::create_directory_symlink(target.filename(), link, ec);
+}
+
+// checkpoint.resume as the absolute path of the step folder it names for this run, so every
+// process of the run (and config.yaml) says exactly which checkpoint was resumed.
+Config with_resolved_checkpoint(const Config& given) {
+  Config config = given;
+  validate_checkpointing(config);
+  if (!config.checkpoint.resume.empty()) {
+    config.checkpoint.resume =
+        fs::absolute(resolve_checkpoint(config.checkpoint.resume, config.name)).string();
+  }
+  return config;
 }
 
 }  // namespace
@@ -125,9 +138,13 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
   MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string());
   TraceWriter trace(origin, plan.trace_spans_per_rank);
   ProgressReporter progress = progress_reporter(config, plan);
+  const RunCheckpoints checkpoints = prepare_checkpoints(config, plan.widths, plan.steps, run_dir, 0);
+  LoopOptions loop = loop_options(config, plan, origin);
+  if (checkpoints.resume) loop.resume = &*checkpoints.resume;
+  LoopSinks rank0{&metrics, &trace, &progress};
+  if (checkpoints.writer) rank0.checkpointer = &*checkpoints.writer;
   const std::vector<LoopResult> results =
-      train_in_process(config, data, loop_options(config, plan, origin),
-                       LoopSinks{&metrics, &trace, &progress}, LoopSinks{&metrics, &trace, nullptr});
+      train_in_process(config, data, loop, rank0, LoopSinks{&metrics, &trace, nullptr});
 
   trace.write((fs::path(run_dir) / "trace.json").string());
   RunOutcome outcome{summarize(config, results.front().parameters, results), run_dir};
@@ -147,12 +164,19 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   TrainTest cached;
   DataConfig cached_for;
   std::uint64_t cached_seed = 0;
-  for (const Config& config : preset.runs) {
+  for (const Config& given : preset.runs) {
+    const Config config = with_resolved_checkpoint(given);
     std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
               << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
               << config.train.batch << " per worker)\n";
     const std::string run_dir = (dir / config.name).string();
     if (runs_in_worker_processes(config.strategy)) {
+      // The processes check the checkpoint too, but a refusal reads best before any started.
+      if (!config.checkpoint.resume.empty()) {
+        const TrainTest shape = load_data(config.data, config.train.seed);
+        const RunPlan plan = plan_run(config, shape);
+        prepare_checkpoints(config, plan.widths, plan.steps, run_dir, -1);
+      }
       outcome.runs.push_back(run_multi_process(config, run_dir));
       report(outcome.runs.back());
       continue;

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "experiments/checkpoints.h"
 #include "experiments/data_loader.h"
 #include "experiments/preset.h"
 #include "experiments/rank_outputs.h"
@@ -17,6 +18,23 @@ PsShardOptions::Mode parse_mode(const std::string& mode) {
   if (mode == "sync") return PsShardOptions::Mode::kSync;
   if (mode == "async") return PsShardOptions::Mode::kAsync;
   return PsShardOptions::Mode::kSsp;  // the preset loader admits no other value
+}
+
+// checkpoint.*: where and when this shard writes its range, and the range's state to resume from.
+void add_checkpointing(PsShardOptions& options, const Config& config, const RunPlan& plan,
+                       const std::string& run_dir) {
+  validate_checkpointing(config);
+  options.checkpoint_every = config.checkpoint.every;
+  options.checkpoint_last_step = plan.steps;
+  options.checkpoint_root = checkpoint_root(config, run_dir);
+  options.checkpoint_description = model_description(config, plan.widths);
+  if (config.checkpoint.resume.empty()) return;
+  const KeyRange range = balanced_ranges(options.model_size, options.shards)[options.shard];
+  TrainingState state = load_training_state(
+      resolve_checkpoint(config.checkpoint.resume, config.name), options.checkpoint_description,
+      options.model_size, range.begin, range.end);
+  options.resume = PsShardOptions::Start{state.step, state.optimizer_steps,
+                                         std::move(state.params), std::move(state.momentum)};
 }
 
 }  // namespace
@@ -50,6 +68,7 @@ void run_server_process(const std::string& config_path, const std::string& run_d
   options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
   options.link = make_emulated_link(config.network.link_gbps);
+  add_checkpointing(options, config, plan, run_dir);
 
   PsShard server(options);
   std::cout << "endpoint " << server.endpoint() << std::endl;

@@ -27,6 +27,33 @@ void trace_step(TraceWriter& trace, int rank, std::int64_t step, Clock::time_poi
   if (wait_end < end) trace.add_span(rank, "communicate", step, wait_end, end);
 }
 
+// Resuming: the checkpoint's parameters go in before strategy.init(), which spreads rank 0's to
+// every replica, and the optimizer's state after it, once the strategy has made its optimizer.
+// No parameters in the state: the strategy brings them (a ps worker pulls from its shards).
+std::int64_t resume_params(Model& model, const TrainingState* resume) {
+  if (resume == nullptr) return 0;
+  if (!resume->params.empty()) model.copy_params_from_host(resume->params);
+  return static_cast<std::int64_t>(resume->step);
+}
+
+void resume_optimizer(SyncStrategy& strategy, const TrainingState* resume) {
+  if (resume == nullptr || resume->momentum.empty()) return;
+  if (Optimizer* optimizer = strategy.optimizer()) {
+    optimizer->load_state(resume->momentum, resume->optimizer_steps);
+  }
+}
+
+void checkpoint(const Checkpointer& checkpointer, std::int64_t step, Model& model,
+                SyncStrategy& strategy, TraceWriter* trace, std::int64_t trace_steps) {
+  const Optimizer* optimizer = strategy.optimizer();
+  GRADSYNC_CHECK(optimizer != nullptr, "a checkpointing rank must run the optimizer");
+  const Clock::time_point begin = Clock::now();
+  checkpointer.save(step + 1, model, *optimizer);
+  if (trace && step < trace_steps) {
+    trace->add_span(strategy.rank(), "checkpoint", step, begin, Clock::now());
+  }
+}
+
 }  // namespace
 
 LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,
@@ -46,8 +73,10 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
   });
   try {
     GRADSYNC_CHECK(steps_per_epoch >= 1, "an epoch must hold at least one step's batches");
+    const std::int64_t first_step = resume_params(model, options.resume);
     strategy.init(model.params());
-    for (std::int64_t step = 0; step < options.steps; ++step) {
+    resume_optimizer(strategy, options.resume);
+    for (std::int64_t step = first_step; step < options.steps; ++step) {
       const Clock::time_point begin = Clock::now();
       double loss = 0;
       const std::int64_t epoch = step / steps_per_epoch;
@@ -71,7 +100,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       add(result.totals, stats);
       result.train_seconds += seconds_between(begin, end);
       result.final_loss = loss;
-      result.steps = step + 1;
+      result.steps = step + 1 - first_step;
 
       if (sinks.metrics) {
         sinks.metrics->write(MetricsRow{step, rank, epoch, seconds_between(options.origin, end),
@@ -79,6 +108,9 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       }
       if (sinks.trace && step < options.trace_steps) {
         trace_step(*sinks.trace, rank, step, begin, computed, end, stats);
+      }
+      if (sinks.checkpointer && sinks.checkpointer->due(step + 1)) {
+        checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace, options.trace_steps);
       }
       if (rank != 0) continue;
       if (sinks.progress) sinks.progress->update(step, epoch, loss);

@@ -1,14 +1,16 @@
 // The one worker loop every strategy runs under (DESIGN.md, "The one loop"). Nothing in it
 // knows which strategy is active:
 //
-//   strategy.init(model.params())
-//   for step in [0, steps):
+//   model.params() = resume->params          // resuming: the checkpoint's parameters
+//   strategy.init(model.params())             // and then the optimizer's state
+//   for step in [first_step, steps):
 //     for each of k micro-batches:      // k = accumulation_steps; no communication between
 //       loss = model.forward_backward(sampler's batch, scale 1/k, accumulate after the first)
 //                                       // the last one reports ranges to strategy.gradient_ready
 //     strategy.synchronize(model.grads(), model.params())
 //     record the step (metrics.csv row, trace spans, progress line on rank 0)
 //     rank 0 evaluates on the test set every `eval_every` steps and after the last step
+//     the checkpointer (rank 0 of single / dp / allreduce) writes one when it is due
 //
 // Lives in experiments/ rather than worker/ because it is where worker (model, data, sampler)
 // and strategies meet; worker/ stays free of any dependency on strategies/.
@@ -24,6 +26,7 @@
 #include "common/step_stats.h"
 #include "common/stopwatch.h"
 #include "common/trace_writer.h"
+#include "experiments/checkpoints.h"
 #include "strategies/sync_strategy.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
@@ -46,6 +49,8 @@ struct LoopOptions {
   Clock::time_point origin;           // the run's time zero, shared by every rank
   bool keep_params = false;           // copy the final parameters into the result (tests)
   bool evaluate = true;               // false: no test-set evaluation (a synthetic model)
+  // Resuming: the whole buffer's state from a checkpoint; the loop starts at resume->step.
+  const TrainingState* resume = nullptr;
 };
 
 // Optional sinks; null pointers are skipped. `progress` is used by rank 0 only.
@@ -53,11 +58,12 @@ struct LoopSinks {
   MetricsWriter* metrics = nullptr;
   TraceWriter* trace = nullptr;
   ProgressReporter* progress = nullptr;
+  const Checkpointer* checkpointer = nullptr;  // needs the strategy's optimizer()
 };
 
 struct LoopResult {
-  std::int64_t steps = 0;
-  double train_seconds = 0;  // wall time of the steps, evaluation excluded
+  std::int64_t steps = 0;    // steps this run took (a resumed run: from the checkpoint on)
+  double train_seconds = 0;  // wall time of the steps, evaluation and checkpoints excluded
   double final_loss = 0;     // this rank's last training loss
   StepStats totals;          // summed over steps
   std::vector<EvalPoint> evals;  // rank 0 only

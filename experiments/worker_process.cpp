@@ -16,6 +16,7 @@
 #include "common/progress.h"
 #include "common/rendezvous_env.h"
 #include "common/trace_writer.h"
+#include "experiments/checkpoints.h"
 #include "experiments/data_loader.h"
 #include "experiments/run_plan.h"
 #include "experiments/preset.h"
@@ -60,6 +61,7 @@ std::string local_address_towards(const std::string& host, int port) {
 }
 
 std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
+                                                    std::uint64_t first_step,
                                                     const RendezvousEnv& env,
                                                     std::chrono::milliseconds timeout,
                                                     const std::vector<std::string>& ps_endpoints,
@@ -79,7 +81,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
     options.heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
     if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
     options.link = make_emulated_link(config.network.link_gbps);
-    return std::make_unique<PsStrategy>(options);
+    return std::make_unique<PsStrategy>(options, first_step);
   }
   if (config.strategy != "allreduce") {
     throw ConfigError("config", "strategy",
@@ -137,16 +139,22 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
                                                               : MetricsWriter::Mode::kCreate);
   TraceWriter trace(origin, plan.trace_spans_per_rank);
   ProgressReporter progress = progress_reporter(config, plan);
+  const RunCheckpoints checkpoints =
+      prepare_checkpoints(config, plan.widths, plan.steps, run_dir, env.rank);
+  LoopOptions loop = loop_options(config, plan, origin);
+  if (checkpoints.resume) loop.resume = &*checkpoints.resume;
+  LoopSinks sinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr};
+  if (checkpoints.writer) sinks.checkpointer = &*checkpoints.writer;
 
   // The store outlives the strategy: a ring keeps it for failure reports.
   std::unique_ptr<Store> store;
   std::shared_ptr<Communicator> comm;  // allreduce only
   const std::unique_ptr<SyncStrategy> strategy =
-      make_process_strategy(config, env, timeout, ps_endpoints, store, comm);
+      make_process_strategy(config, checkpoints.resume ? checkpoints.resume->step : 0, env, timeout,
+                            ps_endpoints, store, comm);
   LoopResult result;
   try {
-    result = run_worker_loop(*model, *strategy, sampler, data, loop_options(config, plan, origin),
-                             LoopSinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr});
+    result = run_worker_loop(*model, *strategy, sampler, data, loop, sinks);
   } catch (...) {
     // The steps before the failure are worth seeing in the trace; the failure itself is what
     // the caller reports, so a trace that cannot be written must not replace it.

@@ -37,6 +37,24 @@ void ParamStore::set(std::span<const std::byte> floats) {
   }
 }
 
+void ParamStore::restore(std::span<const float> params, std::span<const float> momentum,
+                         std::uint64_t optimizer_steps) {
+  GRADSYNC_CHECK(params.size() == size_ && momentum.size() == size_,
+                 "checkpoint state does not match the range");
+  set(std::as_bytes(params));
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    sgd_[c].load_state(momentum.subspan(chunks_[c].begin, chunks_[c].size()), optimizer_steps);
+  }
+}
+
+std::uint64_t ParamStore::save_optimizer(std::span<float> momentum) const {
+  GRADSYNC_CHECK(momentum.size() == size_, "momentum buffer does not match the range");
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    sgd_[c].save_state(momentum.subspan(chunks_[c].begin, chunks_[c].size()));
+  }
+  return sgd_.front().steps_taken();
+}
+
 Buffer ParamStore::snapshot(Chunk chunk) const {
   // The chunk's Hold is the owner: while ZeroMQ has it, writable() sees the chunk as held.
   std::size_t c = chunk.begin / kChunkFloats;

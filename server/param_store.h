@@ -52,6 +52,13 @@ class ParamStore {
   // server and dp compute bit-identical averages from the same gradients.
   void apply(std::size_t c, std::span<const Buffer> grads);
 
+  // Checkpoints: the range's parameters and its optimizer state (each chunk's Sgd, laid end to
+  // end), restored on resume, saved with the number of updates each chunk has taken (in sync
+  // mode every chunk takes one per step).
+  void restore(std::span<const float> params, std::span<const float> momentum,
+               std::uint64_t optimizer_steps);
+  std::uint64_t save_optimizer(std::span<float> momentum) const;
+
   const std::vector<Chunk>& chunks() const { return chunks_; }
   Buffer snapshot(Chunk chunk) const;
   std::span<const float> values() const { return *current_; }

@@ -38,6 +38,12 @@ void validate(const PsShardOptions& o) {
     bad("ps.continue_without_dead_workers", "not possible in sync mode (async and ssp only)");
   }
   if (o.timeout.count() <= 0) bad("comm.timeout_s", "must be positive");
+  if ((o.checkpoint_every > 0 || o.resume) && o.mode != PsShardOptions::Mode::kSync) {
+    bad(o.resume ? "checkpoint.resume" : "checkpoint.every",
+        "ps checkpoints need sync mode: in " + std::string(mode_name(o.mode)) +
+            " mode the shards share no step");
+  }
+  if (o.checkpoint_every < 0) bad("checkpoint.every", "must be >= 0");
 }
 
 }  // namespace gradsync

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/ps_client.h"
 #include "worker/sgd.h"
@@ -41,6 +42,23 @@ struct PsShardOptions {
   // paced at its rate, full duplex (PsShard's send and receive queues); heartbeats and ERRORs
   // are not queued. Null: no cap.
   std::shared_ptr<EmulatedLink> link;
+
+  // Checkpoints (sync mode only): after step t when t is a multiple of checkpoint_every or is
+  // checkpoint_last_step, the shard writes its range with its optimizer state to
+  // <checkpoint_root>/step-<t>/part-<shard>-of-<shards>.ckpt (common/checkpoint_file.h).
+  std::int64_t checkpoint_every = 0;  // 0: none
+  std::int64_t checkpoint_last_step = 0;
+  std::string checkpoint_root;
+  std::string checkpoint_description;  // the model, as the checkpoint records it
+  // Resuming: this shard's range from a checkpoint. The shard starts initialised at `step`
+  // (no INIT expected: every worker pulls).
+  struct Start {
+    std::uint64_t step = 0;
+    std::uint64_t optimizer_steps = 0;
+    std::vector<float> params;    // the range's floats
+    std::vector<float> momentum;  // the same size
+  };
+  std::optional<Start> resume;
 };
 
 const char* mode_name(PsShardOptions::Mode mode);

@@ -54,6 +54,15 @@ ShardState::ShardState(const PsShardOptions& options, Clock::time_point now)
     w.got.assign(store_.chunks().size(), false);
     w.pushed.resize(store_.chunks().size());
   }
+  if (options_.resume) {
+    // A resumed shard is initialised from its checkpoint, at that checkpoint's step.
+    const PsShardOptions::Start& start = *options_.resume;
+    store_.restore(start.params, start.momentum, start.optimizer_steps);
+    initialised_ = true;
+    version_ = start.step;
+    for (Worker& w : workers_) w.clock = w.read_clock = version_;
+    options_.resume.reset();  // the copy is not needed any more
+  }
 }
 
 void ShardState::on_message(const std::string& peer, std::span<const Buffer> frames,

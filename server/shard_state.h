@@ -151,6 +151,8 @@ class ShardState {
   Outgoing reply_chunk(int rank, std::size_t chunk, std::uint64_t step,
                        std::uint32_t staleness) const;
   std::optional<std::size_t> chunk_of(const wire::Header& header) const;
+  bool checkpoint_due(std::uint64_t step) const;
+  void write_checkpoint() const;
 
   void emit(Outgoing&& out) { (*send_)(std::move(out)); }
   Outgoing error_to(const std::string& peer, const std::string& text) const;

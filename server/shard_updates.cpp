@@ -4,6 +4,10 @@
 
 #include "server/shard_state.h"
 
+#include <filesystem>
+
+#include "common/checkpoint_file.h"
+
 namespace gradsync {
 
 using wire::MessageType;
@@ -104,6 +108,8 @@ void ShardState::push_sync(int rank, const wire::Header& header, const Buffer& p
       std::fill(each.got.begin(), each.got.end(), false);
       each.got_count = 0;
     }
+    // Before the last chunk's replies leave: no worker is past this step while it is written.
+    if (checkpoint_due(version_)) write_checkpoint();
   }
   // Shard k answers rank k mod N first, then the next ones: with K shards answering at once,
   // each worker's link then gets one shard's chunk at a time instead of all K together
@@ -203,6 +209,29 @@ Outgoing ShardState::reply_chunk(int rank, std::size_t chunk, std::uint64_t step
           wire::make_header(MessageType::kReply, options_.shard, step, range_.begin + c.begin,
                             range_.begin + c.end, c.size() * sizeof(float), staleness),
           store_.snapshot(c)};
+}
+
+bool ShardState::checkpoint_due(std::uint64_t step) const {
+  const std::int64_t every = options_.checkpoint_every;
+  const auto t = static_cast<std::int64_t>(step);
+  return every > 0 && (t % every == 0 || t == options_.checkpoint_last_step);
+}
+
+void ShardState::write_checkpoint() const {
+  CheckpointPart part;
+  part.step = version_;
+  part.total = options_.model_size;
+  part.begin = range_.begin;
+  part.end = range_.end;
+  part.description = options_.checkpoint_description;
+  part.params.assign(store_.values().begin(), store_.values().end());
+  part.momentum.resize(range_.size());
+  part.optimizer_steps = store_.save_optimizer(part.momentum);
+  const std::string path = (std::filesystem::path(checkpoint_step_folder(
+                                options_.checkpoint_root, version_)) /
+                            checkpoint_part_name(options_.shard, options_.shards))
+                               .string();
+  write_checkpoint_part(path, part);
 }
 
 }  // namespace gradsync

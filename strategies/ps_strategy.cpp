@@ -4,7 +4,8 @@
 
 namespace gradsync {
 
-PsStrategy::PsStrategy(const PsClientOptions& options) : options_(options), rank_(options.rank) {}
+PsStrategy::PsStrategy(const PsClientOptions& options, std::uint64_t first_step)
+    : options_(options), rank_(options.rank), step_(first_step) {}
 
 PsStrategy::~PsStrategy() = default;
 
@@ -12,8 +13,10 @@ void PsStrategy::init(std::span<float> params) {
   options_.model_size = params.size();
   // The handshake happens here, once the model size is known, not at construction.
   client_ = std::make_unique<PsClient>(options_);
-  // The shards hold no parameters until rank 0 sends its own; the others then take those.
-  client_->wait(rank_ == 0 ? client_->init(params) : client_->pull(params));
+  // The shards hold no parameters until rank 0 sends its own; the others then take those. A
+  // resumed run's shards start from the checkpoint: everyone pulls.
+  const bool sends_initial = rank_ == 0 && step_ == 0;
+  client_->wait(sends_initial ? client_->init(params) : client_->pull(params));
 }
 
 void PsStrategy::synchronize(std::span<float> grads, std::span<float> params) {

@@ -27,7 +27,9 @@ namespace gradsync {
 
 class PsStrategy final : public SyncStrategy {
  public:
-  explicit PsStrategy(const PsClientOptions& options);
+  // `first_step` > 0: resuming from a checkpoint of that step, which the shards were started
+  // from; every rank then pulls the shards' parameters and pushes from that step on.
+  explicit PsStrategy(const PsClientOptions& options, std::uint64_t first_step = 0);
   ~PsStrategy() override;
 
   std::string_view name() const override { return "ps"; }

@@ -437,7 +437,7 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "model.layers", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs",
       "ps.servers", "ps.mode", "ps.staleness", "ps.continue_without_dead_workers", "ps.bind",
       "ps.curve_keys", "ps.heartbeat_s", "network.link_gbps", "sweep.workers",
-      "checkpoint.every", "checkpoint.dir", "output.dir", "output.trace_steps", "output.progress"};
+      "checkpoint.every", "checkpoint.dir", "checkpoint.resume", "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on
   std::istringstream lines(table);
   std::vector<std::string> listed;

@@ -3,12 +3,16 @@
 // a raw DEALER while two real workers train. (A live silent worker: test_ps_client.cpp.)
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/checkpoint_file.h"
 #include "server/ps_client.h"
 #include "server/ps_shard.h"
 #include "server/shard_state.h"
@@ -44,15 +48,15 @@ struct Log {
 };
 
 PsShardOptions options_for(int world, std::uint64_t model, Mode mode, Log& log, int s = 0) {
-  return {.world_size = world,
-          .model_size = model,
-          .mode = mode,
-          .staleness = s,
-          .sgd = {0.1, 0.0, 0.0},
-          .timeout = 500ms,
-          .curve = {},
-          .log = log.sink(),
-          .link = {}};
+  PsShardOptions o;
+  o.world_size = world;
+  o.model_size = model;
+  o.mode = mode;
+  o.staleness = s;
+  o.sgd = {0.1, 0.0, 0.0};
+  o.timeout = 500ms;
+  o.log = log.sink();
+  return o;
 }
 
 Buffer header_frame(const wire::Header& h) {
@@ -176,6 +180,60 @@ TEST_CASE("ps shard: sync averages all N pushes once, holds PULL until INIT") {
   // A push for the wrong step is answered with an ERROR, not parameters.
   CHECK(error_text(d.push(0, 7, 1.f).at(0)).find("pushed step 7, this shard is at step 3") !=
         std::string::npos);
+}
+
+TEST_CASE("ps shard: sync checkpoints its range; a shard resumed from it goes on without INIT") {
+  // Two runs of 4 steps with momentum: one straight through, one that stops after step 2 and is
+  // resumed by a fresh shard from the step-2 checkpoint. Both must end with the same parameters.
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("gradsync_shard_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const std::uint64_t model = 2 * ParamStore::kChunkFloats + 20;  // two chunks per shard
+  Log log;
+  auto options = [&](std::int64_t every) {
+    PsShardOptions o = options_for(2, model, Mode::kSync, log);
+    o.shard = 1;
+    o.shards = 2;
+    o.sgd = {0.1, 0.9, 0.0};
+    o.checkpoint_every = every;
+    o.checkpoint_last_step = 4;
+    o.checkpoint_root = root.string();
+    o.checkpoint_description = "test model";
+    return o;
+  };
+  auto run = [&](ShardState& state, std::uint64_t from, std::uint64_t to, bool init) {
+    Driver d{state, model};
+    for (int r = 0; r < 2; ++r) REQUIRE(d.hello(r, 2, model).size() == 1);
+    if (init) REQUIRE(!d.init(1.f).empty());
+    for (std::uint64_t step = from; step < to; ++step) {
+      CHECK(d.push(0, step, 0.5f + static_cast<float>(step)).empty());
+      CHECK(d.push(1, step, 1.f).size() == 2 * chunk_ranges(state.range()).size());
+    }
+    return std::vector<float>(state.params().begin(), state.params().end());
+  };
+  ShardState straight(options(0), Clock::now());
+  const std::vector<float> expected = run(straight, 0, 4, true);
+
+  ShardState first(options(2), Clock::now());
+  run(first, 0, 4, true);  // writes steps 2 and 4 (the last)
+  const std::string step2 = gradsync::checkpoint_step_folder(root.string(), 2);
+  const gradsync::CheckpointPart part =
+      gradsync::read_checkpoint_part(step2 + "/" + gradsync::checkpoint_part_name(1, 2));
+  CHECK(part.step == 2);
+  CHECK(part.optimizer_steps == 2);
+  CHECK((part.begin == first.range().begin && part.end == first.range().end));
+  CHECK(part.description == "test model");
+  CHECK(std::filesystem::exists(gradsync::checkpoint_step_folder(root.string(), 4)));
+
+  PsShardOptions resumed_options = options(0);
+  resumed_options.resume = PsShardOptions::Start{part.step, part.optimizer_steps, part.params,
+                                                 part.momentum};
+  ShardState resumed(resumed_options, Clock::now());
+  CHECK(resumed.version() == 2);
+  CHECK(resumed.initialised());
+  const std::vector<float> got = run(resumed, 2, 4, false);
+  CHECK(got == expected);  // bit for bit: same averages, same momentum
+  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("ps shard: a large range is answered in chunks, each sent as soon as it is updated") {

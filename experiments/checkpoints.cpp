@@ -1,0 +1,244 @@
+#include "experiments/checkpoints.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "common/checkpoint_file.h"
+#include "common/error.h"
+#include "experiments/model_factory.h"
+
+namespace gradsync {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kPartName(R"(part-(\d+)-of-(\d+)\.ckpt)");
+const std::regex kStepName(R"(step-(\d+))");
+
+// The part files of a step folder, by index, and how many there should be (0 when the names
+// disagree on it, which no writer does).
+struct PartListing {
+  std::map<int, fs::path> parts;
+  int expected = -1;
+  bool consistent = true;
+  bool complete() const {
+    if (!consistent || expected <= 0 || static_cast<int>(parts.size()) != expected) return false;
+    return parts.rbegin()->first == expected - 1;
+  }
+};
+
+PartListing list_parts(const fs::path& folder) {
+  PartListing listing;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kPartName)) continue;
+    const int part = std::stoi(m[1]);
+    const int of = std::stoi(m[2]);
+    if (listing.expected != -1 && listing.expected != of) listing.consistent = false;
+    listing.expected = of;
+    listing.parts[part] = entry.path();
+  }
+  return listing;
+}
+
+bool is_step_folder(const fs::path& path) {
+  return std::regex_match(path.filename().string(), kStepName);
+}
+
+// The newest complete step folder in `folder`, if any holds step folders at all.
+std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_folder) {
+  std::map<std::uint64_t, fs::path> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, m, kStepName)) {
+      steps[std::stoull(m[1])] = entry.path();
+    }
+  }
+  any_step_folder = !steps.empty();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (list_parts(it->second).complete()) return it->second;
+  }
+  return std::nullopt;
+}
+
+ConfigError no_checkpoint(const std::string& path, const std::string& why) {
+  return ConfigError("checkpoint", "checkpoint.resume", path + ": " + why);
+}
+
+}  // namespace
+
+std::string model_description(const Config& config, const std::vector<int>& widths) {
+  if (config.model.kind == "synthetic") {
+    return "synthetic " + std::to_string(config.model.parameters) + " in " +
+           std::to_string(config.model.layers) + " layers";
+  }
+  std::string text = config.model.kind + " ";
+  for (std::size_t i = 0; i < widths.size(); ++i) {
+    if (i > 0) text += '-';
+    text += std::to_string(widths[i]);
+  }
+  return text;
+}
+
+std::string checkpoint_root(const Config& config, const std::string& run_dir) {
+  if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
+  return (fs::path(run_dir) / "checkpoints").string();
+}
+
+std::string resolve_checkpoint(const std::string& path, const std::string& run) {
+  const fs::path p(path);
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) throw no_checkpoint(path, "no such folder");
+  if (is_step_folder(p)) {
+    const PartListing listing = list_parts(p);
+    if (!listing.complete()) {
+      throw DataError(path, "incomplete checkpoint: " + std::to_string(listing.parts.size()) +
+                                " of " + std::to_string(std::max(listing.expected, 1)) +
+                                " part files (part-<k>-of-<K>.ckpt) present");
+    }
+    return p.string();
+  }
+  bool any_step_folder = false;
+  if (const auto newest = newest_complete(p, any_step_folder)) return newest->string();
+  if (any_step_folder) throw no_checkpoint(path, "no complete checkpoint in its step-* folders");
+  if (fs::is_directory(p / "checkpoints", ec)) return resolve_checkpoint((p / "checkpoints").string(), run);
+  if (!run.empty() && fs::is_directory(p / run, ec)) return resolve_checkpoint((p / run).string(), run);
+  throw no_checkpoint(path, "no checkpoint here (no step-* folder, no checkpoints/, no " +
+                                (run.empty() ? std::string("run folder") : run + "/") + ")");
+}
+
+std::uint64_t checkpoint_step(const std::string& step_folder) {
+  const PartListing listing = list_parts(step_folder);
+  GRADSYNC_CHECK(!listing.parts.empty(), "checkpoint_step of a folder without parts");
+  return read_checkpoint_part(listing.parts.begin()->second.string(), true).step;
+}
+
+TrainingState load_training_state(const std::string& step_folder, const std::string& description,
+                                  std::uint64_t total, std::uint64_t begin, std::uint64_t end) {
+  GRADSYNC_CHECK(begin <= end && end <= total, "load_training_state: range outside the model");
+  const PartListing listing = list_parts(step_folder);
+  if (!listing.complete()) {
+    throw DataError(step_folder, "incomplete checkpoint: " + std::to_string(listing.parts.size()) +
+                                     " of " + std::to_string(std::max(listing.expected, 1)) +
+                                     " part files present");
+  }
+  TrainingState state;
+  state.params.resize(end - begin);
+  state.momentum.resize(end - begin);
+  std::uint64_t covered_to = 0;  // parts tile [0, total) in index order
+  bool first = true;
+  for (const auto& [index, file] : listing.parts) {
+    // Headers first: a part that does not overlap this range is checked no further.
+    const std::string name = file.string();
+    CheckpointPart head = read_checkpoint_part(name, true);
+    if (head.description != description || head.total != total) {
+      throw DataError(name, "is a checkpoint of another model (" + head.description + ", " +
+                                std::to_string(head.total) + " parameters); this run trains " +
+                                description + ", " + std::to_string(total) + " parameters");
+    }
+    if (head.begin != covered_to) {
+      throw DataError(name, "part " + std::to_string(index) + " starts at key " +
+                                std::to_string(head.begin) + ", the parts before it end at " +
+                                std::to_string(covered_to));
+    }
+    covered_to = head.end;
+    if (head.end <= begin || head.begin >= end) continue;  // not in the range asked for
+    const CheckpointPart part = read_checkpoint_part(name);
+    if (first) {
+      state.step = part.step;
+      state.optimizer_steps = part.optimizer_steps;
+      first = false;
+    } else if (part.step != state.step || part.optimizer_steps != state.optimizer_steps) {
+      throw DataError(name, "is of step " + std::to_string(part.step) + " (" +
+                                std::to_string(part.optimizer_steps) +
+                                " optimizer updates), the other parts of " + step_folder +
+                                " of step " + std::to_string(state.step) + " (" +
+                                std::to_string(state.optimizer_steps) + ")");
+    }
+    const std::uint64_t from = std::max(begin, part.begin);
+    const std::uint64_t to = std::min(end, part.end);
+    std::copy(part.params.begin() + static_cast<std::ptrdiff_t>(from - part.begin),
+              part.params.begin() + static_cast<std::ptrdiff_t>(to - part.begin),
+              state.params.begin() + static_cast<std::ptrdiff_t>(from - begin));
+    std::copy(part.momentum.begin() + static_cast<std::ptrdiff_t>(from - part.begin),
+              part.momentum.begin() + static_cast<std::ptrdiff_t>(to - part.begin),
+              state.momentum.begin() + static_cast<std::ptrdiff_t>(from - begin));
+  }
+  if (covered_to != total) {
+    throw DataError(step_folder, "its parts cover keys [0, " + std::to_string(covered_to) +
+                                     ") of " + std::to_string(total));
+  }
+  if (first) state.step = checkpoint_step(step_folder);  // an empty range: only the step
+  return state;
+}
+
+void validate_checkpointing(const Config& config) {
+  const bool used = config.checkpoint.every > 0 || !config.checkpoint.resume.empty();
+  if (used && config.strategy == "ps" && config.ps.mode != "sync") {
+    throw ConfigError(config.name, config.checkpoint.every > 0 ? "checkpoint.every" : "checkpoint.resume",
+                      "ps in " + config.ps.mode +
+                          " mode cannot checkpoint: its shards share no step at which the "
+                          "model is one consistent state (use ps.mode: sync)");
+  }
+}
+
+RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
+                                   std::int64_t last_step, const std::string& run_dir, int rank) {
+  validate_checkpointing(config);
+  RunCheckpoints out;
+  const std::string description = model_description(config, widths);
+  const bool ps = config.strategy == "ps";
+  if (!config.checkpoint.resume.empty()) {
+    const std::string folder = resolve_checkpoint(config.checkpoint.resume, config.name);
+    const std::uint64_t total = static_cast<std::uint64_t>(model_parameters(config, widths));
+    // A ps worker's parameters come from the shards, which read their own ranges.
+    out.resume = load_training_state(folder, description, total, 0, ps ? 0 : total);
+    if (static_cast<std::int64_t>(out.resume->step) >= last_step) {
+      throw ConfigError(config.name, "checkpoint.resume",
+                        folder + " is at step " + std::to_string(out.resume->step) +
+                            " and the run ends at step " + std::to_string(last_step) +
+                            ": nothing left to train (raise train.steps)");
+    }
+  }
+  if (config.checkpoint.every > 0 && rank == 0 && !ps) {
+    out.writer.emplace(checkpoint_root(config, run_dir), config.checkpoint.every, last_step,
+                       description);
+  }
+  return out;
+}
+
+Checkpointer::Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
+                           std::string description)
+    : root_(std::move(root)),
+      every_(every),
+      last_step_(last_step),
+      description_(std::move(description)) {}
+
+bool Checkpointer::due(std::int64_t steps_done) const {
+  return every_ > 0 && (steps_done % every_ == 0 || steps_done == last_step_);
+}
+
+void Checkpointer::save(std::int64_t steps_done, Model& model, const Optimizer& optimizer) const {
+  CheckpointPart part;
+  part.step = static_cast<std::uint64_t>(steps_done);
+  part.total = model.param_count();
+  part.begin = 0;
+  part.end = part.total;
+  part.optimizer_steps = optimizer.steps_taken();
+  part.description = description_;
+  part.params.resize(part.total);
+  part.momentum.resize(part.total);
+  model.copy_params_to_host(part.params);
+  optimizer.save_state(part.momentum);
+  write_checkpoint_part(
+      (fs::path(checkpoint_step_folder(root_, part.step)) / checkpoint_part_name(0, 1)).string(),
+      part);
+}
+
+}  // namespace gradsync

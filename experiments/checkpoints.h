@@ -1,0 +1,93 @@
+// Checkpoint and resume for every strategy (preset `checkpoint: {every, dir, resume}`,
+// `gradsync run PRESET --resume DIR`). The files are common/checkpoint_file.h's parts:
+//
+//   single, dp, allreduce: rank 0 writes one part, the whole buffer with its optimizer state;
+//   ps (sync):             each shard writes the part of its key range (server/ps_shard).
+//
+// A checkpoint is written every `every` steps and after the last step, into
+// <checkpoint.dir>/step-<N>/ (default dir: <run folder>/checkpoints). The sampler's position
+// needs no saving: a rank's batch at step t is a pure function of (seed, t) (worker/sampler.h),
+// so continuing at step N replays exactly the batches an uninterrupted run would have seen.
+//
+// On resume every worker (and every ps shard) reads the checkpoint itself, so on several
+// machines the folder must be on a filesystem they share, as with torch.load on every rank.
+// A checkpoint of another model, or a part that is truncated or corrupted, is refused with a
+// DataError naming the file; the step folder resumed from is only ever read.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiments/config.h"
+#include "strategies/sync_strategy.h"
+#include "worker/model.h"
+
+namespace gradsync {
+
+// What a checkpoint restores, for the range [begin, end) of the buffer a reader asked for.
+struct TrainingState {
+  std::uint64_t step = 0;             // steps completed: training continues with this step
+  std::uint64_t optimizer_steps = 0;  // updates the optimizer had taken
+  std::vector<float> params;
+  std::vector<float> momentum;
+};
+
+// The model a checkpoint belongs to, e.g. "mlp 784-256-256-10" or "synthetic 1000000 in 10
+// layers"; `widths` as in RunPlan. Resuming checks it and the parameter count.
+std::string model_description(const Config& config, const std::vector<int>& widths);
+
+// Where this run writes its checkpoints: checkpoint.dir, else <run_dir>/checkpoints.
+std::string checkpoint_root(const Config& config, const std::string& run_dir);
+
+// The step folder `path` names for run `run`, which may be: a step folder itself; a folder of
+// step folders (the newest complete one: a crash may have left the newest incomplete); a run
+// folder (its checkpoints/); or a preset's results folder (<run>/checkpoints/). Throws
+// ConfigError (key checkpoint.resume) when there is none, DataError for an incomplete step
+// folder named directly.
+std::string resolve_checkpoint(const std::string& path, const std::string& run);
+
+// The step a resolved checkpoint continues from (reads only the parts' headers).
+std::uint64_t checkpoint_step(const std::string& step_folder);
+
+// Reads the parts of `step_folder` that cover [begin, end) and returns that range. Throws
+// DataError naming the part that is unreadable, of another model (description or `total`
+// differs), or disagrees with the others; or the folder, when the parts do not cover the range.
+TrainingState load_training_state(const std::string& step_folder, const std::string& description,
+                                  std::uint64_t total, std::uint64_t begin, std::uint64_t end);
+
+// Throws ConfigError for what cannot be checkpointed: ps in async or ssp mode (its shards share
+// no step at which the model is one consistent state).
+void validate_checkpointing(const Config& config);
+
+// Writes rank 0's checkpoints (single, dp, allreduce): after step `steps_done` when it is a
+// multiple of `every` or the last one.
+class Checkpointer {
+ public:
+  Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
+               std::string description);
+
+  bool due(std::int64_t steps_done) const;
+  // Copies the parameters (from wherever the model keeps them) and the optimizer's state.
+  void save(std::int64_t steps_done, Model& model, const Optimizer& optimizer) const;
+
+ private:
+  std::string root_;
+  std::int64_t every_;
+  std::int64_t last_step_;
+  std::string description_;
+};
+
+// What one process of a run needs: the state to resume from, and rank 0's checkpointer.
+struct RunCheckpoints {
+  std::optional<TrainingState> resume;  // ps workers: the step only (the shards hold the rest)
+  std::optional<Checkpointer> writer;   // rank 0 of single / dp / allreduce, when every > 0
+};
+
+// For rank `rank` of `config`, whose run ends after step `last_step`; checkpoint.resume is
+// resolved here (resolve_checkpoint). Throws ConfigError when the checkpoint is at or past last_step.
+RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
+                                   std::int64_t last_step, const std::string& run_dir, int rank);
+
+}  // namespace gradsync

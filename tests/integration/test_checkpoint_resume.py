@@ -1,0 +1,149 @@
+"""Checkpoints and `gradsync run --resume`, through the real executable, for every synchronous
+strategy (single, dp, allreduce, ps sync):
+
+1. A run stopped after step 60 and resumed from its step-50 checkpoint ends (step 80) with the
+   same parameters as an uninterrupted 80-step run (max relative difference <= 1e-6); the
+   resumed run's metrics start at step 50. `--resume` of a whole results folder finds each run's
+   newest checkpoint (step 60) and ends there too.
+2. A checkpoint that is truncated, corrupted or of another model is refused with one line naming
+   the file, a non-zero exit, and is left byte for byte as it was.
+3. A run killed with SIGKILL mid-run keeps every metrics row and checkpoint written before, and
+   resumes from the newest complete checkpoint.
+"""
+import csv
+import glob
+import hashlib
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from checks import Checks
+
+gradsync, preset = sys.argv[1], sys.argv[2]
+check = Checks()
+RUNS = ["single", "dp-2", "allreduce-2", "ps-2"]
+
+
+def gradsync_run(*args, timeout=120):
+    return subprocess.run([gradsync, "run", preset, *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_ok(out, *args):
+    proc = gradsync_run("--output", out, *args)
+    check(proc.returncode == 0, f"gradsync run {' '.join(args)} exited {proc.returncode}: "
+                                f"{proc.stderr[-2000:]}")
+    return os.path.realpath(os.path.join(out, "latest"))
+
+
+def load_checkpoint(folder):
+    """(step, params) of a step folder, its parts joined in order (common/checkpoint_file.h)."""
+    parts = sorted(glob.glob(os.path.join(folder, "part-*.ckpt")),
+                   key=lambda p: int(os.path.basename(p).split("-")[1]))
+    step, params = None, []
+    for path in parts:
+        data = open(path, "rb").read()
+        (length,) = struct.unpack_from("<I", data, 20)
+        step, _total, begin, end, _opt = struct.unpack_from("<5Q", data, 24)
+        params += struct.unpack_from(f"<{end - begin}f", data, 64 + length)
+    return step, params
+
+
+def max_rel_diff(a, b):
+    return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def digest(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    full = run_ok(os.path.join(tmp, "full"))
+    stopped = run_ok(os.path.join(tmp, "stopped"), "--set", "train.steps=60")
+    for run in RUNS:
+        steps = sorted(os.listdir(os.path.join(stopped, run, "checkpoints")))
+        check(steps == ["step-00000050", "step-00000060"], f"{run}: checkpoints {steps}")
+        parts = os.listdir(os.path.join(stopped, run, "checkpoints", "step-00000050"))
+        want = ["part-0-of-2.ckpt", "part-1-of-2.ckpt"] if run == "ps-2" else ["part-0-of-1.ckpt"]
+        check(sorted(parts) == want, f"{run}: parts {parts}, expected {want}")
+
+    # 1. Resume each run from its step-50 checkpoint.
+    for run in RUNS:
+        step50 = os.path.join(stopped, run, "checkpoints", "step-00000050")
+        resumed = run_ok(os.path.join(tmp, "resumed-" + run), "--only", run, "--resume", step50)
+        step_a, a = load_checkpoint(os.path.join(full, run, "checkpoints", "step-00000080"))
+        step_b, b = load_checkpoint(os.path.join(resumed, run, "checkpoints", "step-00000080"))
+        check(step_a == step_b == 80 and len(a) == len(b) > 0, f"{run}: both end at step 80")
+        diff = max_rel_diff(a, b) if a and b else 1.0
+        check(diff <= 1e-6, f"{run}: resumed parameters differ from uninterrupted by {diff:g}")
+        rows = list(csv.DictReader(open(os.path.join(resumed, run, "metrics.csv"))))
+        first = min(int(r["step"]) for r in rows) if rows else -1
+        check(first == 50 and len({r["step"] for r in rows}) == 30,
+              f"{run}: resumed metrics cover steps 50..79 (first {first}, {len(rows)} rows)")
+        config = open(os.path.join(resumed, run, "config.yaml")).read()
+        check(os.path.realpath(step50) in config, f"{run}: config.yaml names the checkpoint")
+
+    # The whole stopped results folder: each run resumes from its newest (step 60).
+    resumed = run_ok(os.path.join(tmp, "resumed-all"), "--resume", stopped)
+    for run in RUNS:
+        _, a = load_checkpoint(os.path.join(full, run, "checkpoints", "step-00000080"))
+        _, b = load_checkpoint(os.path.join(resumed, run, "checkpoints", "step-00000080"))
+        diff = max_rel_diff(a, b) if a and b else 1.0
+        check(diff <= 1e-6, f"{run}: resumed from step 60, parameters differ by {diff:g}")
+
+    # 2. Bad checkpoints are refused and left as they were.
+    def refused(folder, file, expect, *extra):
+        before = digest(file)
+        proc = gradsync_run("--output", os.path.join(tmp, "refused"), "--only", "allreduce-2",
+                            "--resume", folder, *extra)
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+        check(proc.returncode != 0, f"{expect}: refused with a non-zero exit ({proc.returncode})")
+        check(file in last and expect in last, f"{expect}: one line naming the file: {last!r}")
+        check(digest(file) == before, f"{expect}: the checkpoint is left as it was")
+
+    bad = os.path.join(tmp, "bad")
+    shutil.copytree(os.path.join(stopped, "allreduce-2", "checkpoints"), bad)
+    part60 = os.path.join(bad, "step-00000060", "part-0-of-1.ckpt")
+    part50 = os.path.join(bad, "step-00000050", "part-0-of-1.ckpt")
+    data = bytearray(open(part60, "rb").read())
+    data[len(data) // 2] ^= 0x40
+    open(part60, "wb").write(data)
+    refused(os.path.join(bad, "step-00000060"), part60, "CRC-32 mismatch")
+    # The newest is corrupted: resuming the folder refuses it rather than silently going back.
+    refused(bad, part60, "CRC-32 mismatch")
+    open(part60, "wb").write(bytes(data[:1000]))
+    refused(bad, part60, "truncated")
+    refused(os.path.join(bad, "step-00000050"), part50, "another model",
+            "--set", "model.hidden=[32]")
+
+    # 3. SIGKILL mid-run (dp: the replicas are threads of the run's one process).
+    out = os.path.join(tmp, "killed")
+    victim = subprocess.Popen([gradsync, "run", preset, "--output", out, "--only", "dp-2",
+                               "--set", "train.steps=1000000", "--set", "checkpoint.every=100"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpts = os.path.join(out, "latest", "dp-2", "checkpoints")
+    deadline = time.time() + 60
+    while time.time() < deadline and len(glob.glob(os.path.join(ckpts, "step-*"))) < 2:
+        time.sleep(0.1)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    killed = os.path.realpath(os.path.join(out, "latest"))
+    lines = open(os.path.join(killed, "dp-2", "metrics.csv")).read().splitlines()
+    rows = list(csv.DictReader(lines))
+    check(len(rows) >= 2 * 200, f"metrics.csv kept the rows before the kill ({len(rows)})")
+    check(all(r["bytes_received"] not in (None, "") for r in rows[:-1]),
+          "every row but perhaps the last is complete")
+    newest = max(int(s.split("-")[1]) for s in os.listdir(ckpts) if s.startswith("step-"))
+    resumed = run_ok(os.path.join(tmp, "after-kill"), "--only", "dp-2", "--resume", killed,
+                     "--set", f"train.steps={newest + 10}", "--set", "checkpoint.every=100")
+    step, params = load_checkpoint(
+        os.path.join(resumed, "dp-2", "checkpoints", f"step-{newest + 10:08d}"))
+    check(step == newest + 10 and len(params) > 0,
+          f"resumed after the kill from step {newest} and ran to {step}")
+
+check.finish()
