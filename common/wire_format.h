@@ -41,7 +41,8 @@
 namespace gradsync::wire {
 
 inline constexpr std::uint32_t kMagic = 0x53505347;  // "GSPS" in memory order
-inline constexpr std::uint16_t kWireVersion = 1;
+// 2: gradients are pushed chunk by chunk (version 1 pushed a shard's whole range at once).
+inline constexpr std::uint16_t kWireVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 48;
 inline constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 33;  // 8 GiB
 inline constexpr std::uint64_t kChunkKeys = std::uint64_t{1} << 17;       // 512 KiB of floats

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
 
 # ---- wire_format: the 48-byte parameter-server header ----------------------------------------
-MAGIC, VERSION = 0x53505347, 1
+MAGIC, VERSION = 0x53505347, 2
 HELLO, HELLO_ACK, PUSHPULL, PULL, REPLY, ERROR, HEARTBEAT, BYE, INIT = range(1, 10)
 
 
@@ -39,7 +39,7 @@ def wire_seeds():
         "init": header(INIT, sender=0, begin=256, end=512, payload=1024),
         # Near-misses: each breaks exactly one rule.
         "bad_magic": header(PULL, magic=0x53505348),
-        "bad_version": header(PULL, version=2),
+        "bad_version": header(PULL, version=1),
         "type_zero": header(0),
         "type_past_last": header(INIT + 1),
         "range_reversed": header(PULL, begin=10, end=9),
