@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
@@ -108,6 +109,32 @@ void merge_traces(const std::vector<std::string>& inputs, const std::string& out
   write_json_atomically(out, {{"traceEvents", events},
                               {"displayTimeUnit", "ms"},
                               {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
+}
+
+void wait_for_run_outputs(const Config& config, const std::string& run_dir, int rank,
+                          std::chrono::milliseconds timeout) {
+  std::vector<std::string> expected;
+  for (int r = 0; r < config.workers; ++r) {
+    if (r != rank) expected.push_back(rank_result_path(run_dir, r));
+  }
+  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
+    expected.push_back(server_result_path(run_dir, k));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::string missing;
+    for (const std::string& path : expected) {
+      if (!fs::exists(path)) missing += (missing.empty() ? "" : ", ") + fs::path(path).filename().string();
+    }
+    if (missing.empty()) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw TimeoutError(rank, run_dir, "collecting the run's results",
+                         "after " + std::to_string(timeout.count() / 1000) +
+                             " s still no " + missing + " (did every process finish, and do "
+                             "they share this run folder?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {

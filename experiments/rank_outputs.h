@@ -5,6 +5,7 @@
 // The per-rank files are removed once merged.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,14 @@ std::uint64_t read_server_traffic(const std::string& path);
 // Concatenates the ranks' trace events into `out` and removes the inputs. Missing inputs (a
 // rank that died) are skipped.
 void merge_traces(const std::vector<std::string>& inputs, const std::string& out);
+
+// Blocks until every other process of a run left its result file (rank<R>.json for R != `rank`;
+// server<K>.json for ps): how rank 0 folds a run that no gradsync launcher supervises and whose
+// workers share no communicator (ps). Polls the run folder, which must be shared as under
+// mpirun on one machine or a shared filesystem. Throws TimeoutError after `timeout` naming the
+// files still missing.
+void wait_for_run_outputs(const Config& config, const std::string& run_dir, int rank,
+                          std::chrono::milliseconds timeout);
 
 // After every process of a run has exited cleanly: merges the ranks' traces into trace.json,
 // summarises their results (and the shards' traffic, for ps) into summary.json, removes the

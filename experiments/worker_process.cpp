@@ -149,7 +149,7 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   // The store outlives the strategy: a ring keeps it for failure reports.
   std::unique_ptr<Store> store;
   std::shared_ptr<Communicator> comm;  // allreduce only
-  const std::unique_ptr<SyncStrategy> strategy =
+  std::unique_ptr<SyncStrategy> strategy =
       make_process_strategy(config, checkpoints.resume ? checkpoints.resume->step : 0, env, timeout,
                             ps_endpoints, store, comm);
   LoopResult result;
@@ -167,10 +167,17 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   trace.write(rank_trace_path(run_dir, env.rank));
   write_rank_result(rank_result_path(run_dir, env.rank), result);
   // Without `gradsync run` nobody else folds the ranks' files into summary.json and trace.json:
-  // rank 0 does, once the barrier says every rank has written its own.
-  if (!launched_by_gradsync && comm) {
+  // rank 0 does, once every rank has written its own: the ring's barrier says so; ps workers
+  // share no communicator, so rank 0 leaves the shards first (they write their traffic once
+  // every worker has) and then waits for the files themselves.
+  if (launched_by_gradsync) return;
+  if (comm) {
     comm->barrier();
     if (env.rank == 0) fold_rank_outputs(config, run_dir);
+  } else if (env.rank == 0) {
+    strategy.reset();
+    wait_for_run_outputs(config, run_dir, env.rank, timeout);
+    fold_rank_outputs(config, run_dir);
   }
 }
 

@@ -1,5 +1,6 @@
-"""`gradsync worker` under another launcher (torchrun's variables, as mpirun or srun would give
-them): two workers started by hand from one config.yaml train together; metrics.csv holds
+"""`gradsync worker` (and, for ps, `gradsync server`) under another launcher (torchrun's
+variables, as mpirun or srun would give them): two workers started by hand from one config.yaml
+train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
 same summary.json and trace.json as `gradsync run` would."""
 import csv
@@ -24,35 +25,57 @@ runs:
   - name: external-2
 """
 
-with tempfile.TemporaryDirectory() as run_dir:
-    config = os.path.join(run_dir, "config.yaml")
-    with open(config, "w") as f:
-        f.write(CONFIG)
-    with socket.socket() as s:  # a free port for rank 0's store
+PS_CONFIG = CONFIG.replace("strategy: allreduce", "strategy: ps\nps: {servers: 1, mode: sync}")
+
+
+def free_port():
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in (1, 0):  # rank 1 first: it must wait for rank 0, not fail
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([gradsync, "worker", "--config", config, "--run-dir", run_dir],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        check(p.returncode == 0, f"worker exited {p.returncode}: {out[-1000:]}")
-    lines = open(os.path.join(run_dir, "metrics.csv")).read().splitlines()
-    check(lines[0].startswith("step,rank,"), "metrics.csv starts with its header")
-    check(sum(line.startswith("step,") for line in lines) == 1, "exactly one header")
-    rows = list(csv.DictReader(lines))
-    check(len(rows) == 80, f"one row per rank per step: {len(rows)} rows, expected 80")
-    check({r["rank"] for r in rows} == {"0", "1"}, "rows from both ranks")
-    check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
-          "no row torn by the other rank's writes")
-    # Rank 0 folds the ranks' files into the run's summary and trace, as `gradsync run` does.
-    names = sorted(os.listdir(run_dir))
-    check("summary.json" in names and "trace.json" in names, f"summary and trace written: {names}")
-    check(not any(n.startswith("rank") or ".rank" in n for n in names),
-          f"per-rank files folded and removed: {names}")
+        return s.getsockname()[1]
+
+
+def run_by_hand(config_text, label):
+    """Starts the run's processes as another launcher would, then checks what rank 0 leaves."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = os.path.join(run_dir, "config.yaml")
+        with open(config, "w") as f:
+            f.write(config_text)
+        port = free_port()  # rank 0's store (allreduce)
+        procs, worker_args = [], []
+        if "strategy: ps" in config_text:
+            shard_port = free_port()
+            procs.append(subprocess.Popen(
+                [gradsync, "server", "--config", config, "--run-dir", run_dir, "--shard", "0",
+                 "--port", str(shard_port)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            worker_args = ["--ps-endpoints", f"tcp://127.0.0.1:{shard_port}"]
+        for rank in (1, 0):  # rank 1 first: it must wait for rank 0, not fail
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            procs.append(subprocess.Popen(
+                [gradsync, "worker", "--config", config, "--run-dir", run_dir, *worker_args],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            check(p.returncode == 0, f"{label}: process exited {p.returncode}: {out[-1000:]}")
+        lines = open(os.path.join(run_dir, "metrics.csv")).read().splitlines()
+        check(lines[0].startswith("step,rank,"), f"{label}: metrics.csv starts with its header")
+        check(sum(line.startswith("step,") for line in lines) == 1, f"{label}: exactly one header")
+        rows = list(csv.DictReader(lines))
+        check(len(rows) == 80, f"{label}: one row per rank per step: {len(rows)} rows, expected 80")
+        check({r["rank"] for r in rows} == {"0", "1"}, f"{label}: rows from both ranks")
+        check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
+              f"{label}: no row torn by the other rank's writes")
+        # Rank 0 folds the ranks' (and shards') files into the run's summary and trace, as
+        # `gradsync run` does.
+        names = sorted(os.listdir(run_dir))
+        check("summary.json" in names and "trace.json" in names,
+              f"{label}: summary and trace written: {names}")
+        check(not any(n.startswith(("rank", "server")) or ".rank" in n for n in names),
+              f"{label}: per-process files folded and removed: {names}")
+
+
+run_by_hand(CONFIG, "allreduce")
+run_by_hand(PS_CONFIG, "ps")
 
 check.finish()
