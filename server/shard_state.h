@@ -156,6 +156,12 @@ class ShardState {
 
   void emit(Outgoing&& out) { (*send_)(std::move(out)); }
   Outgoing error_to(const std::string& peer, const std::string& text) const;
+  // A request the protocol forbids from a known worker: logged, and answered with an ERROR
+  // saying why (the worker then fails with that reason instead of waiting).
+  void answer_error(const std::string& peer, const std::string& why) {
+    log(name() + ": " + why);
+    emit(error_to(peer, why));
+  }
   std::uint64_t slowest_clock(std::uint64_t fallback) const;
   // The slowest clock if worker `rank` were at `clock` (ssp: may its next step start?).
   std::uint64_t slowest_clock_if(int rank, std::uint64_t clock) const;

@@ -19,8 +19,7 @@ void ShardState::init(int rank, const Buffer& payload) {
   if (rank != 0) why = "INIT from worker " + std::to_string(rank) + ": only rank 0 initialises";
   if (initialised_) why = "INIT again: the parameters are already initialised";
   if (!why.empty()) {
-    log(name() + ": " + why);
-    return emit(error_to(peer, why));
+    return answer_error(peer, why);
   }
   store_.set(payload.bytes);
   initialised_ = true;
@@ -73,8 +72,7 @@ void ShardState::push_sync(int rank, const wire::Header& header, const Buffer& p
           " of step " + std::to_string(header.step) + " twice";
   }
   if (!why.empty()) {
-    log(name() + ": " + why);
-    return emit(error_to(w.peer, why));
+    return answer_error(w.peer, why);
   }
   w.got[chunk] = true;
   ++w.got_count;
@@ -135,8 +133,7 @@ void ShardState::push_async(int rank, const wire::Header& header, const Buffer& 
           " of step " + std::to_string(header.step) + " twice";
   }
   if (!why.empty()) {
-    log(name() + ": " + why);
-    return emit(error_to(w.peer, why));
+    return answer_error(w.peer, why);
   }
   if (!w.pushing) {
     // The first chunk of step t. Staleness in SSP's terms: the worker computed step t on
