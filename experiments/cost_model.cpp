@@ -5,12 +5,15 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/wire_format.h"
 
 namespace gradsync::cost {
 
 namespace {
 
 constexpr const char* kWhere = "cost model";
+// The unit a shard updates and answers (wire::kChunkKeys floats).
+constexpr double kPsChunkBytes = static_cast<double>(wire::kChunkKeys * sizeof(float));
 
 void validate(const Scenario& s) {
   if (s.workers < 1) {
@@ -68,9 +71,14 @@ CostTerms step_terms(const Scenario& s) {
     case Scheme::kPs: {
       // Push and pull are pipelined by chunk and the links are full duplex, so the step costs
       // one direction's bytes on the slower of the two links: a worker's (S) or a shard's
-      // (every one of N workers sends it S/K).
-      const double shard_bytes = n * bytes / s.servers;
-      return {2, std::max(bytes, shard_bytes)};
+      // (every one of N workers sends it S/K); plus the pipeline's drain: once the last chunk
+      // has arrived from everyone, its replies still go out, N of them through a shard's link
+      // (or K through a worker's, when the workers' links are the slower ones). With one chunk
+      // per shard there is no pipeline at all and this gives push-then-pull.
+      const double k = s.servers;
+      const double shard_bytes = n * bytes / k;
+      const double chunk = std::min(kPsChunkBytes, bytes / k);
+      return {2, std::max(bytes, shard_bytes) + std::max(n, k) * chunk};
     }
     case Scheme::kRing:
       // Reduce-scatter and all-gather take N-1 rounds each, one segment of S/N per round per

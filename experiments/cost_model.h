@@ -7,8 +7,9 @@
 //   dp    replica 0 receives N-1 gradients, then sends N-1 parameter copies, one after the
 //         other through its one link: 2(N-1) messages, 2(N-1)S bytes.
 //   ps    sync, pushes and pulls pipelined by chunk (a shard updates and answers chunk c while
-//         chunk c+1 still arrives): 2 messages, max(S, N*S/K) bytes — the worker's link carries
-//         S each way, each shard's link N*S/K each way; the slower link sets the pace.
+//         chunk c+1 still arrives): 2 messages, max(S, N*S/K) + max(N, K)*C bytes — the
+//         worker's link carries S each way, each shard's link N*S/K each way, the slower link
+//         sets the pace, and the last chunk's replies (C = min(512 KiB, S/K) each) drain after.
 //   ring  reduce-scatter then all-gather in every one of B buckets: 2(N-1)B messages,
 //         2(N-1)/N * S bytes each way on every link.
 //

@@ -45,8 +45,12 @@ bool runs_in_worker_processes(const std::string& strategy) {
 
 void report(const RunOutcome& run) {
   std::cerr << "gradsync: run " << run.summary.run << ": "
-            << static_cast<long long>(run.summary.samples_per_s) << " samples/s, test accuracy "
-            << run.summary.final_test_accuracy * 100.0 << "%\n";
+            << static_cast<long long>(run.summary.samples_per_s) << " samples/s";
+  // A synthetic model has no test set: no accuracy to report, rather than a misleading 0%.
+  if (!run.summary.evals.empty()) {
+    std::cerr << ", test accuracy " << run.summary.final_test_accuracy * 100.0 << "%";
+  }
+  std::cerr << "\n";
 }
 
 void point_latest_at(const fs::path& root, const fs::path& target) {

@@ -24,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kS = 100e6;  // 100 MB
+constexpr double kChunk = 524288;  // a ps chunk: 128Ki floats
 
 Scenario scenario(Scheme scheme, int workers, int servers = 1, double bytes = kS, int buckets = 1) {
   return {scheme, workers, servers, bytes, buckets};
@@ -105,7 +106,8 @@ TEST_CASE("cost: hand-computed terms for N=4, S=100 MB, K=2") {
   CHECK(dp.bytes == doctest::Approx(600e6));
   const CostTerms ps = step_terms(scenario(Scheme::kPs, 4, 2));
   CHECK(ps.messages == 2);
-  CHECK(ps.bytes == doctest::Approx(200e6));  // a shard's link: 4 workers x 50 MB
+  // A shard's link: 4 workers x 50 MB, then the last 512 KiB chunk's 4 replies drain.
+  CHECK(ps.bytes == doctest::Approx(200e6 + 4 * kChunk));
   const CostTerms ring = step_terms(scenario(Scheme::kRing, 4));
   CHECK(ring.messages == 6);                    // 3 reduce-scatter + 3 all-gather rounds
   CHECK(ring.bytes == doctest::Approx(150e6));  // 2 * 3/4 * 100 MB
@@ -113,20 +115,26 @@ TEST_CASE("cost: hand-computed terms for N=4, S=100 MB, K=2") {
   const CostTerms ring3 = step_terms(scenario(Scheme::kRing, 4, 1, kS, 3));
   CHECK(ring3.messages == 18);
   CHECK(ring3.bytes == doctest::Approx(150e6));
-  // Enough shards: the worker's own link (S each way) sets the pace.
-  CHECK(step_terms(scenario(Scheme::kPs, 4, 8)).bytes == doctest::Approx(100e6));
+  // Enough shards: the worker's own link (S each way) sets the pace; its last chunk from each
+  // of the 8 shards drains after.
+  CHECK(step_terms(scenario(Scheme::kPs, 4, 8)).bytes == doctest::Approx(100e6 + 8 * kChunk));
+  // One chunk per shard: no pipeline, the shard receives all N pushes, then sends N replies.
+  const double small = 4 * kChunk;  // one chunk for each of 4 shards
+  CHECK(step_terms(scenario(Scheme::kPs, 4, 4, small)).bytes == doctest::Approx(2 * small));
+  CHECK(step_terms(scenario(Scheme::kPs, 8, 1, kChunk)).bytes == doctest::Approx(16 * kChunk));
 }
 
 TEST_CASE("cost: seconds = messages * alpha + bytes * beta") {
   const LinkParams link{1e-3, 1e-9};
   CHECK(step_terms(scenario(Scheme::kDp, 4)).seconds(link) == doctest::Approx(0.606));
-  CHECK(step_terms(scenario(Scheme::kPs, 4, 2)).seconds(link) == doctest::Approx(0.202));
+  CHECK(step_terms(scenario(Scheme::kPs, 4, 2)).seconds(link) ==
+        doctest::Approx(0.202 + 4 * kChunk * 1e-9));
   CHECK(step_terms(scenario(Scheme::kRing, 4)).seconds(link) == doctest::Approx(0.156));
   CHECK(LinkParams{0, 8e-10}.gbps() == doctest::Approx(10.0));
   CHECK(std::isinf(LinkParams{1e-6, 0}.gbps()));
 }
 
-TEST_CASE("cost: one worker costs nothing for dp and the ring, S each way for ps") {
+TEST_CASE("cost: one worker costs nothing for dp and the ring, S each way (+ drain) for ps") {
   for (const Scheme scheme : {Scheme::kDp, Scheme::kRing}) {
     const CostTerms t = step_terms(scenario(scheme, 1, 1, kS, 4));
     CHECK(t.messages == 0);
@@ -136,7 +144,7 @@ TEST_CASE("cost: one worker costs nothing for dp and the ring, S each way for ps
   for (const int k : {1, 4}) {
     const CostTerms t = step_terms(scenario(Scheme::kPs, 1, k));
     CHECK(t.messages == 2);
-    CHECK(t.bytes == doctest::Approx(kS));
+    CHECK(t.bytes == doctest::Approx(kS + k * kChunk));
     CHECK(busiest_node_bytes(scenario(Scheme::kPs, 1, k)) == doctest::Approx(2 * kS));
   }
 }
