@@ -27,6 +27,8 @@ def table_rows(stdout):
     return rows
 
 
+CHUNK = 512 * 1024  # a parameter-server chunk in bytes (wire::kChunkKeys floats)
+
 # The defaults: N = 1..1024, ps with 1 and 4 shards.
 proc = run()
 check(proc.returncode == 0, f"default exit {proc.returncode}: {proc.stderr}")
@@ -40,18 +42,20 @@ if rows:
     # Columns: N, dp, ps1, ps4, ring (ms), dp, ps1, ps4, ring (MB), ps wins K>=.
     one = rows[0]
     check(one[1] == "0.0" and one[4] == "0.0", f"N=1: dp and ring cost nothing: {one}")
-    check(abs(float(one[2]) - (102.228128e6 * 8 / 10e9 * 1e3 + 0.05)) < 0.1,
-          f"N=1: ps moves S plus 2 latencies: {one}")
+    # ps with one shard at N=1: S one way, the last 512 KiB chunk's reply, 2 latencies.
+    check(abs(float(one[2]) - ((102.228128e6 + CHUNK) * 8 / 10e9 * 1e3 + 0.05)) < 0.1,
+          f"N=1: ps moves S plus a chunk plus 2 latencies: {one}")
     check(rows[1][9] == "never", f"N=2: ps never beats the ring: {rows[1]}")
     dp_ms = [float(r[1]) for r in rows[1:]]
     check(all(b > 1.9 * a for a, b in zip(dp_ms, dp_ms[1:])), f"dp grows linearly: {dp_ms}")
 
 # Hand-computed: N=4, S=100 MB (decimal), no latency, 8 Gbit/s = 1 GB/s: ring 150 MB = 150 ms,
-# ps with 2 shards 200 ms, dp 600 ms; busiest node 300, 400 and 600 MB; ps wins from K=3.
+# ps with 2 shards 200 ms + 4 drained 512 KiB chunks (2.1 ms), dp 600 ms; busiest node 300,
+# 400 and 600 MB; ps wins from K=3.
 proc = run("--bytes", "100000000", "--workers", "4", "--servers", "2", "--latency-us", "0",
            "--gbps", "8", "--bucket-mb", "1000")
 rows = table_rows(proc.stdout)
-check(proc.returncode == 0 and rows == [["4", "600.0", "200.0", "150.0", "600.0", "400.0",
+check(proc.returncode == 0 and rows == [["4", "600.0", "202.1", "150.0", "600.0", "400.0",
                                          "300.0", "3"]], f"hand-computed row: {rows}")
 
 # One-line errors, exit 1 (CLI11's own code for a value its checks refuse).
@@ -75,7 +79,7 @@ PARAMS = 1_500_000  # 6 MB
 def predicted(scheme, n, k, b):
     s = PARAMS * 4
     msgs, nbytes = {"dp": (2 * (n - 1), 2 * (n - 1) * s),
-                    "ps": (2, max(s, n * s / k)),
+                    "ps": (2, max(s, n * s / k) + max(n, k) * min(CHUNK, s / k)),
                     "allreduce": (2 * (n - 1) * b, 2 * (n - 1) / n * s)}[scheme]
     return msgs * ALPHA + nbytes * BETA
 
