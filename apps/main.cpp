@@ -103,19 +103,25 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   CLI::App* bench_mlp =
-      bench->add_subcommand("mlp", "training throughput of the CPU MLP on one thread");
+      bench->add_subcommand("mlp", "training throughput of the MLP (CPU: one thread; or one GPU)");
   bench_mlp->add_option("--hidden", bench_options.hidden, "hidden widths")->delimiter(',');
   bench_mlp->add_option("--batch", bench_options.batch, "batch size");
   bench_mlp->add_option("--seconds", bench_options.seconds, "timed seconds");
   bench_mlp->add_option("--warmup-steps", bench_options.warmup_steps, "untimed steps first");
   bench_mlp->add_flag("--json", bench_options.json, "print one JSON object");
+  bench_mlp->add_option("--device", bench_options.device, "cpu, or gpu (the CUDA MLP)")
+      ->check(CLI::IsMember({"cpu", "gpu"}))
+      ->capture_default_str();
+  bench_mlp->add_option("--gpu", bench_options.gpu, "CUDA device ordinal with --device gpu")
+      ->capture_default_str();
 
   gradsync::CollectiveBenchOptions collective_options;
   std::string min_size = "4K";
   std::string max_size = "64M";
   double collective_timeout_s = 60;
   CLI::App* bench_allreduce = bench->add_subcommand(
-      "allreduce", "collective bandwidth of TcpRing (and Gloo) on loopback, as nccl-tests");
+      "allreduce",
+      "collective bandwidth of TcpRing (and Gloo) on loopback, or of NCCL on GPUs, as nccl-tests");
   bench_allreduce->add_option("-b,--minbytes", min_size, "smallest size: 512, 4K, 64M, 1G")
       ->capture_default_str();
   bench_allreduce->add_option("-e,--maxbytes", max_size, "largest size")->capture_default_str();
@@ -138,6 +144,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_allreduce->add_flag("--json", collective_options.json, "one JSON object per size");
   bench_allreduce->add_flag("!--no-gloo", collective_options.gloo, "leave out Gloo's columns");
+  bench_allreduce->add_option("--device", collective_options.device,
+                              "cpu (TcpRing), or gpu (NCCL, one rank per GPU; --ranks default: "
+                              "every visible GPU)")
+      ->check(CLI::IsMember({"cpu", "gpu"}))
+      ->capture_default_str();
 
   const gradsync::ModelCommand model = gradsync::add_model_command(app);
   const gradsync::TeachCommand teach = gradsync::add_teach_command(app);
@@ -192,6 +203,10 @@ int main(int argc, char** argv) {
       collective_options.max_bytes = gradsync::parse_size(max_size);
       collective_options.timeout =
           std::chrono::milliseconds(static_cast<long long>(collective_timeout_s * 1000));
+      // On GPUs the natural default is one rank per visible GPU, not the CPU default of 2.
+      if (collective_options.device == "gpu" && bench_allreduce->count("--ranks") == 0) {
+        collective_options.ranks = 0;
+      }
       std::cout << gradsync::run_collective_bench(collective_options);
       return 0;
     }

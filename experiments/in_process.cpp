@@ -27,7 +27,8 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
   auto replica = [&](std::size_t r) {
     try {
       // Built on the replica's own thread, so its buffers are first touched where they are used.
-      const std::unique_ptr<Model> model = make_model(config, widths, config.train.batch);
+      const std::unique_ptr<Model> model = make_model(config, widths, config.train.batch,
+                                                      model_device(config, static_cast<int>(r)));
       DistributedSampler sampler(data.train.size, static_cast<int>(r), config.workers,
                                  config.train.batch, config.train.seed);
       results[r] = run_worker_loop(*model, *strategies[r], sampler, data, loop,

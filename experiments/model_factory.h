@@ -1,8 +1,10 @@
-// The model a configuration names (model.kind), built for one replica.
+// The model a configuration names (model.kind), built for one replica, on the device the
+// configuration names (device: cpu | gpu).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "experiments/config.h"
@@ -12,11 +14,29 @@ namespace gradsync {
 
 // `widths` is RunPlan::widths (the MLP's input, hidden and output widths from the data);
 // `max_batch` the largest batch forward_backward will see. Parameters are initialised from
-// train.seed, the same on every replica.
+// train.seed, the same on every replica and on either device.
+//
+// `device`: the CUDA ordinal for device: gpu, normally model_device(config, replica); ignored
+// for device: cpu. A caller that passes none gets gpu refused: it has not set up its strategy
+// (optimizer, communicator) for device buffers either. device: gpu with model.kind mlp builds
+// the CUDA MLP (worker/cuda/cuda_mlp.h); the synthetic model only sleeps and stays on the CPU,
+// so it is refused on gpu. Refusals are one-line ConfigErrors naming the key, checked in this
+// order: a build without CUDA, the model kind, no visible GPU, no device chosen, an ordinal
+// that is not visible.
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
-                                  int max_batch);
+                                  int max_batch, std::optional<int> device = std::nullopt);
+
+// The CUDA ordinal a replica's model uses: -1 for device: cpu; for gpu, `replica` under `dp`
+// (one process over G GPUs, replica r on GPU r), else LOCAL_RANK (torchrun / mpirun / srun
+// names; 0 when unset): one GPU per worker process.
+int model_device(const Config& config, int replica = 0);
 
 // The parameter count make_model's model will have, without allocating it.
 std::int64_t model_parameters(const Config& config, const std::vector<int>& widths);
+
+// Whether this build has the CUDA model (GRADSYNC_HAVE_CUDA), and how many GPUs this process
+// sees (0 without CUDA, a driver or a device). Neither throws.
+bool gpu_compiled_in();
+int visible_gpus();
 
 }  // namespace gradsync

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "experiments/model_factory.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -67,6 +68,7 @@ StrategyOptions strategy_options(const Config& config) {
   options.sgd = sgd_options(config);
   options.timeout = comm_timeout(config);
   options.link = make_emulated_link(config.network.link_gbps);
+  options.device = model_device(config);
   return options;
 }
 

@@ -134,7 +134,10 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
   model.set_grad_ready_callback(nullptr);
   if (rank == 0 && sinks.progress) sinks.progress->finish();
   result.parameters = static_cast<std::int64_t>(model.param_count());
-  if (options.keep_params) result.final_params.assign(model.params().begin(), model.params().end());
+  if (options.keep_params) {
+    result.final_params.resize(model.param_count());
+    model.copy_params_to_host(result.final_params);
+  }
   return result;
 }
 

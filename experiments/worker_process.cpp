@@ -23,6 +23,8 @@
 #include "experiments/rank_outputs.h"
 #include "experiments/worker_loop.h"
 #include "strategies/allreduce_strategy.h"
+#include "strategies/host_staged_strategy.h"
+#include "strategies/model_communicator.h"
 #include "strategies/ps_strategy.h"
 #include "experiments/model_factory.h"
 #include "worker/sampler.h"
@@ -60,7 +62,7 @@ std::string local_address_towards(const std::string& host, int port) {
   return text;
 }
 
-std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
+std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config, Model& model,
                                                     std::uint64_t first_step,
                                                     const RendezvousEnv& env,
                                                     std::chrono::milliseconds timeout,
@@ -99,12 +101,14 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config,
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
   ring_options.link = make_emulated_link(config.network.link_gbps);
-  comm = make_tcp_ring(*store, env.rank, env.world_size, ring_options);
+  // TcpRing for a model in host memory, NCCL on the model's GPU.
+  comm = make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
   AllreduceStrategyOptions options;
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
   options.join_uneven = config.comm.uneven_inputs;
   options.sgd = sgd_options(config);
+  options.device = model.device();
   return std::make_unique<AllreduceStrategy>(comm, options);
 }
 
@@ -128,7 +132,8 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   const RunPlan plan = plan_run(config, data);
   // Declared before the strategy, so destroyed after it: a failing step may leave a bucket
   // reduction in flight over the model's gradient buffer, and the strategy waits for it.
-  const std::unique_ptr<Model> model = make_model(config, plan.widths, config.train.batch);
+  const std::unique_ptr<Model> model =
+      make_model(config, plan.widths, config.train.batch, model_device(config));
   DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
                              config.train.seed);
   // Under `gradsync run` the launcher wrote the header; under mpirun, srun or torchrun rank 0
@@ -149,9 +154,11 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   // The store outlives the strategy: a ring keeps it for failure reports.
   std::unique_ptr<Store> store;
   std::shared_ptr<Communicator> comm;  // allreduce only
-  std::unique_ptr<SyncStrategy> strategy =
-      make_process_strategy(config, checkpoints.resume ? checkpoints.resume->step : 0, env, timeout,
-                            ps_endpoints, store, comm);
+  // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
+  std::unique_ptr<SyncStrategy> strategy = adapt_to_model_device(
+      make_process_strategy(config, *model, checkpoints.resume ? checkpoints.resume->step : 0,
+                            env, timeout, ps_endpoints, store, comm),
+      *model);
   LoopResult result;
   try {
     result = run_worker_loop(*model, *strategy, sampler, data, loop, sinks);

@@ -3,8 +3,37 @@
 #include "common/error.h"
 #include "strategies/dp_strategy.h"
 #include "strategies/single_strategy.h"
+#ifdef GRADSYNC_HAVE_NCCL
+#include "strategies/dp_gpu_strategy.h"
+#include "worker/cuda/cuda_device.h"
+#endif
 
 namespace gradsync {
+namespace {
+
+std::vector<std::unique_ptr<SyncStrategy>> make_dp_on_gpus(const StrategyOptions& options) {
+#ifdef GRADSYNC_HAVE_NCCL
+  // One GPU per replica: NCCL cannot form a communicator with two ranks on one device.
+  const int visible = cuda::cuda_device_count();
+  if (visible < options.workers) {
+    throw ConfigError("strategy", "device",
+                      "dp on gpu runs one replica per GPU: workers = " +
+                          std::to_string(options.workers) + " but " + std::to_string(visible) +
+                          " CUDA device(s) are visible");
+  }
+  return make_dp_gpu_group(options.workers, options.sgd, options.timeout);
+#elif defined(GRADSYNC_HAVE_CUDA)
+  (void)options;
+  throw ConfigError("strategy", "device",
+                    "dp on gpu needs NCCL: this gradsync was built with CUDA but without NCCL");
+#else
+  (void)options;
+  throw ConfigError("strategy", "device",
+                    "dp on gpu needs CUDA and NCCL: this gradsync was built without CUDA");
+#endif
+}
+
+}  // namespace
 
 const std::vector<std::string>& strategy_names() {
   static const std::vector<std::string> names = {"single", "dp", "allreduce", "ps"};
@@ -18,10 +47,11 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions
                         "`single` runs exactly one worker, got " + std::to_string(options.workers));
     }
     std::vector<std::unique_ptr<SyncStrategy>> out;
-    out.push_back(std::make_unique<SingleStrategy>(options.sgd));
+    out.push_back(std::make_unique<SingleStrategy>(options.sgd, options.device));
     return out;
   }
   if (options.name == "dp") {
+    if (options.device >= 0) return make_dp_on_gpus(options);
     return make_dp_group(options.workers, options.sgd, options.timeout, options.link);
   }
   if (options.name == "allreduce" || options.name == "ps") {

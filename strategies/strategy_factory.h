@@ -3,6 +3,10 @@
 // `single` gives one; `dp` gives `workers` replicas that share one DataParallel group (they
 // must run on separate threads, since each synchronize() waits for the others). A wrong name
 // throws gradsync::ConfigError listing the valid ones.
+//
+// With `device` >= 0 the models live on GPUs: `single` updates on that device, and `dp` is the
+// GPU group of strategies/dp_gpu_strategy.h (replica r's model on device r; a build with NCCL
+// and at least `workers` visible GPUs). Without them: ConfigError naming key `device`.
 #pragma once
 
 #include <chrono>
@@ -22,6 +26,7 @@ struct StrategyOptions {
   SgdOptions sgd;
   std::chrono::milliseconds timeout{60000};  // any wait on another replica
   std::shared_ptr<EmulatedLink> link;        // dp: replica 0's link (network.link_gbps)
+  int device = -1;  // -1: models in host memory; else the CUDA ordinal of replica 0's model
 };
 
 // The strategy names gradsync knows, in the order the docs list them.

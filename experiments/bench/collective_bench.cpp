@@ -23,6 +23,7 @@
 #if GRADSYNC_HAVE_GLOO
 #include "experiments/bench/gloo_ring.h"
 #endif
+#include "experiments/bench/nccl_bench.h"
 
 namespace gradsync {
 namespace {
@@ -161,10 +162,17 @@ std::string sprint(const char* fmt, auto... args) {
 
 // The table, or with o.json one JSON object per row. Table columns are as wide as their
 // headers (at least 10) and right-aligned, so rows line up under the header for any size.
+// `transport` names what ran for the header ("TcpRing over TCP 127.0.0.1") and for JSON
+// ("tcp-ring").
+struct Transport {
+  std::string text;
+  std::string json;
+};
+
 std::string render(const CollectiveBenchOptions& o, const CollectiveOp& op,
                    const std::vector<SizeResult>& ours,
                    const std::optional<std::vector<SizeResult>>& theirs,
-                   const std::string& gloo_line) {
+                   const std::string& gloo_line, const Transport& transport) {
   std::vector<std::string> headers = {"size(B)",     "count(elems)", "type",  "time(us)",
                                       "algbw(GB/s)", "busbw(GB/s)",  "#wrong"};
   if (theirs) {
@@ -186,9 +194,9 @@ std::string render(const CollectiveBenchOptions& o, const CollectiveOp& op,
   if (!o.json) {
     out += sprint(
         "# gradsync bench: op %s (float, %s), ranks %d (threads of one process), transport "
-        "TcpRing over TCP 127.0.0.1\n# warm-up %d; timed iterations %s; time: max over ranks of "
+        "%s\n# warm-up %d; timed iterations %s; time: max over ranks of "
         "the mean per-iteration time; busbw = algbw * %.4g\n# %s\n#\n",
-        op.name.c_str(), op.layout, o.ranks, o.warmup,
+        op.name.c_str(), op.layout, o.ranks, transport.text.c_str(), o.warmup,
         o.iters > 0 ? std::to_string(o.iters).c_str() : "auto (~0.3 s a row)", factor,
         gloo_line.c_str());
     out += line(headers, true);
@@ -202,10 +210,10 @@ std::string render(const CollectiveBenchOptions& o, const CollectiveOp& op,
     const double ratio = their_busbw > 0 ? busbw / their_busbw : 0.0;
     if (o.json) {
       out += sprint(
-          "{\"op\": \"%s\", \"ranks\": %d, \"transport\": \"tcp-ring\", \"type\": \"float\", "
+          "{\"op\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"type\": \"float\", "
           "\"size_bytes\": %zu, \"count\": %zu, \"bytes_per_rank\": %.0f, \"iters\": %d, "
           "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %llu",
-          op.name.c_str(), o.ranks, g.bytes, g.count, factor * g.bytes, g.iters, g.seconds * 1e6,
+          op.name.c_str(), o.ranks, transport.json.c_str(), g.bytes, g.count, factor * g.bytes, g.iters, g.seconds * 1e6,
           algbw, busbw, static_cast<unsigned long long>(g.wrong));
       if (t != nullptr) {
         out += sprint(
@@ -299,7 +307,8 @@ std::vector<SizeResult> measure_sweep(
       for (std::size_t row = 0; row < rows; ++row) {
         const std::size_t count = results[row].count;
         op.init(rank, n, count, buffers);
-        for (int w = 0; w < spec.warmup; ++w) self->run(buffers);
+        self->load(buffers);
+        self->run_many(buffers, spec.warmup);
         int row_iters = spec.iters;
         if (row_iters == 0) {
           // Every rank must run the same number of iterations, so all derive it from the
@@ -318,12 +327,14 @@ std::vector<SizeResult> measure_sweep(
         // peer to arrive at the first iteration.
         self->barrier();
         Stopwatch clock;
-        for (int k = 0; k < row_iters; ++k) self->run(buffers);
+        self->run_many(buffers, row_iters);
         per_rank[row][rank].mean = clock.seconds() / row_iters;
         if (rank == 0) iters[row] = row_iters;
         // Check a fresh run, not the timed ones: in-place allreduce keeps summing its output.
         op.init(rank, n, count, buffers);
+        self->load(buffers);
         self->run(buffers);
+        self->unload(buffers);
         per_rank[row][rank].wrong = count_wrong(op, n, buffers);
       }
       // Close only when every rank is done, as a job's ranks would finish in its launcher:
@@ -358,6 +369,24 @@ std::vector<SizeResult> measure_sweep(
 bool gloo_compiled_in() { return GRADSYNC_HAVE_GLOO; }
 
 std::string run_collective_bench(const CollectiveBenchOptions& options) {
+  if (options.device == "gpu") {
+    CollectiveBenchOptions gpu = options;
+    const GpuSweep sweep = nccl_sweep_setup(gpu);  // fills in ranks; refuses without NCCL/GPU
+    validate(gpu);
+    const CollectiveOp& op = find_collective_op(gpu.op);
+    const SweepSpec spec{.op = &op,
+                         .ranks = gpu.ranks,
+                         .sizes = sweep_sizes(gpu),
+                         .warmup = gpu.warmup,
+                         .iters = gpu.iters,
+                         .timeout = gpu.timeout};
+    return render(gpu, op, nccl_measure(spec), std::nullopt,
+                  "gloo: not run with --device gpu (it has no CUDA transport here)",
+                  {sweep.transport, "nccl"});
+  }
+  if (options.device != "cpu") {
+    throw ConfigError(kWhere, "--device", "'" + options.device + "' (valid: cpu, gpu)");
+  }
   validate(options);
   const CollectiveOp& op = find_collective_op(options.op);
   const SweepSpec spec{.op = &op,
@@ -393,7 +422,8 @@ std::string run_collective_bench(const CollectiveBenchOptions& options) {
                              std::to_string(options.ranks) + " rank(s) (needs 2 or more)";
   }
 #endif
-  return render(options, op, ours, theirs, gloo_line);
+  return render(options, op, ours, theirs, gloo_line,
+                {"TcpRing over TCP 127.0.0.1", "tcp-ring"});
 }
 
 }  // namespace gradsync

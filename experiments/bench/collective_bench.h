@@ -42,6 +42,9 @@ struct CollectiveBenchOptions {
   bool json = false;
   bool gloo = true;  // add Gloo's columns when gradsync is built with Gloo
   std::chrono::milliseconds timeout{60000};
+  // cpu: TcpRing ranks over loopback. gpu: NcclCommunicator ranks, one per GPU (threads of
+  // this process), on device buffers; `ranks` 0 means every visible GPU. Same table either way.
+  std::string device = "cpu";
 };
 
 // "512", "4K", "64M", "1G" (powers of 1024; a trailing "B" is allowed) to bytes. Throws
@@ -105,6 +108,15 @@ class BenchRank {
   virtual ~BenchRank() = default;
   virtual void barrier() = 0;
   virtual void run(RankBuffers& buffers) = 0;  // one collective, blocking
+  // `times` collectives back to back, returning when the last is done. A rank whose
+  // collectives queue on a device (NCCL) issues them all and waits once, as nccl-tests does.
+  virtual void run_many(RankBuffers& buffers, int times) {
+    for (int k = 0; k < times; ++k) run(buffers);
+  }
+  // Where a rank keeps its buffers elsewhere (GPU memory): `load` after the host buffers were
+  // (re)initialised, `unload` before they are checked. Host ranks need neither.
+  virtual void load(RankBuffers& /*buffers*/) {}
+  virtual void unload(RankBuffers& /*buffers*/) {}
 };
 
 struct SweepSpec {

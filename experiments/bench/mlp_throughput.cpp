@@ -9,10 +9,16 @@
 #include "worker/dataset.h"
 #include "worker/mlp.h"
 #include "worker/sgd.h"
+#include "experiments/bench/gpu_mlp_throughput.h"
+#include "common/error.h"
 
 namespace gradsync {
 
 std::string run_mlp_bench(const MlpBenchOptions& options) {
+  if (options.device == "gpu") return run_gpu_mlp_bench(options);
+  if (options.device != "cpu") {
+    throw ConfigError("bench", "--device", "'" + options.device + "' (valid: cpu, gpu)");
+  }
   // 64 batches of random samples: enough that the inputs do not all sit in L1, as with real data.
   constexpr int kPoolBatches = 64;
   Dataset pool;

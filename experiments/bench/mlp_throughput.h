@@ -1,6 +1,7 @@
-// `gradsync bench mlp`: training throughput of the CPU MLP on one thread, measured the way
-// experiments/bench/torch_mlp.py measures PyTorch: a fixed pool of random batches already in
-// memory, then forward + backward + SGD-with-momentum steps for a fixed time.
+// `gradsync bench mlp`: training throughput of the CPU MLP on one thread (or, with
+// device "gpu", of the CUDA MLP on one GPU), measured the way experiments/bench/torch_mlp.py
+// measures PyTorch: a fixed pool of random batches already in memory (on the GPU: uploaded
+// once), then forward + backward + SGD-with-momentum steps for a fixed time.
 #pragma once
 
 #include <string>
@@ -16,11 +17,14 @@ struct MlpBenchOptions {
   double seconds = 5.0;
   int warmup_steps = 50;
   bool json = false;
+  std::string device = "cpu";  // cpu | gpu
+  int gpu = 0;                 // the CUDA ordinal with device "gpu"
 };
 
 // Returns the result line: "gradsync: samples/s=... steps=... seconds=... batch=... threads=1
-// gemm=avx512|eigen"
-// (or one JSON object with options.json).
+// gemm=avx512|eigen", or on a GPU "gradsync: samples/s=... device=cuda:0 gpu=<name>"
+// (or one JSON object with options.json). device "gpu" in a build without CUDA, or without a
+// visible GPU, throws a one-line ConfigError naming --device.
 std::string run_mlp_bench(const MlpBenchOptions& options);
 
 }  // namespace gradsync

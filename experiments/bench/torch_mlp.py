@@ -3,7 +3,9 @@
 
 Runs the same MLP training step (forward, cross-entropy, backward, SGD with
 momentum) that a typical PyTorch training loop does, on a fixed in-memory pool
-of random batches so that only compute is measured.
+of random batches so that only compute is measured. With --device cuda the
+model and the pool live on the GPU (PyTorch eager, FP32 matmuls: TF32 off, as
+gradsync's cuBLAS calls), and the clock is read after torch.cuda.synchronize().
 """
 import argparse
 import ctypes
@@ -29,6 +31,7 @@ def parse_args():
     p.add_argument("--input", type=int, default=784)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     return p.parse_args()
 
 
@@ -89,11 +92,17 @@ def detect_blas():
     return m.group(1) if m else "unknown"
 
 
-def make_pool(args):
+def make_pool(args, device):
     g = torch.Generator().manual_seed(0)
     xs = torch.randn(POOL_BATCHES, args.batch, args.input, generator=g)
     ys = torch.randint(0, args.classes, (POOL_BATCHES, args.batch), generator=g)
-    return xs, ys
+    return xs.to(device), ys.to(device)
+
+
+def synchronize(device):
+    """Wait for queued GPU work, so the clock measures work done, not work issued."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def train_step(model, loss_fn, opt, x, y):
@@ -103,37 +112,53 @@ def train_step(model, loss_fn, opt, x, y):
     opt.step()
 
 
-def run(args):
+def run(args, device):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     hidden = [int(h) for h in args.hidden.split(",") if h]
-    model = build_model(args.input, hidden, args.classes)
+    model = build_model(args.input, hidden, args.classes).to(device)
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    xs, ys = make_pool(args)
+    xs, ys = make_pool(args, device)
 
     for i in range(args.warmup_steps):
         j = i % POOL_BATCHES
         train_step(model, loss_fn, opt, xs[j], ys[j])
 
+    synchronize(device)
     steps, start = 0, time.perf_counter()
     elapsed = 0.0
     while elapsed < args.seconds:
         j = steps % POOL_BATCHES
         train_step(model, loss_fn, opt, xs[j], ys[j])
         steps += 1
-        elapsed = time.perf_counter() - start
+        # On a GPU the queue runs ahead of the host; sync only every 16 steps (as gradsync
+        # reads its clock), so the sync itself is not what is measured.
+        if device.type != "cuda" or steps % 16 == 0:
+            synchronize(device)
+            elapsed = time.perf_counter() - start
+    synchronize(device)
+    elapsed = time.perf_counter() - start
     return steps, elapsed
 
 
 def main():
     args = parse_args()
-    blas = detect_blas()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("torch_mlp.py: --device cuda but torch sees no CUDA device "
+                     "(a CPU-only torch build, or no GPU)")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        blas = "cublas:" + torch.cuda.get_device_name(device).replace(" ", "_")
+    else:
+        blas = detect_blas()
     if blas == "reference":
         print("warning: torch is using the reference BLAS (libblas); numbers will be "
               "~10x (or more) too slow. `scripts/install-deps.sh --bench` installs OpenBLAS.",
               file=sys.stderr)
-    steps, elapsed = run(args)
+    steps, elapsed = run(args, device)
     result = {"samples_per_s": steps * args.batch / elapsed, "steps": steps,
               "seconds": elapsed, "batch": args.batch, "threads": args.threads,
               "blas": blas}

@@ -1,0 +1,403 @@
+#include "allreduce/nccl/nccl_communicator.h"
+
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+
+#include "common/error.h"
+
+namespace gradsync {
+
+struct NcclCommunicator::State {
+  int rank = 0;
+  int size = 1;
+  int device = 0;
+  std::chrono::milliseconds timeout{60000};
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaStream_t producer = nullptr;
+  cudaEvent_t producer_done = nullptr;  // re-recorded at every issue; a wait captures its state
+  float* barrier_scratch = nullptr;     // one float on the device for barrier()
+  std::uint64_t sequence = 0;           // collectives issued so far
+  CommCounters counters;
+  bool aborted = false;
+  std::mutex failure_mutex;
+  std::string failure;  // the first failure; every later call rethrows it
+
+  std::string where() const { return "NCCL on cuda:" + std::to_string(device); }
+
+  // Aborting releases NCCL's kernels and proxy threads stuck on a peer that will not come.
+  void abort_comm() {
+    if (comm != nullptr && !aborted) {
+      aborted = true;
+      ncclCommAbort(comm);
+    }
+  }
+  void fail(const std::string& message) {
+    std::lock_guard lock(failure_mutex);
+    if (failure.empty()) failure = message;
+  }
+  void throw_if_failed() {
+    std::lock_guard lock(failure_mutex);
+    if (!failure.empty()) throw Error(failure);
+  }
+  std::string nccl_message(ncclResult_t result) const {
+    std::string text = ncclGetErrorString(result);
+    const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
+    if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
+    return text;
+  }
+};
+
+namespace {
+
+// Selects the communicator's device for the calling thread and restores the previous one.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device && cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();
+      throw Error("NCCL on cuda:" + std::to_string(device) + ": cudaSetDevice failed");
+    }
+  }
+  ~OnDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
+
+void check_cuda(cudaError_t error, const char* call, const NcclCommunicator::State& state) {
+  if (error == cudaSuccess) return;
+  cudaGetLastError();
+  throw Error(state.where() + ": " + call + ": " + cudaGetErrorName(error) + ": " +
+              cudaGetErrorString(error));
+}
+
+// A non-blocking communicator may answer ncclInProgress while it finishes a call in the
+// background; nothing else may be called on it until that settles (NCCL's rule), so wait for
+// it, within the deadline.
+ncclResult_t settle(NcclCommunicator::State& state, ncclResult_t result,
+                    std::chrono::steady_clock::time_point deadline) {
+  while (result == ncclInProgress) {
+    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
+    std::this_thread::yield();
+    ncclCommGetAsyncError(state.comm, &result);
+  }
+  return result;
+}
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, std::string what)
+      : state_(std::move(state)), done_(done), what_(std::move(what)) {}
+  ~NcclWork() override {
+    // Legal while the event is pending: its resources go when it completes.
+    if (done_ != nullptr) cudaEventDestroy(done_);
+  }
+
+  bool completed() const override {
+    return done_ == nullptr || complete_ || cudaEventQuery(done_) == cudaSuccess;
+  }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    if (done_ == nullptr || complete_) return;
+    NcclCommunicator::State& s = *state_;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout;
+    for (int polls = 0;; ++polls) {
+      s.throw_if_failed();  // another Work of this communicator failed: this one never will end
+      const cudaError_t query = cudaEventQuery(done_);
+      if (query == cudaSuccess) {
+        complete_ = true;
+        return;
+      }
+      if (query != cudaErrorNotReady) {
+        cudaGetLastError();
+        fail_and_throw<Error>(std::string("CUDA error while waiting: ") +
+                              cudaGetErrorName(query) + ": " + cudaGetErrorString(query));
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(s.comm, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        fail_and_throw<Error>("NCCL error: " + s.nccl_message(async));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        fail_and_throw<TimeoutError>(
+            "not complete after " + std::to_string(timeout.count()) +
+            " ms; NCCL cannot tell which rank is late (any of the " + std::to_string(s.size) +
+            " ranks that has not issued this collective); the communicator was aborted");
+      }
+      // Spin briefly for the short collectives of a training step, then stop burning a core.
+      if (polls < 2000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
+ private:
+  template <typename E>
+  [[noreturn]] void fail_and_throw(const std::string& problem) {
+    NcclCommunicator::State& s = *state_;
+    s.abort_comm();
+    if constexpr (std::is_same_v<E, TimeoutError>) {
+      TimeoutError error(s.rank, s.where(), what_, problem);
+      s.fail(error.what());
+      throw error;
+    } else {
+      const std::string message = "rank " + std::to_string(s.rank) + " (" + s.where() +
+                                  ") during " + what_ + ": " + problem;
+      s.fail(message);
+      throw Error(message);
+    }
+  }
+
+  std::shared_ptr<NcclCommunicator::State> state_;
+  cudaEvent_t done_;
+  std::string what_;
+  bool complete_ = false;
+};
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
+
+}  // namespace
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int rank, int size,
+                                                           const NcclOptions& options) {
+  GRADSYNC_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL rank outside [0, size)");
+  auto state = std::make_shared<State>();
+  state->rank = rank;
+  state->size = size;
+  state->device = options.device;
+  state->timeout = options.timeout;
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess || visible == 0) {
+    cudaGetLastError();
+    throw Error(state->where() + ": no CUDA device is visible to rank " + std::to_string(rank));
+  }
+  if (options.device < 0 || options.device >= visible) {
+    throw Error(state->where() + ": device " + std::to_string(options.device) +
+                " is not visible to rank " + std::to_string(rank) + " (" +
+                std::to_string(visible) + " device(s))");
+  }
+  OnDevice on(options.device);
+
+  // The unique id is rank 0's invitation: 128 opaque bytes, passed through the Store.
+  const std::string key = options.store_prefix + "/unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    const ncclResult_t got = ncclGetUniqueId(&id);
+    if (got != ncclSuccess) {
+      throw Error(state->where() + ": ncclGetUniqueId: " + ncclGetErrorString(got));
+    }
+    store.set(key, std::string(id.internal, sizeof id.internal));
+  } else {
+    const std::string bytes = store.get(key, options.timeout);
+    GRADSYNC_CHECK(bytes.size() == sizeof id.internal, "NCCL unique id of the wrong size");
+    std::memcpy(id.internal, bytes.data(), sizeof id.internal);
+  }
+
+  // Non-blocking, so joining has a deadline: a blocking ncclCommInitRank waits forever for a
+  // rank that never comes.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  ncclResult_t result = ncclCommInitRankConfig(&state->comm, size, id, rank, &config);
+  if (result == ncclInProgress || result == ncclSuccess) {
+    result = settle(*state, ncclInProgress, deadline);
+  }
+  if (result != ncclSuccess) {
+    const std::string why = result == ncclInProgress
+                                ? "not all " + std::to_string(size) + " ranks joined within " +
+                                      std::to_string(options.timeout.count()) +
+                                      " ms (NCCL cannot tell which are missing)"
+                                : state->nccl_message(result);
+    state->abort_comm();
+    if (result == ncclInProgress) {
+      throw TimeoutError(rank, state->where(), "ncclCommInitRank", why);
+    }
+    throw Error("rank " + std::to_string(rank) + " (" + state->where() +
+                ") during ncclCommInitRank: " + why);
+  }
+  check_cuda(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
+             "cudaStreamCreateWithFlags", *state);
+  check_cuda(cudaEventCreateWithFlags(&state->producer_done, cudaEventDisableTiming),
+             "cudaEventCreateWithFlags", *state);
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&state->barrier_scratch), sizeof(float)),
+             "cudaMalloc", *state);
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(state)));
+}
+
+NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  State& s = *state_;
+  try {
+    OnDevice on(s.device);
+    if (!s.aborted && s.comm != nullptr) {
+      // Destroying a communicator with collectives in flight would wait for peers that may be
+      // gone; aborting does not. An idle one is finalised (bounded) and destroyed.
+      if (s.stream != nullptr && cudaStreamQuery(s.stream) != cudaSuccess) {
+        cudaGetLastError();
+        s.abort_comm();
+      } else {
+        const auto deadline = std::chrono::steady_clock::now() + s.timeout;
+        if (settle(s, ncclCommFinalize(s.comm), deadline) != ncclSuccess) {
+          s.abort_comm();
+        } else {
+          ncclCommDestroy(s.comm);
+        }
+      }
+    }
+    if (s.barrier_scratch != nullptr) cudaFree(s.barrier_scratch);
+    if (s.producer_done != nullptr) cudaEventDestroy(s.producer_done);
+    if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+  } catch (const std::exception&) {
+    // No device to select: nothing of ours can be running on it either.
+  }
+  s.comm = nullptr;
+}
+
+int NcclCommunicator::rank() const { return state_->rank; }
+int NcclCommunicator::size() const { return state_->size; }
+std::chrono::milliseconds NcclCommunicator::timeout() const { return state_->timeout; }
+cudaStream_t NcclCommunicator::stream() const { return state_->stream; }
+int NcclCommunicator::device() const { return state_->device; }
+CommCounters NcclCommunicator::counters() const { return state_->counters; }
+void NcclCommunicator::set_producer_stream(cudaStream_t producer) { state_->producer = producer; }
+
+std::string NcclCommunicator::version() {
+  int code = 0;
+  if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
+  // Since 2.9 the code is major*10000 + minor*100 + patch.
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
+std::shared_ptr<Work> NcclCommunicator::issue(
+    const char* operation, std::size_t count, std::uint64_t bytes_sent,
+    std::uint64_t bytes_received,
+    const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call) {
+  State& s = *state_;
+  s.throw_if_failed();
+  const std::uint64_t sequence = s.sequence++;
+  const std::string what = std::string(operation) + " #" + std::to_string(sequence) + " (" +
+                           std::to_string(count) + " floats)";
+  if (count == 0) return std::make_shared<NcclWork>(state_, nullptr, what);
+  OnDevice on(s.device);
+  if (s.producer != nullptr) {
+    // Hand-off by event: this stream waits on the device for the producer's work so far; the
+    // host does not wait at all.
+    check_cuda(cudaEventRecord(s.producer_done, s.producer), "cudaEventRecord", s);
+    check_cuda(cudaStreamWaitEvent(s.stream, s.producer_done, 0), "cudaStreamWaitEvent", s);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + s.timeout;
+  const ncclResult_t result = settle(s, call(s.comm, s.stream), deadline);
+  if (result != ncclSuccess) {
+    const std::string message = "rank " + std::to_string(s.rank) + " (" + s.where() +
+                                ") during " + what + ": " +
+                                (result == ncclInProgress ? "NCCL did not accept the call in time"
+                                                          : s.nccl_message(result));
+    s.abort_comm();
+    s.fail(message);
+    throw Error(message);
+  }
+  cudaEvent_t done = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate", s);
+  auto work = std::make_shared<NcclWork>(state_, done, what);  // owns the event from here
+  check_cuda(cudaEventRecord(done, s.stream), "cudaEventRecord", s);
+  s.counters.bytes_sent += bytes_sent;
+  s.counters.bytes_received += bytes_received;
+  ++s.counters.collectives;
+  return work;
+}
+
+namespace {
+
+// The buffer must be device memory of this communicator's device: NCCL would otherwise fail
+// deep inside a kernel, or read host memory through a stale mapping.
+void check_device_buffer(const void* data, std::size_t count, const char* operation,
+                         const NcclCommunicator::State& state) {
+  if (count == 0) return;
+  cudaPointerAttributes attributes{};
+  const cudaError_t error = cudaPointerGetAttributes(&attributes, data);
+  if (error != cudaSuccess) cudaGetLastError();
+  const bool on_device = error == cudaSuccess &&
+                         (attributes.type == cudaMemoryTypeDevice ||
+                          attributes.type == cudaMemoryTypeManaged) &&
+                         attributes.device == state.device;
+  if (!on_device) {
+    throw Error(state.where() + ": " + operation + " was given a buffer that is not device " +
+                "memory of cuda:" + std::to_string(state.device) +
+                " (NcclCommunicator works on device buffers only)");
+  }
+}
+
+std::uint64_t ring_share(std::uint64_t bytes, int n, int factor) {
+  return n <= 1 ? 0 : bytes * static_cast<std::uint64_t>(factor) *
+                          static_cast<std::uint64_t>(n - 1) / static_cast<std::uint64_t>(n);
+}
+
+}  // namespace
+
+std::shared_ptr<Work> NcclCommunicator::allreduce_async(std::span<float> data, ReduceOp op) {
+  check_device_buffer(data.data(), data.size(), "allreduce", *state_);
+  const std::uint64_t moved = ring_share(data.size_bytes(), size(), 2);
+  return issue("allreduce", data.size(), moved, moved, [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, nccl_op(op), comm,
+                         stream);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::broadcast_async(std::span<float> data, int root) {
+  GRADSYNC_CHECK(root >= 0 && root < size(), "broadcast root outside [0, size)");
+  check_device_buffer(data.data(), data.size(), "broadcast", *state_);
+  const std::uint64_t bytes = size() > 1 ? data.size_bytes() : 0;
+  const bool is_root = rank() == root;
+  return issue("broadcast", data.size(), is_root ? bytes : 0, is_root ? 0 : bytes,
+               [&](ncclComm_t comm, cudaStream_t stream) {
+                 return ncclBroadcast(data.data(), data.data(), data.size(), ncclFloat, root,
+                                      comm, stream);
+               });
+}
+
+std::shared_ptr<Work> NcclCommunicator::allgather_async(std::span<const float> in,
+                                                        std::span<float> out) {
+  GRADSYNC_CHECK(out.size() == in.size() * static_cast<std::size_t>(size()),
+                 "allgather: out.size() != size() * in.size()");
+  check_device_buffer(in.data(), in.size(), "allgather", *state_);
+  check_device_buffer(out.data(), out.size(), "allgather", *state_);
+  const std::uint64_t moved = ring_share(out.size_bytes(), size(), 1);
+  return issue("allgather", out.size(), moved, moved, [&](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllGather(in.data(), out.data(), in.size(), ncclFloat, comm, stream);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::barrier_async() {
+  // NCCL has no barrier: a one-float allreduce completes on no rank before every rank issued it.
+  float* scratch = state_->barrier_scratch;
+  return issue("barrier", 1, 0, 0, [scratch](ncclComm_t comm, cudaStream_t stream) {
+    return ncclAllReduce(scratch, scratch, 1, ncclFloat, ncclSum, comm, stream);
+  });
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduce_async(std::span<float> data, ReduceOp op,
+                                                     int root) {
+  GRADSYNC_CHECK(root >= 0 && root < size(), "reduce root outside [0, size)");
+  check_device_buffer(data.data(), data.size(), "reduce", *state_);
+  const std::uint64_t bytes = size() > 1 ? data.size_bytes() : 0;
+  const bool is_root = rank() == root;
+  return issue("reduce", data.size(), is_root ? 0 : bytes,
+               is_root ? bytes * static_cast<std::uint64_t>(size() - 1) : 0,
+               [&](ncclComm_t comm, cudaStream_t stream) {
+                 return ncclReduce(data.data(), data.data(), data.size(), ncclFloat,
+                                   nccl_op(op), root, comm, stream);
+               });
+}
+
+}  // namespace gradsync

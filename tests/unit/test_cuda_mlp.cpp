@@ -1,0 +1,154 @@
+// The CUDA MLP and DeviceSgd against their CPU counterparts: the same parameters, batch and
+// options must give the same loss, gradients and updates up to float rounding. Every case
+// skips (and passes) where no GPU is visible.
+#include <doctest/doctest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "../support/compare.h"
+#include "gpu_test_support.h"
+#include "worker/cuda/cuda_mlp.h"
+#include "worker/cuda/device_buffer.h"
+#include "worker/cuda/device_sgd.h"
+#include "worker/mlp.h"
+#include "worker/sgd.h"
+
+namespace {
+
+using gradsync::testing::max_relative_difference;
+using gradsync::testing::random_dataset;
+
+std::vector<float> host_grads(gradsync::CudaMlp& model) {
+  std::vector<float> out(model.param_count());
+  model.copy_grads_to_host(out);
+  return out;
+}
+
+std::vector<float> host_params(gradsync::Model& model) {
+  std::vector<float> out(model.param_count());
+  model.copy_params_to_host(out);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda mlp: the same seed gives bit-identical initial parameters") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  gradsync::Mlp cpu({20, 16, 5}, 8);
+  gradsync::CudaMlp gpu({20, 16, 5}, 8, 0);
+  cpu.init_params(42);
+  gpu.init_params(42);
+  CHECK(gpu.device() == 0);
+  CHECK(gpu.layers().size() == cpu.layers().size());
+  CHECK(host_params(gpu) == std::vector<float>(cpu.params().begin(), cpu.params().end()));
+}
+
+TEST_CASE("cuda mlp: CPU and GPU gradients agree (max relative difference <= 1e-4)") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(512, 784, 10, 5);
+  const std::vector<int> widths = {784, 256, 256, 10};
+  gradsync::Mlp cpu(widths, 256);
+  gradsync::CudaMlp gpu(widths, 256, 0);
+  cpu.init_params(9);
+  gpu.init_params(9);
+  std::vector<std::int64_t> batch(256);
+  std::iota(batch.begin(), batch.end(), 100);
+
+  SUBCASE("one batch") {
+    const double cpu_loss = cpu.forward_backward(data, batch);
+    const double gpu_loss = gpu.forward_backward(data, batch);
+    CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
+    const std::vector<float> cpu_grads(cpu.grads().begin(), cpu.grads().end());
+    const double diff = max_relative_difference(host_grads(gpu), cpu_grads, cpu.layers());
+    MESSAGE("max relative gradient difference " << diff);
+    CHECK(diff <= 1e-4);
+  }
+  SUBCASE("two accumulated micro-batches with grad_scale 1/2") {
+    const std::span<const std::int64_t> first(batch.data(), 128), second(batch.data() + 128, 128);
+    cpu.forward_backward(data, first, 0.5f, false);
+    cpu.forward_backward(data, second, 0.5f, true);
+    gpu.forward_backward(data, first, 0.5f, false);
+    gpu.forward_backward(data, second, 0.5f, true);
+    const std::vector<float> cpu_grads(cpu.grads().begin(), cpu.grads().end());
+    CHECK(max_relative_difference(host_grads(gpu), cpu_grads, cpu.layers()) <= 1e-4);
+  }
+  SUBCASE("evaluation") {
+    const gradsync::Evaluation a = cpu.evaluate(data);
+    const gradsync::Evaluation b = gpu.evaluate(data);
+    CHECK(b.samples == a.samples);
+    CHECK(b.loss == doctest::Approx(a.loss).epsilon(1e-5));
+    CHECK(b.accuracy == doctest::Approx(a.accuracy).epsilon(0.002));  // a near-tie may flip
+  }
+}
+
+TEST_CASE("cuda mlp: gradient ranges are reported last layer first, contiguous") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(16, 6, 4, 1);
+  gradsync::CudaMlp gpu({6, 5, 4, 4}, 16, 0);
+  gpu.init_params(1);
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  gpu.set_grad_ready_callback([&](std::size_t b, std::size_t e) { ranges.emplace_back(b, e); });
+  std::vector<std::int64_t> batch = {0, 3, 5, 7};
+  gpu.forward_backward(data, batch);
+  REQUIRE(ranges.size() == 3);
+  CHECK(ranges.front().second == gpu.param_count());
+  CHECK(ranges.back().first == 0);
+  for (std::size_t i = 1; i < ranges.size(); ++i) CHECK(ranges[i].second == ranges[i - 1].first);
+}
+
+TEST_CASE("cuda mlp: host copies of the parameters round-trip") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  gradsync::CudaMlp gpu({3, 2}, 4, 0);
+  std::vector<float> values(gpu.param_count());
+  std::iota(values.begin(), values.end(), 1.0f);
+  gpu.copy_params_from_host(values);
+  CHECK(host_params(gpu) == values);
+  std::vector<float> too_short(3);
+  CHECK_THROWS_AS(gpu.copy_params_to_host(too_short), gradsync::Error);
+}
+
+TEST_CASE("device sgd: matches the host Sgd step for step, and its state round-trips") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const std::size_t n = 10007;  // not a multiple of any block size
+  const gradsync::SgdOptions options{0.05, 0.9, 1e-3};
+  gradsync::Sgd cpu(n, options);
+  gradsync::DeviceSgd gpu(n, options, 0);
+  gradsync::SplitMix64 rng(3);
+  std::vector<float> params(n), grads(n);
+  for (float& p : params) p = float(rng.normal());
+  gradsync::cuda::DeviceBuffer<float> device_params(n), device_grads(n);
+  REQUIRE(cudaMemcpy(device_params.data(), params.data(), n * 4, cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  for (int step = 0; step < 4; ++step) {
+    for (float& g : grads) g = float(rng.normal());
+    REQUIRE(cudaMemcpy(device_grads.data(), grads.data(), n * 4, cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+    cpu.step(params, grads);
+    gpu.step(device_params.span(), device_grads.span());
+  }
+  std::vector<float> from_gpu(n);
+  REQUIRE(cudaMemcpy(from_gpu.data(), device_params.data(), n * 4, cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  const double diff = gradsync::testing::tensor_relative_difference(from_gpu, params);
+  MESSAGE("max relative parameter difference after 4 steps " << diff);
+  CHECK(diff <= 1e-6);
+  CHECK(gpu.steps_taken() == 4);
+
+  std::vector<float> momentum(n), cpu_momentum(n);
+  gpu.save_state(momentum);
+  cpu.save_state(cpu_momentum);
+  CHECK(gradsync::testing::tensor_relative_difference(momentum, cpu_momentum) <= 1e-6);
+  gradsync::DeviceSgd resumed(n, options, 0);
+  resumed.load_state(momentum, gpu.steps_taken());
+  std::vector<float> again(n);
+  resumed.save_state(again);
+  CHECK(again == momentum);
+  CHECK(resumed.steps_taken() == 4);
+}
+
+TEST_CASE("device sgd: make_sgd on a device gives DeviceSgd") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  auto opt = gradsync::make_sgd(16, gradsync::SgdOptions{}, 0);
+  CHECK(dynamic_cast<gradsync::DeviceSgd*>(opt.get()) != nullptr);
+}

@@ -1,0 +1,134 @@
+// NcclCommunicator on device buffers: allreduce, broadcast and allgather are exact on
+// integer-valued inputs (the sums are exact in float in any order), for world size 1 and, where
+// there are more GPUs, one rank per GPU as threads. Every case skips without a GPU.
+#include <doctest/doctest.h>
+
+#include <thread>
+#include <vector>
+
+#include "allreduce/in_memory_store.h"
+#include "allreduce/nccl/nccl_communicator.h"
+#include "common/error.h"
+#include "gpu_test_support.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/device_buffer.h"
+
+namespace {
+
+using gradsync::NcclCommunicator;
+using gradsync::cuda::DeviceBuffer;
+
+// These run on rank threads too, where a failed REQUIRE could not unwind: errors are thrown as
+// gradsync::Error and reported by run_ranks.
+std::vector<float> to_host(const DeviceBuffer<float>& d) {
+  std::vector<float> out(d.size());
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(out.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+DeviceBuffer<float> to_device(const std::vector<float>& h) {
+  DeviceBuffer<float> d(h.size());
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Rank r holds r + 1 + (i % 97): the sum over n ranks is n(n+1)/2 + n * (i % 97).
+void check_collectives(NcclCommunicator& comm, std::size_t count) {
+  const int n = comm.size(), r = comm.rank();
+  gradsync::cuda::DeviceGuard on(comm.device());
+  std::vector<float> mine(count);
+  for (std::size_t i = 0; i < count; ++i) mine[i] = float(r + 1) + float(i % 97);
+
+  DeviceBuffer<float> sum = to_device(mine);
+  comm.allreduce(sum.span(), gradsync::ReduceOp::kSum);
+  std::size_t wrong = 0;
+  const std::vector<float> summed = to_host(sum);
+  for (std::size_t i = 0; i < count; ++i) {
+    wrong += summed[i] != float(n * (n + 1) / 2) + float(n) * float(i % 97);
+  }
+  CHECK_MESSAGE(wrong == 0, "allreduce: " << wrong << " wrong of " << count);
+
+  DeviceBuffer<float> avg = to_device(std::vector<float>(count, float(2 * r)));
+  comm.allreduce(avg.span(), gradsync::ReduceOp::kAvg);
+  wrong = 0;
+  for (float v : to_host(avg)) wrong += v != float(n - 1);  // the mean of 0, 2, ..., 2(n-1)
+  CHECK_MESSAGE(wrong == 0, "allreduce avg: " << wrong << " wrong");
+
+  DeviceBuffer<float> cast = to_device(r == 0 ? mine : std::vector<float>(count, -1.f));
+  comm.broadcast(cast.span(), 0);
+  std::vector<float> root(count);
+  for (std::size_t i = 0; i < count; ++i) root[i] = 1.f + float(i % 97);
+  CHECK(to_host(cast) == root);
+
+  DeviceBuffer<float> in = to_device(mine);
+  DeviceBuffer<float> out(count * static_cast<std::size_t>(n));
+  comm.allgather(in.span(), out.span());
+  const std::vector<float> gathered = to_host(out);
+  wrong = 0;
+  for (int q = 0; q < n; ++q) {
+    for (std::size_t i = 0; i < count; ++i) {
+      wrong += gathered[q * count + i] != float(q + 1) + float(i % 97);
+    }
+  }
+  CHECK_MESSAGE(wrong == 0, "allgather: " << wrong << " wrong");
+
+  DeviceBuffer<float> reduced = to_device(mine);
+  comm.reduce(reduced.span(), gradsync::ReduceOp::kSum, 0);
+  if (r == 0) CHECK(to_host(reduced) == summed);
+  comm.barrier();
+  CHECK(comm.counters().collectives == 6);
+}
+
+void run_ranks(int n, std::size_t count) {
+  gradsync::InMemoryStore store;
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::jthread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        gradsync::NcclOptions options;
+        options.device = r;
+        options.timeout = std::chrono::seconds(60);
+        auto comm = NcclCommunicator::create(store, r, n, options);
+        check_collectives(*comm, count);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  threads.clear();
+  for (const auto& e : errors) CHECK_MESSAGE(e.empty(), e);
+}
+
+}  // namespace
+
+TEST_CASE("nccl: collectives are exact with world size 1") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  MESSAGE("NCCL " << NcclCommunicator::version());
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+    run_ranks(1, count);
+  }
+}
+
+TEST_CASE("nccl: collectives are exact with one rank per GPU") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(2);
+  const int n = gradsync::visible_gpus();
+  for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{1} << 20}) {
+    run_ranks(n, count);
+  }
+}
+
+TEST_CASE("nccl: zero elements complete at once; host buffers are refused by name") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  gradsync::InMemoryStore store;
+  auto comm = NcclCommunicator::create(store, 0, 1, gradsync::NcclOptions{});
+  auto work = comm->allreduce_async({}, gradsync::ReduceOp::kSum);
+  CHECK(work->completed());
+  std::vector<float> host(8, 1.f);
+  CHECK_THROWS_WITH_AS(comm->allreduce(host, gradsync::ReduceOp::kSum),
+                       doctest::Contains("not device memory of cuda:0"), gradsync::Error);
+  // A refused call leaves the communicator usable.
+  DeviceBuffer<float> one = to_device({3.f});
+  comm->allreduce(one.span(), gradsync::ReduceOp::kSum);
+  CHECK(to_host(one) == std::vector<float>{3.f});
+}

@@ -1,0 +1,65 @@
+#include "worker/cuda/device_sgd.h"
+
+#include "common/error.h"
+#include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cuda_device.h"
+#include "worker/cuda/mlp_kernels.h"
+
+namespace gradsync {
+
+DeviceSgd::DeviceSgd(std::size_t size, const SgdOptions& options, int device)
+    : options_(options), device_(device) {
+  cuda::require_device(device_, "SGD");
+  cuda::DeviceGuard on(device_);
+  GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  velocity_ = cuda::DeviceBuffer<float>(size);
+  velocity_.zero(stream_);
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+DeviceSgd::~DeviceSgd() {
+  cuda::DeviceGuard on(device_, std::nothrow);
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void DeviceSgd::step(std::span<float> params, std::span<const float> grads) {
+  GRADSYNC_CHECK(params.size() == velocity_.size() && grads.size() == velocity_.size(),
+                 "optimizer range does not match the buffers it is given");
+  cuda::DeviceGuard on(device_);
+  // torch.optim.SGD initialises the momentum buffer with the first gradient, not with zero.
+  const float mu = static_cast<float>(options_.momentum);
+  const float keep = steps_ == 0 ? 0.f : mu;
+  GRADSYNC_CUDA_CHECK(kernels::sgd_update(params.data(), grads.data(), velocity_.data(),
+                                          params.size(), static_cast<float>(options_.lr), mu,
+                                          static_cast<float>(options_.weight_decay), keep,
+                                          stream_));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ++steps_;
+}
+
+void DeviceSgd::save_state(std::span<float> momentum) const {
+  GRADSYNC_CHECK(momentum.size() == velocity_.size(), "save_state: size != optimizer range");
+  cuda::DeviceGuard on(device_);
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(momentum.data(), velocity_.data(), velocity_.bytes(),
+                                 cudaMemcpyDeviceToHost));
+}
+
+void DeviceSgd::load_state(std::span<const float> momentum, std::uint64_t steps) {
+  GRADSYNC_CHECK(momentum.size() == velocity_.size(), "load_state: size != optimizer range");
+  cuda::DeviceGuard on(device_);
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GRADSYNC_CUDA_CHECK(cudaMemcpy(velocity_.data(), momentum.data(), velocity_.bytes(),
+                                 cudaMemcpyHostToDevice));
+  steps_ = steps;
+}
+
+std::unique_ptr<Optimizer> make_device_sgd(std::size_t size, const SgdOptions& options,
+                                           int device) {
+  return std::make_unique<DeviceSgd>(size, options, device);
+}
+
+}  // namespace gradsync
