@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "experiments/preset.h"
+#include "experiments/sweep.h"
 
 namespace gradsync {
 namespace {
@@ -464,6 +465,23 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
     if (column == std::string::npos) column = type_at;
     CHECK(type_at == column);
   }
+}
+
+TEST_CASE("preset: every shipped preset loads, and its sweep expands") {
+  const fs::path shipped = fs::path(GRADSYNC_SOURCE_DIR) / "experiments" / "presets";
+  int count = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(shipped)) {
+    if (entry.path().extension() != ".yaml") continue;
+    CAPTURE(entry.path().string());
+    ++count;
+    Preset preset;
+    CHECK_NOTHROW(preset = load_preset(entry.path().string(), {}));
+    CHECK(!preset.runs.empty());
+    if (!preset.runs.empty() && !preset.runs.front().sweep.workers.empty()) {
+      CHECK_NOTHROW(expand_sweep(preset));
+    }
+  }
+  CHECK(count >= 9);  // the directory was found and read
 }
 
 }  // namespace gradsync
