@@ -35,46 +35,15 @@ std::string run_gpu_mlp_bench(const MlpBenchOptions& options) {
   cudaDeviceProp properties{};
   GRADSYNC_CUDA_CHECK(cudaGetDeviceProperties(&properties, options.gpu));
 
-  // The CPU benchmark's pool: 64 batches of random samples, drawn the same way.
-  constexpr int kPoolBatches = 64;
-  Dataset pool;
-  pool.name = "bench";
-  pool.dim = options.input;
-  pool.classes = options.classes;
-  pool.size = static_cast<std::int64_t>(kPoolBatches) * options.batch;
-  pool.features.resize(static_cast<std::size_t>(pool.size) * pool.dim);
-  pool.labels.resize(static_cast<std::size_t>(pool.size));
-  SplitMix64 rng(7);
-  for (float& x : pool.features) x = static_cast<float>(rng.normal());
-  for (auto& y : pool.labels) y = static_cast<std::int32_t>(rng.below(options.classes));
-
+  const Dataset pool = make_bench_pool(options);
   std::vector<int> widths = {options.input};
   widths.insert(widths.end(), options.hidden.begin(), options.hidden.end());
   widths.push_back(options.classes);
   CudaMlp model(widths, options.batch, options.gpu);
   model.init_params(1);
   DeviceSgd sgd(model.param_count(), SgdOptions{0.05, 0.9, 0.0}, options.gpu);
-  std::vector<std::int64_t> indices(static_cast<std::size_t>(pool.size));
-  std::iota(indices.begin(), indices.end(), 0);
-
-  std::int64_t step = 0;
-  auto one_step = [&] {
-    const std::span<const std::int64_t> batch(
-        indices.data() + (step % kPoolBatches) * options.batch,
-        static_cast<std::size_t>(options.batch));
-    model.forward_backward(pool, batch);
-    sgd.step(model.params(), model.grads());
-    ++step;
-  };
-  // The warm-up also uploads the pool and lets cuBLAS pick and load its kernels.
-  for (int i = 0; i < options.warmup_steps; ++i) one_step();
-  step = 0;
-  Stopwatch clock;
-  double elapsed = 0;
-  while (elapsed < options.seconds) {
-    for (int i = 0; i < 16; ++i) one_step();
-    elapsed = clock.seconds();
-  }
+  // Each step reads its loss back, so the clock never runs ahead of the GPU.
+  const auto [step, elapsed] = time_training_steps(model, sgd, pool, options);
   const double samples_per_s = static_cast<double>(step * options.batch) / elapsed;
   char line[512];
   if (options.json) {

@@ -4,8 +4,13 @@
 // once), then forward + backward + SGD-with-momentum steps for a fixed time.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "worker/dataset.h"
+#include "worker/model.h"
+#include "worker/optimizer.h"
 
 namespace gradsync {
 
@@ -26,5 +31,17 @@ struct MlpBenchOptions {
 // (or one JSON object with options.json). device "gpu" in a build without CUDA, or without a
 // visible GPU, throws a one-line ConfigError naming --device.
 std::string run_mlp_bench(const MlpBenchOptions& options);
+
+// Shared by the CPU and GPU benchmarks. The pool: 64 batches of random samples (seed 7), enough
+// that the inputs do not all sit in cache, as with real data.
+Dataset make_bench_pool(const MlpBenchOptions& options);
+struct TimedSteps {
+  std::int64_t steps = 0;
+  double seconds = 0;
+};
+// warmup_steps untimed steps, then forward + backward + optimizer steps over the pool's batches
+// in turn for at least `seconds`; the clock is read every 16 steps only.
+TimedSteps time_training_steps(Model& model, Optimizer& optimizer, const Dataset& pool,
+                               const MlpBenchOptions& options);
 
 }  // namespace gradsync

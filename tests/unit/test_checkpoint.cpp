@@ -11,26 +11,13 @@
 #include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "experiments/checkpoints.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
+using gradsync::testing::TempDir;
 using gradsync::CheckpointPart;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("gradsync_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 // Part `index` of `parts` of a model of `total` floats at `step`: params[i] = i, momentum -i.
 CheckpointPart make_part(std::uint64_t step, std::uint64_t total, std::uint64_t begin,
@@ -80,8 +67,8 @@ void put_bytes(const std::string& path, const std::string& bytes) {
 TEST_CASE("checkpoint file: a part reads back exactly, and the folder has no temporary left") {
   TempDir dir;
   const CheckpointPart part = make_part(50, 26, 3, 17);
-  write_part(dir / "ckpt", part, 1, 3);
-  const std::string folder = dir / "ckpt/step-00000050";
+  write_part(dir.file("ckpt"), part, 1, 3);
+  const std::string folder = dir.file("ckpt/step-00000050");
   const CheckpointPart back = gradsync::read_checkpoint_part(folder + "/part-1-of-3.ckpt");
   CHECK(back.step == 50);
   CHECK(back.total == 26);
@@ -99,8 +86,8 @@ TEST_CASE("checkpoint file: a part reads back exactly, and the folder has no tem
 
 TEST_CASE("checkpoint file: truncation, a flipped bit, trailing bytes and garbage are refused") {
   TempDir dir;
-  write_part(dir / "c", make_part(7, 100, 0, 100), 0, 1);
-  const std::string path = dir / "c/step-00000007/part-0-of-1.ckpt";
+  write_part(dir.file("c"), make_part(7, 100, 0, 100), 0, 1);
+  const std::string path = dir.file("c/step-00000007/part-0-of-1.ckpt");
   const std::string good = bytes_of(path);
 
   put_bytes(path, good.substr(0, good.size() - 9));
@@ -125,28 +112,28 @@ TEST_CASE("checkpoint file: truncation, a flipped bit, trailing bytes and garbag
   put_bytes(path, other_version);
   CHECK(read_error(path).find("format version 9") != std::string::npos);
 
-  CHECK(read_error(dir / "missing.ckpt").find("cannot open checkpoint") != std::string::npos);
+  CHECK(read_error(dir.file("missing.ckpt")).find("cannot open checkpoint") != std::string::npos);
 }
 
 TEST_CASE("checkpoints: resume finds the newest complete step, through run and preset folders") {
   TempDir dir;
-  const std::string root = dir / "preset/run-a/checkpoints";
+  const std::string root = dir.file("preset/run-a/checkpoints");
   write_part(root, make_part(50, 10, 0, 10), 0, 1);
   write_part(root, make_part(60, 10, 0, 5), 0, 2);  // step 60: one part of two, a crash
   const std::string step50 = gradsync::checkpoint_step_folder(root, 50);
   const std::string step60 = gradsync::checkpoint_step_folder(root, 60);
 
   CHECK(gradsync::resolve_checkpoint(root, "run-a") == step50);
-  CHECK(gradsync::resolve_checkpoint(dir / "preset/run-a", "run-a") == step50);
-  CHECK(gradsync::resolve_checkpoint(dir / "preset", "run-a") == step50);
+  CHECK(gradsync::resolve_checkpoint(dir.file("preset/run-a"), "run-a") == step50);
+  CHECK(gradsync::resolve_checkpoint(dir.file("preset"), "run-a") == step50);
   CHECK(gradsync::resolve_checkpoint(step50, "run-a") == step50);
   CHECK_THROWS_WITH_AS(gradsync::resolve_checkpoint(step60, "run-a"),
                        (step60 + ": incomplete checkpoint: 1 of 2 part files "
                                  "(part-<k>-of-<K>.ckpt) present")
                            .c_str(),
                        gradsync::DataError);
-  CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir / "preset", "run-b"), gradsync::ConfigError);
-  CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir / "nowhere", "run-a"), gradsync::ConfigError);
+  CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir.file("preset"), "run-b"), gradsync::ConfigError);
+  CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir.file("nowhere"), "run-a"), gradsync::ConfigError);
 
   write_part(root, make_part(60, 10, 5, 10), 1, 2);  // now complete: it is the newest
   CHECK(gradsync::resolve_checkpoint(root, "run-a") == step60);
@@ -155,7 +142,7 @@ TEST_CASE("checkpoints: resume finds the newest complete step, through run and p
 
 TEST_CASE("checkpoints: any range is read across the parts that tile it") {
   TempDir dir;
-  const std::string root = dir / "c";
+  const std::string root = dir.file("c");
   write_part(root, make_part(9, 10, 0, 4), 0, 3);
   write_part(root, make_part(9, 10, 4, 7), 1, 3);
   write_part(root, make_part(9, 10, 7, 10), 2, 3);
@@ -176,7 +163,7 @@ TEST_CASE("checkpoints: any range is read across the parts that tile it") {
 
 TEST_CASE("checkpoints: another model, or parts of different steps, are refused naming the file") {
   TempDir dir;
-  const std::string root = dir / "c";
+  const std::string root = dir.file("c");
   write_part(root, make_part(5, 10, 0, 5), 0, 2);
   write_part(root, make_part(5, 10, 5, 10, "mlp 4-8-2"), 1, 2);
   const std::string folder = gradsync::checkpoint_step_folder(root, 5);

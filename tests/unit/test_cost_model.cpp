@@ -17,11 +17,13 @@
 #include "experiments/calibration_runs.h"
 #include "experiments/cost_model.h"
 #include "experiments/preset.h"
+#include "tests/support/temp_dir.h"
 
 namespace gradsync::cost {
 namespace {
 
 namespace fs = std::filesystem;
+using gradsync::testing::TempDir;
 
 constexpr double kS = 100e6;  // 100 MB
 constexpr double kChunk = 524288;  // a ps chunk: 128Ki floats
@@ -43,22 +45,6 @@ std::vector<Scenario> varied_scenarios() {
           scenario(Scheme::kDp, 4, 1, 1e6),        scenario(Scheme::kPs, 4, 2, 4e6),
           scenario(Scheme::kPs, 8, 1, 100e6),      scenario(Scheme::kRing, 16, 1, 1e5, 1)};
 }
-
-// A fresh, empty directory removed when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("gradsync_cost_test_" + std::to_string(::getpid()) + "_" + std::to_string(++counter));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // Full double precision, as nlohmann_json writes summary.json.
 std::string number(double value) {

@@ -12,32 +12,13 @@
 
 #include "common/error.h"
 #include "worker/idx_reader.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
+using gradsync::testing::TempDir;
 using gradsync::DataError;
 
 namespace {
-
-// A fresh directory per test, removed afterwards, so tests never see each other's files.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("gradsync_idx_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::vector<std::uint8_t> idx_bytes(std::uint8_t type, const std::vector<std::uint32_t>& shape,
                                     const std::vector<std::uint8_t>& data) {

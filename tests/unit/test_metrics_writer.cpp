@@ -12,34 +12,17 @@
 
 #include "common/error.h"
 #include "common/metrics_writer.h"
+#include "tests/support/temp_dir.h"
 
 namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
+using gradsync::testing::TempDir;
 
 constexpr char kHeader[] =
     "step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,bytes_sent,bytes_received,"
     "staleness";
-
-// A fresh directory per test so parallel ctest runs cannot collide.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("gradsync_metrics_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);

@@ -13,11 +13,13 @@
 #include "common/error.h"
 #include "experiments/preset.h"
 #include "experiments/sweep.h"
+#include "tests/support/temp_dir.h"
 
 namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
+using gradsync::testing::TempDir;
 
 constexpr char kFile[] = "presets/x.yaml";
 
@@ -35,22 +37,6 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& se
   FAIL("no ConfigError for: " << yaml);
   return "";
 }
-
-// A fresh, empty directory removed when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("gradsync_preset_test_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(++counter));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 const char kSynthetic[] = "data: {kind: synthetic}\n";
 
@@ -280,14 +266,14 @@ TEST_CASE("preset: data directories are checked after resolution") {
   CHECK(fashion.starts_with("presets/x.yaml:3: data.dir: directory '/nope/fm' does not exist"));
   CHECK(fashion.find("apt-get install dataset-fashion-mnist") != std::string::npos);
 
-  const std::string file = dir.path() + "/plain-file";
+  const std::string file = dir.str() + "/plain-file";
   std::ofstream(file) << "x";
   CHECK(error_of("data: {kind: idx, dir: '" + file + "'}\n") ==
         "presets/x.yaml:1: data.dir: '" + file + "' is not a directory");
 
-  CHECK(load("data: {kind: idx, dir: '" + dir.path() + "'}\n").runs[0].data.dir == dir.path());
-  CHECK(load("data: {kind: fashion-mnist}\n", {"data.dir=" + dir.path()}).runs[0].data.dir ==
-        dir.path());
+  CHECK(load("data: {kind: idx, dir: '" + dir.str() + "'}\n").runs[0].data.dir == dir.str());
+  CHECK(load("data: {kind: fashion-mnist}\n", {"data.dir=" + dir.str()}).runs[0].data.dir ==
+        dir.str());
 
   // Without data.dir, fashion-mnist resolves the packaged default (present or not here).
   const std::string packaged = "/usr/share/datasets/fashion-mnist";
@@ -330,7 +316,7 @@ TEST_CASE("preset: bad --set overrides") {
 
 TEST_CASE("preset: files on disk") {
   TempDir dir;
-  const std::string presets = dir.path() + "/presets";
+  const std::string presets = dir.str() + "/presets";
   fs::create_directories(presets);
   std::ofstream(presets + "/quickstart.yaml") << "data: {kind: synthetic}\ntrain: {lr: 0.2}\n";
   std::ofstream(presets + "/compare.yaml") << "data: {kind: synthetic}\n";
@@ -376,7 +362,7 @@ TEST_CASE("preset: files on disk") {
 TEST_CASE("preset: to_yaml round-trips through load_preset_text") {
   TempDir dir;
   const Preset preset =
-      load("data: {kind: idx, dir: '" + dir.path() + "'}\nruns:\n  - name: every_key.v2\n",
+      load("data: {kind: idx, dir: '" + dir.str() + "'}\nruns:\n  - name: every_key.v2\n",
            {"strategy=dp", "workers=3", "train.steps=123", "train.epochs=7", "train.batch=17",
             "train.lr=0.0123", "train.momentum=0.5", "train.weight_decay=1e-05", "train.seed=99",
             "train.eval_every=11", "train.target_accuracy=0.9", "data.train_samples=100",
@@ -403,7 +389,7 @@ TEST_CASE("preset: to_yaml round-trips through load_preset_text") {
   CHECK(c.train.eval_every == 11);
   CHECK(c.train.target_accuracy == original.train.target_accuracy);
   CHECK(c.data.kind == "idx");
-  CHECK(c.data.dir == dir.path());
+  CHECK(c.data.dir == dir.str());
   CHECK(c.data.train_samples == 100);
   CHECK(c.data.test_samples == 50);
   CHECK(c.data.dim == 5);
