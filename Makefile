@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 PYTHON := /usr/bin/python3
 GRADSYNC := $(BUILD)/bin/gradsync
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := fuzz_wire_format fuzz_idx_reader fuzz_preset
+FUZZ_TARGETS := fuzz_wire_format fuzz_idx_reader fuzz_preset fuzz_checkpoint
 
 .PHONY: all deps build demo test bench clean fuzz check-sanitize
 

@@ -96,6 +96,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   server->add_option("--port", shard_port, "port on ps.bind (0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
+  std::string shard_bind;
+  server->add_option("--bind", shard_bind,
+                     "the address to listen on (default ps.bind, itself 127.0.0.1)");
   server->add_option("--gen-keys", key_file,
                      "write a new CURVE key pair to this file for ps.curve_keys, and exit");
 
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
         std::cerr << "gradsync server: --config and --run-dir are required\n";
         return 2;
       }
-      gradsync::run_server_process(server_config, server_run_dir, shard, shard_port);
+      gradsync::run_server_process(server_config, server_run_dir, shard, shard_port, shard_bind);
       return 0;
     }
     if (bench_allreduce->parsed()) {

@@ -21,7 +21,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n > 0) {
       done += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
+    } else if (n == 0) {
+      error = EIO;  // no progress and no reason: give up rather than spin
+    } else if (errno != EINTR) {
       error = errno;
     }
   }
@@ -38,8 +40,11 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
-    ::fsync(dir);
+    const bool synced = ::fsync(dir) == 0;
+    const int sync_error = errno;
     ::close(dir);
+    if (!synced) throw Error(path + ": written, but its folder cannot be synced: " +
+                             std::strerror(sync_error));
   }
 }
 

@@ -29,7 +29,7 @@ void put(std::string& out, T value) {
   out.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 template <typename T>
-T get(const std::string& in, std::size_t offset) {
+T get(std::string_view in, std::size_t offset) {
   T value;
   std::memcpy(&value, in.data() + offset, sizeof value);
   return value;
@@ -59,7 +59,7 @@ std::string checkpoint_part_name(int part, int parts) {
   return "part-" + std::to_string(part) + "-of-" + std::to_string(parts) + ".ckpt";
 }
 
-void write_checkpoint_part(const std::string& path, const CheckpointPart& part) {
+std::string encode_checkpoint_part(const CheckpointPart& part) {
   const std::uint64_t n = part.end - part.begin;
   GRADSYNC_CHECK(part.begin <= part.end && part.end <= part.total,
                  "checkpoint part range outside the model");
@@ -80,7 +80,11 @@ void write_checkpoint_part(const std::string& path, const CheckpointPart& part) 
   out.append(reinterpret_cast<const char*>(part.params.data()), n * sizeof(float));
   out.append(reinterpret_cast<const char*>(part.momentum.data()), n * sizeof(float));
   put<std::uint32_t>(out, crc_of(out.data(), out.size()));
+  return out;
+}
 
+void write_checkpoint_part(const std::string& path, const CheckpointPart& part) {
+  const std::string out = encode_checkpoint_part(part);
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!folder.empty()) std::filesystem::create_directories(folder, ec);
@@ -100,6 +104,11 @@ CheckpointPart read_checkpoint_part(const std::string& path, bool header_only) {
     in.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
   }
   if (file.bad()) throw DataError(path, "cannot read checkpoint");
+  return parse_checkpoint_part(in, path, header_only);
+}
+
+CheckpointPart parse_checkpoint_part(std::string_view in, const std::string& path,
+                                     bool header_only) {
 
   if (in.size() < sizeof kMagic || std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) {
     throw DataError(path, "not a gradsync checkpoint (bad magic)");
@@ -130,7 +139,7 @@ CheckpointPart read_checkpoint_part(const std::string& path, bool header_only) {
   const std::uint64_t expected = kFixedBytes + description_bytes + 8 * n + 4;
   if (header_only) {
     if (in.size() < kFixedBytes + description_bytes) throw DataError(path, "truncated header");
-    part.description = in.substr(kFixedBytes, description_bytes);
+    part.description = std::string(in.substr(kFixedBytes, description_bytes));
     return part;
   }
   if (in.size() != expected) {
@@ -142,7 +151,7 @@ CheckpointPart read_checkpoint_part(const std::string& path, bool header_only) {
   if (crc_of(in.data(), body) != get<std::uint32_t>(in, body)) {
     throw DataError(path, "corrupted: CRC-32 mismatch");
   }
-  part.description = in.substr(kFixedBytes, description_bytes);
+  part.description = std::string(in.substr(kFixedBytes, description_bytes));
   const char* floats = in.data() + kFixedBytes + description_bytes;
   part.params.resize(n);
   part.momentum.resize(n);

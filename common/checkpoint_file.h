@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gradsync {
@@ -57,5 +58,13 @@ void write_checkpoint_part(const std::string& path, const CheckpointPart& part);
 // the fixed fields and the description are read and checked (no payload, no CRC): enough to
 // learn a checkpoint's step without reading the model.
 CheckpointPart read_checkpoint_part(const std::string& path, bool header_only = false);
+
+// The file's bytes for `part` (what write_checkpoint_part writes).
+std::string encode_checkpoint_part(const CheckpointPart& part);
+
+// The decoder itself, on bytes already in memory; `name` is what errors say (the file).
+// With `header_only`, `bytes` may be just the file's beginning.
+CheckpointPart parse_checkpoint_part(std::string_view bytes, const std::string& name,
+                                     bool header_only = false);
 
 }  // namespace gradsync

@@ -17,6 +17,15 @@ namespace {
 const std::regex kPartName(R"(part-(\d+)-of-(\d+)\.ckpt)");
 const std::regex kStepName(R"(step-(\d+))");
 
+// A number from a file name; a name that no writer makes (too many digits) is named in the error.
+std::uint64_t parse_number(const std::string& digits, const fs::path& file) {
+  try {
+    return std::stoull(digits);
+  } catch (const std::exception&) {
+    throw DataError(file.string(), "not a checkpoint name gradsync writes");
+  }
+}
+
 // The part files of a step folder, by index, and how many there should be (0 when the names
 // disagree on it, which no writer does).
 struct PartListing {
@@ -36,8 +45,8 @@ PartListing list_parts(const fs::path& folder) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, kPartName)) continue;
-    const int part = std::stoi(m[1]);
-    const int of = std::stoi(m[2]);
+    const int part = static_cast<int>(std::min<std::uint64_t>(parse_number(m[1], entry.path()), 1 << 20));
+    const int of = static_cast<int>(std::min<std::uint64_t>(parse_number(m[2], entry.path()), 1 << 20));
     if (listing.expected != -1 && listing.expected != of) listing.consistent = false;
     listing.expected = of;
     listing.parts[part] = entry.path();
@@ -57,7 +66,7 @@ std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_f
     std::smatch m;
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && std::regex_match(name, m, kStepName)) {
-      steps[std::stoull(m[1])] = entry.path();
+      steps[parse_number(m[1], entry.path())] = entry.path();
     }
   }
   any_step_folder = !steps.empty();
@@ -87,12 +96,38 @@ std::string model_description(const Config& config, const std::vector<int>& widt
 }
 
 std::string checkpoint_root(const Config& config, const std::string& run_dir) {
-  if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
+  // A named folder is shared by every run of the preset (and every sweep point): each run
+  // writes below its own name, so two runs never write the same step folder.
+  if (!config.checkpoint.dir.empty()) return (fs::path(config.checkpoint.dir) / config.name).string();
   return (fs::path(run_dir) / "checkpoints").string();
 }
 
+void claim_checkpoint_root(const Config& config) {
+  if (config.checkpoint.dir.empty() || config.checkpoint.every <= 0) return;  // a fresh run folder
+  const fs::path root = checkpoint_root(config, "");
+  const std::uint64_t resumed =
+      config.checkpoint.resume.empty() ? 0 : checkpoint_step(config.checkpoint.resume);
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kStepName) || parse_number(m[1], entry.path()) <= resumed) {
+      continue;
+    }
+    throw ConfigError(config.name, "checkpoint.dir",
+                      root.string() + " already holds " + name +
+                          (config.checkpoint.resume.empty()
+                               ? ", from an earlier run"
+                               : ", after the step being resumed") +
+                          ": this run would overwrite it. Resume from the newest (--resume " +
+                          root.string() + ") or choose another checkpoint.dir");
+  }
+}
+
 std::string resolve_checkpoint(const std::string& path, const std::string& run) {
-  const fs::path p(path);
+  // "step-00000050/" (as shell completion writes it) names the same folder as "step-00000050".
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
   std::error_code ec;
   if (!fs::is_directory(p, ec)) throw no_checkpoint(path, "no such folder");
   if (is_step_folder(p)) {

@@ -38,8 +38,13 @@ struct TrainingState {
 // layers"; `widths` as in RunPlan. Resuming checks it and the parameter count.
 std::string model_description(const Config& config, const std::vector<int>& widths);
 
-// Where this run writes its checkpoints: checkpoint.dir, else <run_dir>/checkpoints.
+// Where this run writes its checkpoints: <checkpoint.dir>/<run name>, else <run_dir>/checkpoints.
 std::string checkpoint_root(const Config& config, const std::string& run_dir);
+
+// Before a run starts (the launcher): throws ConfigError when a named checkpoint.dir already
+// holds this run's step folders that it would overwrite: any, for a fresh run; any after the
+// resumed step, for a resumed one. (The default root is in a new run folder: nothing to check.)
+void claim_checkpoint_root(const Config& config);
 
 // The step folder `path` names for run `run`, which may be: a step folder itself; a folder of
 // step folders (the newest complete one: a crash may have left the newest incomplete); a run

@@ -62,6 +62,9 @@ std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<in
 int model_device(const Config& config, int replica) {
   if (config.device != "gpu") return -1;
   if (config.strategy == "dp") return replica;
+  // A launcher that gives each process one GPU (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per
+  // rank) leaves device 0 as the only one; otherwise LOCAL_RANK names it.
+  if (visible_gpus() == 1) return 0;
   return read_rendezvous_env().local_rank;
 }
 

@@ -28,7 +28,8 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
 
 // The CUDA ordinal a replica's model uses: -1 for device: cpu; for gpu, `replica` under `dp`
 // (one process over G GPUs, replica r on GPU r), else LOCAL_RANK (torchrun / mpirun / srun
-// names; 0 when unset): one GPU per worker process.
+// names; 0 when unset): one GPU per worker process; 0 when the process sees only one GPU (a
+// launcher that hands each process its own, as srun --gpus-per-task=1 does).
 int model_device(const Config& config, int replica = 0);
 
 // The parameter count make_model's model will have, without allocating it.

@@ -3,6 +3,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -13,6 +14,7 @@
 #include "experiments/data_loader.h"
 #include "experiments/in_process.h"
 #include "experiments/launcher.h"
+#include "experiments/namespace_network.h"
 #include "experiments/rank_outputs.h"
 #include "experiments/run_plan.h"
 #include "experiments/worker_process.h"
@@ -39,10 +41,6 @@ fs::path fresh_folder(const fs::path& root, const std::string& preset) {
   return dir;
 }
 
-bool runs_in_worker_processes(const std::string& strategy) {
-  return strategy == "allreduce" || strategy == "ps";
-}
-
 void report(const RunOutcome& run) {
   std::cerr << "gradsync: run " << run.summary.run << ": "
             << static_cast<long long>(run.summary.samples_per_s) << " samples/s";
@@ -60,14 +58,15 @@ void point_latest_at(const fs::path& root, const fs::path& target) {
   if (!fs::exists(link, ec)) fs::create_directory_symlink(target.filename(), link, ec);
 }
 
-// checkpoint.resume as the absolute path of the step folder it names for this run, so every
+// checkpoint.resume as the canonical path of the step folder it names for this run, so every
 // process of the run (and config.yaml) says exactly which checkpoint was resumed.
 Config with_resolved_checkpoint(const Config& given) {
   Config config = given;
   validate_checkpointing(config);
   if (!config.checkpoint.resume.empty()) {
+    // Canonical: `results/latest/...` must keep naming this checkpoint once `latest` moves on.
     config.checkpoint.resume =
-        fs::absolute(resolve_checkpoint(config.checkpoint.resume, config.name)).string();
+        fs::canonical(resolve_checkpoint(config.checkpoint.resume, config.name)).string();
   }
   return config;
 }
@@ -84,7 +83,18 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
   { MetricsWriter header((fs::path(run_dir) / "metrics.csv").string()); }
 
   const std::string exe = current_executable();
-  const std::string port = std::to_string(free_local_port());
+  // network.namespaces: one namespace per process (shards first, then ranks), each with its own
+  // address and port space; torn down when this function returns, however it returns.
+  const int shards = config.strategy == "ps" ? config.ps.servers : 0;
+  std::optional<NamespaceNetwork> network;
+  if (config.network.namespaces) network.emplace(shards + config.workers, config.network.link_gbps);
+  auto host_of = [&](int process) {
+    return network ? network->address(process) : std::string("127.0.0.1");
+  };
+  auto port_for = [&](int fixed) {
+    return std::to_string(network ? fixed : free_local_port());
+  };
+  const std::string port = port_for(29500);
   const auto origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              Clock::now().time_since_epoch())
                              .count();
@@ -94,14 +104,14 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
   if (config.strategy == "ps") {
     // Shards first: workers connect to them (ZeroMQ retries until they listen).
     std::string endpoints;
-    for (int k = 0; k < config.ps.servers; ++k) {
-      const std::string shard_port = std::to_string(free_local_port());
+    for (int k = 0; k < shards; ++k) {
+      const std::string shard_port = port_for(29600);
       if (k > 0) endpoints += ",";
-      endpoints += "tcp://127.0.0.1:" + shard_port;
-      processes.push_back({"server " + std::to_string(k),
-                           {exe, "server", "--config", config_path, "--run-dir", run_dir,
-                            "--shard", std::to_string(k), "--port", shard_port},
-                           {}});
+      endpoints += "tcp://" + host_of(k) + ":" + shard_port;
+      std::vector<std::string> argv = {exe, "server", "--config", config_path, "--run-dir",
+                                       run_dir, "--shard", std::to_string(k), "--port", shard_port};
+      if (network) argv.insert(argv.end(), {"--bind", host_of(k)});
+      processes.push_back({"server " + std::to_string(k), argv, {}});
     }
     worker_args.insert(worker_args.end(), {"--ps-endpoints", endpoints});
   }
@@ -111,9 +121,14 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
                          {{"RANK", std::to_string(r)},
                           {"WORLD_SIZE", std::to_string(config.workers)},
                           {"LOCAL_RANK", std::to_string(r)},
-                          {"MASTER_ADDR", "127.0.0.1"},
+                          {"MASTER_ADDR", host_of(shards)},
                           {"MASTER_PORT", port},
                           {kOriginEnv, std::to_string(origin_ns)}}});
+  }
+  if (network) {
+    for (std::size_t i = 0; i < processes.size(); ++i) {
+      processes[i].argv = network->wrap(static_cast<int>(i), processes[i].argv);
+    }
   }
   std::vector<std::string> traces;
   for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
@@ -160,6 +175,13 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   GRADSYNC_CHECK(!preset.runs.empty(), "a preset has at least one run");
   const fs::path root = output_dir.empty() ? fs::path(preset.runs.front().output.dir)
                                            : fs::path(output_dir);
+  // Checkpoints are found (and named checkpoint folders checked) before the new results folder
+  // exists: `--resume results/latest` means the run before this one, not this one.
+  std::vector<Config> configs;
+  for (const Config& given : preset.runs) {
+    configs.push_back(with_resolved_checkpoint(given));
+    claim_checkpoint_root(configs.back());
+  }
   const fs::path dir = fresh_folder(root, preset.name);
   point_latest_at(root, dir);
   PresetOutcome outcome{dir.string(), {}};
@@ -168,13 +190,12 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   TrainTest cached;
   DataConfig cached_for;
   std::uint64_t cached_seed = 0;
-  for (const Config& given : preset.runs) {
-    const Config config = with_resolved_checkpoint(given);
+  for (const Config& config : configs) {
     std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
               << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
               << config.train.batch << " per worker)\n";
     const std::string run_dir = (dir / config.name).string();
-    if (runs_in_worker_processes(config.strategy)) {
+    if (runs_as_processes(config)) {
       // The processes check the checkpoint too, but a refusal reads best before any started.
       if (!config.checkpoint.resume.empty()) {
         const TrainTest shape = load_data(config.data, config.train.seed);

@@ -67,9 +67,17 @@ StrategyOptions strategy_options(const Config& config) {
   options.workers = config.workers;
   options.sgd = sgd_options(config);
   options.timeout = comm_timeout(config);
-  options.link = make_emulated_link(config.network.link_gbps);
+  options.link = make_emulated_link(token_bucket_gbps(config));
   options.device = model_device(config);
   return options;
+}
+
+bool runs_as_processes(const Config& config) {
+  return config.strategy == "allreduce" || config.strategy == "ps";
+}
+
+double token_bucket_gbps(const Config& config) {
+  return config.network.namespaces && runs_as_processes(config) ? 0 : config.network.link_gbps;
 }
 
 std::size_t bucket_bytes(const Config& config) {

@@ -41,6 +41,13 @@ std::chrono::milliseconds comm_timeout(const Config& config);
 // What make_strategies needs for the in-process strategies (single, dp).
 StrategyOptions strategy_options(const Config& config);
 
+// The rate the transports' token buckets enforce: network.link_gbps, unless the kernel shapes
+// this run's links (network.namespaces, for runs of several processes).
+double token_bucket_gbps(const Config& config);
+
+// Whether the run is one process per rank (allreduce, ps) rather than threads of one (single, dp).
+bool runs_as_processes(const Config& config);
+
 // comm.bucket_mb in bytes; MB here means MiB, as in DDP's bucket_cap_mb.
 std::size_t bucket_bytes(const Config& config);
 

@@ -40,7 +40,7 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
 }  // namespace
 
 void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
-                        int port) {
+                        int port, const std::string& bind) {
   const Preset preset = load_preset(config_path, {});
   GRADSYNC_CHECK(preset.runs.size() == 1, "a server serves one resolved configuration");
   const Config& config = preset.runs.front();
@@ -58,7 +58,7 @@ void run_server_process(const std::string& config_path, const std::string& run_d
   options.shards = config.ps.servers;
   options.world_size = config.workers;
   options.model_size = static_cast<std::uint64_t>(model_parameters(config, plan.widths));
-  options.bind_host = config.ps.bind;
+  options.bind_host = bind.empty() ? config.ps.bind : bind;
   options.port = port;
   options.mode = parse_mode(config.ps.mode);
   // The bound means something only to ssp; the shard refuses it elsewhere.
@@ -67,7 +67,7 @@ void run_server_process(const std::string& config_path, const std::string& run_d
   options.timeout = comm_timeout(config);
   options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
-  options.link = make_emulated_link(config.network.link_gbps);
+  options.link = make_emulated_link(token_bucket_gbps(config));
   add_checkpointing(options, config, plan, run_dir);
 
   PsShard server(options);

@@ -8,9 +8,9 @@
 
 namespace gradsync {
 
-// Throws on any failure (the caller prints it); the shard listens on ps.bind:`port` (0: an
-// ephemeral port, printed on stdout as "endpoint tcp://...").
+// Throws on any failure (the caller prints it); the shard listens on `bind` (empty: ps.bind) at
+// `port` (0: an ephemeral port, printed on stdout as "endpoint tcp://...").
 void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
-                        int port);
+                        int port, const std::string& bind = "");
 
 }  // namespace gradsync

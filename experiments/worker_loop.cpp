@@ -44,12 +44,12 @@ void resume_optimizer(SyncStrategy& strategy, const TrainingState* resume) {
 }
 
 void checkpoint(const Checkpointer& checkpointer, std::int64_t step, Model& model,
-                SyncStrategy& strategy, TraceWriter* trace, std::int64_t trace_steps) {
+                SyncStrategy& strategy, TraceWriter* trace, bool traced) {
   const Optimizer* optimizer = strategy.optimizer();
   GRADSYNC_CHECK(optimizer != nullptr, "a checkpointing rank must run the optimizer");
   const Clock::time_point begin = Clock::now();
   checkpointer.save(step + 1, model, *optimizer);
-  if (trace && step < trace_steps) {
+  if (trace && traced) {
     trace->add_span(strategy.rank(), "checkpoint", step, begin, Clock::now());
   }
 }
@@ -106,11 +106,12 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
         sinks.metrics->write(MetricsRow{step, rank, epoch, seconds_between(options.origin, end),
                                         loss, stats});
       }
-      if (sinks.trace && step < options.trace_steps) {
+      if (sinks.trace && step - first_step < options.trace_steps) {
         trace_step(*sinks.trace, rank, step, begin, computed, end, stats);
       }
       if (sinks.checkpointer && sinks.checkpointer->due(step + 1)) {
-        checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace, options.trace_steps);
+        checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace,
+                   step - first_step < options.trace_steps);
       }
       if (rank != 0) continue;
       if (sinks.progress) sinks.progress->update(step, epoch, loss);
@@ -119,7 +120,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       if (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0)) {
         const Clock::time_point eval_begin = Clock::now();
         const Evaluation eval = model.evaluate(data.test);
-        if (sinks.trace && step < options.trace_steps) {
+        if (sinks.trace && step - first_step < options.trace_steps) {
           sinks.trace->add_span(rank, "evaluate", step, eval_begin, Clock::now());
         }
         result.evals.push_back({step + 1, result.train_seconds, eval.loss, eval.accuracy});

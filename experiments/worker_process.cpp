@@ -82,7 +82,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config, Model&
     options.timeout = timeout;
     options.heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
     if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
-    options.link = make_emulated_link(config.network.link_gbps);
+    options.link = make_emulated_link(token_bucket_gbps(config));
     return std::make_unique<PsStrategy>(options, first_step);
   }
   if (config.strategy != "allreduce") {
@@ -100,7 +100,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config, Model&
   // Neighbours must reach this rank's ring port at an address of this host; the one this host
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
-  ring_options.link = make_emulated_link(config.network.link_gbps);
+  ring_options.link = make_emulated_link(token_bucket_gbps(config));
   // TcpRing for a model in host memory, NCCL on the model's GPU.
   comm = make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
   AllreduceStrategyOptions options;

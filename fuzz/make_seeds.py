@@ -11,6 +11,7 @@ import os
 import shutil
 import struct
 import sys
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
@@ -169,6 +170,37 @@ output: {dir: results, trace_steps: 0, progress: off}
     return seeds
 
 
+# ---- checkpoint: parts as common/checkpoint_file.h lays them out -----------------------------
+def ckpt(step=50, total=6, begin=0, end=6, opt=50, description=b"mlp 2-2", version=1,
+         magic=b"gradsync-ckpt\0\0\0", crc_fix=True):
+    n = end - begin
+    body = (magic + struct.pack("<II", version, len(description)) +
+            struct.pack("<5Q", step, total, begin, end, opt) + description +
+            struct.pack(f"<{n}f", *[0.25 * i for i in range(n)]) +
+            struct.pack(f"<{n}f", *[-0.5 * i for i in range(n)]))
+    crc = zlib.crc32(body) if crc_fix else 0
+    return body + struct.pack("<I", crc)
+
+
+def checkpoint_seeds():
+    whole = ckpt()
+    return {
+        # Valid: a whole model, a middle part, an empty range.
+        "whole": whole,
+        "part": ckpt(total=100, begin=40, end=44, description=b"synthetic 100 in 4 layers"),
+        "empty_range": ckpt(total=10, begin=10, end=10),
+        # Near-misses: each breaks one rule.
+        "truncated": whole[:-7],
+        "header_only": whole[:70],
+        "trailing": whole + b"\0",
+        "bad_crc": ckpt(crc_fix=False),
+        "bad_magic": ckpt(magic=b"gradsync-ckpx\0\0\0"),
+        "version_2": ckpt(version=2),
+        "range_past_total": ckpt(total=4, begin=0, end=6),
+        "long_description": ckpt(description=b"x" * 5000),
+    }
+
+
 def write(name, seeds):
     folder = os.path.join(CORPUS, name)
     shutil.rmtree(folder, ignore_errors=True)
@@ -182,6 +214,7 @@ def main():
     write("wire_format", wire_seeds())
     write("idx_reader", idx_seeds())
     write("preset", preset_seeds())
+    write("checkpoint", checkpoint_seeds())
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(CORPUS) for f in fs)
     print(f"make_seeds: wrote {CORPUS} ({total} bytes)")
     return 0

@@ -16,7 +16,7 @@ build=$1
 seconds=$2
 shift 2
 targets=("$@")
-if [[ ${#targets[@]} -eq 0 ]]; then targets=(fuzz_wire_format fuzz_idx_reader fuzz_preset); fi
+if [[ ${#targets[@]} -eq 0 ]]; then targets=(fuzz_wire_format fuzz_idx_reader fuzz_preset fuzz_checkpoint); fi
 here=$(cd "$(dirname "$0")" && pwd)
 
 # A UBSan report must stop the run like an ASan one (the build already has no recovery; this

@@ -50,14 +50,17 @@ class NcclRank final : public BenchRank {
     return comm_->allgather_async(in_.span(), out_.span());
   }
 
-  // Reallocates only when the row's size changes; cudaMemcpy waits for earlier work on the
-  // buffer (it synchronises with every stream of the device).
+  // Reallocates only when the row's size changes. The device is synchronised before and after:
+  // a cudaMemcpy from pageable memory may return before its DMA lands, and the communicator's
+  // non-blocking stream would not wait for it.
   static void copy_in(cuda::DeviceBuffer<float>& device, const std::vector<float>& host) {
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
     if (device.size() != host.size()) device = cuda::DeviceBuffer<float>(host.size());
     if (!host.empty()) {
       GRADSYNC_CUDA_CHECK(
           cudaMemcpy(device.data(), host.data(), device.bytes(), cudaMemcpyHostToDevice));
     }
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   const CollectiveOp& op_;

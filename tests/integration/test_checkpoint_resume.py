@@ -13,6 +13,7 @@ strategy (single, dp, allreduce, ps sync):
 import csv
 import glob
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -87,14 +88,39 @@ with tempfile.TemporaryDirectory() as tmp:
               f"{run}: resumed metrics cover steps 50..79 (first {first}, {len(rows)} rows)")
         config = open(os.path.join(resumed, run, "config.yaml")).read()
         check(os.path.realpath(step50) in config, f"{run}: config.yaml names the checkpoint")
+        trace = json.load(open(os.path.join(resumed, run, "trace.json")))
+        spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "compute"]
+        check(len(spans) > 0, f"{run}: the resumed run's trace holds its steps")
 
-    # The whole stopped results folder: each run resumes from its newest (step 60).
-    resumed = run_ok(os.path.join(tmp, "resumed-all"), "--resume", stopped)
+    # `--resume <root>/latest` into the same results root: `latest` is the stopped run until the
+    # new one has found its checkpoints; each run resumes from its newest (step 60).
+    resumed = run_ok(os.path.join(tmp, "stopped"), "--resume",
+                     os.path.join(tmp, "stopped", "latest"))
+    check(resumed != stopped, "the resumed run has a results folder of its own")
     for run in RUNS:
         _, a = load_checkpoint(os.path.join(full, run, "checkpoints", "step-00000080"))
         _, b = load_checkpoint(os.path.join(resumed, run, "checkpoints", "step-00000080"))
         diff = max_rel_diff(a, b) if a and b else 1.0
         check(diff <= 1e-6, f"{run}: resumed from step 60, parameters differ by {diff:g}")
+
+    # A named checkpoint.dir: each run below its own name; running again would overwrite them.
+    named = os.path.join(tmp, "named-ckpt")
+    run_ok(os.path.join(tmp, "named"), "--only", "single", "--set", f"checkpoint.dir={named}",
+           "--set", "train.steps=60")
+    check(sorted(os.listdir(os.path.join(named, "single"))) == ["step-00000050", "step-00000060"],
+          "checkpoint.dir/<run>/step-* written")
+    before = digest(os.path.join(named, "single", "step-00000060", "part-0-of-1.ckpt"))
+    again = gradsync_run("--output", os.path.join(tmp, "named"), "--only", "single", "--set",
+                         f"checkpoint.dir={named}", "--set", "train.steps=60")
+    check(again.returncode != 0 and "already holds step-" in again.stderr,
+          f"a rerun into a used checkpoint.dir is refused: {again.stderr.strip()[-300:]!r}")
+    check(digest(os.path.join(named, "single", "step-00000060", "part-0-of-1.ckpt")) == before,
+          "and the checkpoints there are left as they were")
+    # Resuming from the newest there, into the same folder, is what it is for.
+    run_ok(os.path.join(tmp, "named"), "--only", "single", "--set", f"checkpoint.dir={named}",
+           "--set", "train.steps=80", "--resume", os.path.join(named, "single") + "/")
+    check("step-00000080" in os.listdir(os.path.join(named, "single")),
+          "resumed into the same checkpoint.dir (a trailing slash is fine)")
 
     # 2. Bad checkpoints are refused and left as they were.
     def refused(folder, file, expect, *extra):

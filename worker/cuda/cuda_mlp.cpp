@@ -80,9 +80,11 @@ void CudaMlp::copy_params_to_host(std::span<float> out) {
 void CudaMlp::copy_params_from_host(std::span<const float> in) {
   GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
   cuda::DeviceGuard on(device_);
+  // On the model's stream, then waited for: a plain cudaMemcpy from pageable memory may return
+  // before its DMA lands, and the non-blocking streams that read params_ next would not wait.
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), params_.bytes(),
+                                      cudaMemcpyHostToDevice, stream_));
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  GRADSYNC_CUDA_CHECK(
-      cudaMemcpy(params_.data(), in.data(), params_.bytes(), cudaMemcpyHostToDevice));
 }
 
 void CudaMlp::copy_grads_to_host(std::span<float> out) {

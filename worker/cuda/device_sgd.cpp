@@ -51,9 +51,11 @@ void DeviceSgd::save_state(std::span<float> momentum) const {
 void DeviceSgd::load_state(std::span<const float> momentum, std::uint64_t steps) {
   GRADSYNC_CHECK(momentum.size() == velocity_.size(), "load_state: size != optimizer range");
   cuda::DeviceGuard on(device_);
+  // On the optimizer's stream, then waited for: a plain cudaMemcpy from pageable memory may
+  // return before its DMA lands, and the next step's kernels would not wait for it.
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(velocity_.data(), momentum.data(), velocity_.bytes(),
+                                      cudaMemcpyHostToDevice, stream_));
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  GRADSYNC_CUDA_CHECK(cudaMemcpy(velocity_.data(), momentum.data(), velocity_.bytes(),
-                                 cudaMemcpyHostToDevice));
   steps_ = steps;
 }
 

@@ -1,0 +1,46 @@
+// Link emulation in the kernel (`network: {namespaces: true, link_gbps: X}`, root only): every
+// process of a multi-process run gets its own network namespace, joined to the others through a
+// veth pair and one bridge, and both ends of its veth are shaped with a tbf qdisc at X Gbit/s,
+// so the process sends at most X and receives at most X, as through a real full-duplex NIC.
+// Unlike the token bucket (common/emulated_link.h), this also caps what the transports do not
+// count (headers, ZeroMQ's own frames, TCP's acknowledgements) and adds real queueing.
+//
+//   NamespaceNetwork net(processes, gbps);        // ip netns add, veth, bridge, tc tbf
+//   spec.argv = net.wrap(i, spec.argv);           // ip netns exec <ns> argv...
+//   net.address(i)                                // 10.99.0.<i + 1>: where process i listens
+//   // ~NamespaceNetwork deletes every namespace (and with it its veth) and the bridge
+//
+// The namespaces have no route out: the run's processes see only each other. Names carry the
+// launcher's pid, so concurrent runs do not collide, and the addresses live only inside the
+// namespaces. Every `ip` / `tc` command is checked: a failure throws gradsync::Error with the
+// command and what it printed, after undoing what was made.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+class NamespaceNetwork {
+ public:
+  // gbps <= 0: no tbf (separate namespaces, unshaped veth). Throws ConfigError (key
+  // network.namespaces) when not root, Error when a command fails.
+  NamespaceNetwork(int processes, double gbps);
+  ~NamespaceNetwork();
+  NamespaceNetwork(const NamespaceNetwork&) = delete;
+  NamespaceNetwork& operator=(const NamespaceNetwork&) = delete;
+
+  std::string address(int process) const;
+  std::string namespace_name(int process) const;
+  std::vector<std::string> wrap(int process, const std::vector<std::string>& argv) const;
+
+ private:
+  void tear_down() noexcept;
+
+  std::string prefix_;  // "gs<pid>"
+  std::string bridge_;
+  int processes_ = 0;
+  int made_ = 0;  // namespaces created so far
+};
+
+}  // namespace gradsync

@@ -1,0 +1,84 @@
+"""`network: {namespaces: true, link_gbps: X}`: every process of a multi-process run in its own
+network namespace on a veth shaped by tbf (experiments/namespace_network.h).
+
+1. The ring and a parameter server run across the namespaces (the shard listens on its
+   namespace's address, not 127.0.0.1) and their communication time per step is that of the
+   kernel-shaped 0.5 Gbit/s links: within 30% of the alpha-beta model with no latency.
+2. Nothing is left behind: no namespace, no veth, no bridge of the run.
+
+Skips (exit 0, with the reason) where it cannot run: not root, or no network namespaces here.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from checks import Checks
+
+gradsync = sys.argv[1]
+check = Checks()
+
+PRESET = """strategy: allreduce
+workers: 2
+data: {kind: synthetic, train_samples: 4096, test_samples: 256, dim: 16}
+model: {kind: synthetic, parameters: 1000000, compute_ms: 5, layers: 4}
+train: {steps: 6, batch: 16, lr: 0.1, momentum: 0.0}
+comm: {overlap: false, timeout_s: 30}
+network: {link_gbps: 0.5, namespaces: true}
+output: {progress: off}
+runs:
+  - {name: ring-2}
+  - {name: ps-2, strategy: ps, ps: {servers: 1, mode: sync}}
+"""
+S = 4e6            # bytes of gradients
+RATE = 0.5e9 / 8   # bytes per second
+CHUNK = 512 * 1024
+MODEL_S = {"ring-2": S / RATE,                          # 2(N-1)/N * S at N = 2
+           "ps-2": (max(S, 2 * S) + 2 * CHUNK) / RATE}  # a shard's link, then the drain
+
+
+def skip(reason):
+    print(f"skipped: {reason}")
+    sys.exit(0)
+
+
+def ours():
+    """The network objects a gradsync run makes: namespaces gradsync-*, links gs<pid>*."""
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    return ({line.split()[0] for line in ns.splitlines() if line.startswith("gradsync-")} |
+            {line.split(": ")[1].split("@")[0] for line in links.splitlines()
+             if line.split(": ")[1].startswith("gs")})
+
+
+if os.geteuid() != 0:
+    skip("needs root for network namespaces")
+probe = f"gradsync-probe-{os.getpid()}"
+if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode != 0:
+    skip("`ip netns add` is not permitted here")
+subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+
+before = ours()
+with tempfile.TemporaryDirectory() as tmp:
+    preset = os.path.join(tmp, "ns.yaml")
+    with open(preset, "w") as f:
+        f.write(PRESET)
+    proc = subprocess.run([gradsync, "run", preset, "--output", tmp], capture_output=True,
+                          text=True, timeout=120)
+    check(proc.returncode == 0, f"the run succeeded: {proc.stderr[-2000:]}")
+    check("endpoint tcp://10.99.0.1:" in proc.stderr,
+          "the shard listened on its namespace's address")
+    top = os.path.realpath(os.path.join(tmp, "latest"))
+    for run, model in MODEL_S.items():
+        path = os.path.join(top, run, "summary.json")
+        if not os.path.exists(path):
+            check(False, f"{run}: summary.json written")
+            continue
+        step = json.load(open(path))["mean_step_s"]
+        measured = step["communicate"] + step["wait"]
+        check(abs(measured / model - 1) < 0.3,
+              f"{run}: {measured * 1e3:.1f} ms of communication a step, model {model * 1e3:.1f} ms")
+check(ours() == before, f"nothing left behind: {sorted(ours() - before)}")
+
+check.finish()
