@@ -77,8 +77,10 @@ std::string encode_checkpoint_part(const CheckpointPart& part) {
   put<std::uint64_t>(out, part.end);
   put<std::uint64_t>(out, part.optimizer_steps);
   out += part.description;
-  out.append(reinterpret_cast<const char*>(part.params.data()), n * sizeof(float));
-  out.append(reinterpret_cast<const char*>(part.momentum.data()), n * sizeof(float));
+  if (n > 0) {
+    out.append(reinterpret_cast<const char*>(part.params.data()), n * sizeof(float));
+    out.append(reinterpret_cast<const char*>(part.momentum.data()), n * sizeof(float));
+  }
   put<std::uint32_t>(out, crc_of(out.data(), out.size()));
   return out;
 }
@@ -155,8 +157,10 @@ CheckpointPart parse_checkpoint_part(std::string_view in, const std::string& pat
   const char* floats = in.data() + kFixedBytes + description_bytes;
   part.params.resize(n);
   part.momentum.resize(n);
-  std::memcpy(part.params.data(), floats, n * sizeof(float));
-  std::memcpy(part.momentum.data(), floats + n * sizeof(float), n * sizeof(float));
+  if (n > 0) {  // an empty range's vectors may have no storage at all: memcpy(nullptr) is UB
+    std::memcpy(part.params.data(), floats, n * sizeof(float));
+    std::memcpy(part.momentum.data(), floats + n * sizeof(float), n * sizeof(float));
+  }
   return part;
 }
 
