@@ -52,7 +52,7 @@ fi
 # costs several times more: skipped under TSan only (ASan's slowdown stays within their bounds).
 exclude=()
 if [[ $sanitizers == thread ]]; then
-  exclude=(-E "^ps link: a shaped round trip takes what the cost model predicts")
+  exclude=(-E "^(ps link: a shaped round trip takes what the cost model predicts|integration.network_namespaces)")
 fi
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600 "${exclude[@]}")
 rc=$?
