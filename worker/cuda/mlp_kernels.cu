@@ -55,28 +55,30 @@ __global__ void softmax_cross_entropy_kernel(const float* __restrict__ logits, i
                                              std::int64_t first, float grad_scale,
                                              float* __restrict__ delta, double* __restrict__ loss,
                                              int* __restrict__ correct) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= batch) return;
-  const float* z = logits + static_cast<std::size_t>(j) * classes;
-  const int label = labels[sample_of(indices, first, j)];
-  // Subtracting the max keeps expf from overflowing; the first maximum is the argmax, as
-  // std::max_element's.
-  int argmax = 0;
-  for (int c = 1; c < classes; ++c) {
-    if (z[c] > z[argmax]) argmax = c;
-  }
-  const float zmax = z[argmax];
-  float sum = 0.f;
-  for (int c = 0; c < classes; ++c) sum += expf(z[c] - zmax);
-  loss[j] = log(static_cast<double>(sum)) - static_cast<double>(z[label] - zmax);
-  correct[j] = argmax == label ? 1 : 0;
-  if (delta != nullptr) {
-    // d(mean loss)/dz = (softmax(z) - onehot(label)) / batch, times grad_scale.
-    const float inv_batch = grad_scale / static_cast<float>(batch);
-    const float scale = inv_batch / sum;
-    float* d = delta + static_cast<std::size_t>(j) * classes;
-    for (int c = 0; c < classes; ++c) d[c] = expf(z[c] - zmax) * scale;
-    d[label] -= inv_batch;
+  // Grid-stride: the grid is capped at kMaxBlocks, and a larger batch must not lose samples.
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < batch;
+       j += static_cast<int>(gridDim.x * blockDim.x)) {
+    const float* z = logits + static_cast<std::size_t>(j) * classes;
+    const int label = labels[sample_of(indices, first, j)];
+    // Subtracting the max keeps expf from overflowing; the first maximum is the argmax, as
+    // std::max_element's.
+    int argmax = 0;
+    for (int c = 1; c < classes; ++c) {
+      if (z[c] > z[argmax]) argmax = c;
+    }
+    const float zmax = z[argmax];
+    float sum = 0.f;
+    for (int c = 0; c < classes; ++c) sum += expf(z[c] - zmax);
+    loss[j] = log(static_cast<double>(sum)) - static_cast<double>(z[label] - zmax);
+    correct[j] = argmax == label ? 1 : 0;
+    if (delta != nullptr) {
+      // d(mean loss)/dz = (softmax(z) - onehot(label)) / batch, times grad_scale.
+      const float inv_batch = grad_scale / static_cast<float>(batch);
+      const float scale = inv_batch / sum;
+      float* d = delta + static_cast<std::size_t>(j) * classes;
+      for (int c = 0; c < classes; ++c) d[c] = expf(z[c] - zmax) * scale;
+      d[label] -= inv_batch;
+    }
   }
 }
 
