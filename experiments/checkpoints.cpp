@@ -36,6 +36,12 @@ struct PartListing {
     if (!consistent || expected <= 0 || static_cast<int>(parts.size()) != expected) return false;
     return parts.rbegin()->first == expected - 1;
   }
+  // What resolving or loading an incomplete `folder` says.
+  DataError incomplete(const std::string& folder) const {
+    return DataError(folder, "incomplete checkpoint: " + std::to_string(parts.size()) + " of " +
+                                 std::to_string(std::max(expected, 1)) +
+                                 " part files (part-<k>-of-<K>.ckpt) present");
+  }
 };
 
 PartListing list_parts(const fs::path& folder) {
@@ -58,8 +64,8 @@ bool is_step_folder(const fs::path& path) {
   return std::regex_match(path.filename().string(), kStepName);
 }
 
-// The newest complete step folder in `folder`, if any holds step folders at all.
-std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_folder) {
+// The step-<N> folders directly in `folder`, by step (none when it cannot be read).
+std::map<std::uint64_t, fs::path> step_folders(const fs::path& folder) {
   std::map<std::uint64_t, fs::path> steps;
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
@@ -69,6 +75,12 @@ std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_f
       steps[parse_number(m[1], entry.path())] = entry.path();
     }
   }
+  return steps;
+}
+
+// The newest complete step folder in `folder`, if any holds step folders at all.
+std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_folder) {
+  const std::map<std::uint64_t, fs::path> steps = step_folders(folder);
   any_step_folder = !steps.empty();
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (list_parts(it->second).complete()) return it->second;
@@ -107,15 +119,10 @@ void claim_checkpoint_root(const Config& config) {
   const fs::path root = checkpoint_root(config, "");
   const std::uint64_t resumed =
       config.checkpoint.resume.empty() ? 0 : checkpoint_step(config.checkpoint.resume);
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, m, kStepName) || parse_number(m[1], entry.path()) <= resumed) {
-      continue;
-    }
+  const std::map<std::uint64_t, fs::path> steps = step_folders(root);
+  if (const auto later = steps.upper_bound(resumed); later != steps.end()) {
     throw ConfigError(config.name, "checkpoint.dir",
-                      root.string() + " already holds " + name +
+                      root.string() + " already holds " + later->second.filename().string() +
                           (config.checkpoint.resume.empty()
                                ? ", from an earlier run"
                                : ", after the step being resumed") +
@@ -132,11 +139,7 @@ std::string resolve_checkpoint(const std::string& path, const std::string& run) 
   if (!fs::is_directory(p, ec)) throw no_checkpoint(path, "no such folder");
   if (is_step_folder(p)) {
     const PartListing listing = list_parts(p);
-    if (!listing.complete()) {
-      throw DataError(path, "incomplete checkpoint: " + std::to_string(listing.parts.size()) +
-                                " of " + std::to_string(std::max(listing.expected, 1)) +
-                                " part files (part-<k>-of-<K>.ckpt) present");
-    }
+    if (!listing.complete()) throw listing.incomplete(path);
     return p.string();
   }
   bool any_step_folder = false;
@@ -158,11 +161,7 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
                                   std::uint64_t total, std::uint64_t begin, std::uint64_t end) {
   GRADSYNC_CHECK(begin <= end && end <= total, "load_training_state: range outside the model");
   const PartListing listing = list_parts(step_folder);
-  if (!listing.complete()) {
-    throw DataError(step_folder, "incomplete checkpoint: " + std::to_string(listing.parts.size()) +
-                                     " of " + std::to_string(std::max(listing.expected, 1)) +
-                                     " part files present");
-  }
+  if (!listing.complete()) throw listing.incomplete(step_folder);
   TrainingState state;
   state.params.resize(end - begin);
   state.momentum.resize(end - begin);

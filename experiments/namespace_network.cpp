@@ -85,6 +85,13 @@ std::vector<std::string> tbf(const std::vector<std::string>& tc, const std::stri
 
 NamespaceNetwork::NamespaceNetwork(int processes, double gbps)
     : prefix_("gs" + std::to_string(::getpid())), bridge_(prefix_ + "br"), processes_(processes) {
+  // wrap()'s commands are exec'd by the launcher as a path, without a PATH search.
+  for (const char* candidate : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (std::filesystem::exists(candidate)) {
+      ip_path_ = candidate;
+      break;
+    }
+  }
   if (::geteuid() != 0) {
     throw ConfigError("network", "network.namespaces",
                       "needs root (network namespaces, veth and tc); run as root or leave it "
@@ -136,15 +143,7 @@ std::string NamespaceNetwork::namespace_name(int process) const {
 
 std::vector<std::string> NamespaceNetwork::wrap(int process,
                                                 const std::vector<std::string>& argv) const {
-  // The launcher execs argv[0] as a path, without a PATH search.
-  std::string ip = "ip";
-  for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"}) {
-    if (std::filesystem::exists(std::string(dir) + "ip")) {
-      ip = std::string(dir) + "ip";
-      break;
-    }
-  }
-  std::vector<std::string> out = {ip, "netns", "exec", namespace_name(process)};
+  std::vector<std::string> out = {ip_path_, "netns", "exec", namespace_name(process)};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }

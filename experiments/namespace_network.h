@@ -39,6 +39,7 @@ class NamespaceNetwork {
 
   std::string prefix_;  // "gs<pid>"
   std::string bridge_;
+  std::string ip_path_ = "ip";  // the `ip` executable wrap() names
   int processes_ = 0;
   int made_ = 0;  // namespaces created so far
 };

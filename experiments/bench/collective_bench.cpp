@@ -368,19 +368,27 @@ std::vector<SizeResult> measure_sweep(
 
 bool gloo_compiled_in() { return GRADSYNC_HAVE_GLOO; }
 
+namespace {
+
+// The sweep the options describe, for either transport.
+SweepSpec sweep_spec(const CollectiveBenchOptions& options, const CollectiveOp& op) {
+  return {.op = &op,
+          .ranks = options.ranks,
+          .sizes = sweep_sizes(options),
+          .warmup = options.warmup,
+          .iters = options.iters,
+          .timeout = options.timeout};
+}
+
+}  // namespace
+
 std::string run_collective_bench(const CollectiveBenchOptions& options) {
   if (options.device == "gpu") {
     CollectiveBenchOptions gpu = options;
     const GpuSweep sweep = nccl_sweep_setup(gpu);  // fills in ranks; refuses without NCCL/GPU
     validate(gpu);
     const CollectiveOp& op = find_collective_op(gpu.op);
-    const SweepSpec spec{.op = &op,
-                         .ranks = gpu.ranks,
-                         .sizes = sweep_sizes(gpu),
-                         .warmup = gpu.warmup,
-                         .iters = gpu.iters,
-                         .timeout = gpu.timeout};
-    return render(gpu, op, nccl_measure(spec), std::nullopt,
+    return render(gpu, op, nccl_measure(sweep_spec(gpu, op)), std::nullopt,
                   "gloo: not run with --device gpu (it has no CUDA transport here)",
                   {sweep.transport, "nccl"});
   }
@@ -389,12 +397,7 @@ std::string run_collective_bench(const CollectiveBenchOptions& options) {
   }
   validate(options);
   const CollectiveOp& op = find_collective_op(options.op);
-  const SweepSpec spec{.op = &op,
-                       .ranks = options.ranks,
-                       .sizes = sweep_sizes(options),
-                       .warmup = options.warmup,
-                       .iters = options.iters,
-                       .timeout = options.timeout};
+  const SweepSpec spec = sweep_spec(options, op);
 
   // The Store must outlive every ring made over it (make_tcp_ring's contract).
   InMemoryStore store;
