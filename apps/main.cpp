@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "experiments/bench/collective_bench.h"
 #include "experiments/bench/mlp_throughput.h"
+#include "experiments/bench/ps_bench.h"
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
 #include "experiments/server_process.h"
@@ -153,6 +154,23 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
 
+  gradsync::PsBenchOptions ps_bench_options;
+  std::vector<std::string> ps_bench_sizes = {"1M", "16M"};
+  CLI::App* bench_ps = bench->add_subcommand(
+      "ps", "parameter-server push+pull round trip against raw ZeroMQ on loopback, paired");
+  bench_ps->add_option("--floats", ps_bench_sizes, "payload sizes in floats: 1M, 16M, 4096")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_ps->add_option("--shards", ps_bench_options.shards, "parameter-server shards (K)")
+      ->capture_default_str();
+  bench_ps->add_option("--rounds", ps_bench_options.rounds,
+                       "paired rounds per size (the ratio is their median)")
+      ->capture_default_str();
+  bench_ps->add_option("--round-seconds", ps_bench_options.round_seconds,
+                       "each side's share of one round")
+      ->capture_default_str();
+  bench_ps->add_flag("--json", ps_bench_options.json, "one JSON object per size");
+
   const gradsync::ModelCommand model = gradsync::add_model_command(app);
   const gradsync::TeachCommand teach = gradsync::add_teach_command(app);
 
@@ -211,6 +229,14 @@ int main(int argc, char** argv) {
         collective_options.ranks = 0;
       }
       std::cout << gradsync::run_collective_bench(collective_options);
+      return 0;
+    }
+    if (bench_ps->parsed()) {
+      ps_bench_options.floats.clear();
+      for (const std::string& size : ps_bench_sizes) {
+        ps_bench_options.floats.push_back(gradsync::parse_size(size));
+      }
+      std::cout << gradsync::run_ps_bench(ps_bench_options);
       return 0;
     }
     if (model.app->parsed()) return model.run();

@@ -1,0 +1,38 @@
+// push_pull round trips against raw ZeroMQ, on loopback, as Google Benchmark rows: one shard
+// (K = 1), one worker (N = 1), momentum SGD on the shard, versus a DEALER/ROUTER echo of the
+// same payload (ps_loopback.h). Bytes = the payload out and back, so bytes_per_second is the GB/s
+// of a round trip. The two rows run one after the other, so a machine whose speed drifts
+// moves their ratio; `gradsync bench ps` alternates the two sides round by round instead, and
+// its ratio is the one to quote.
+//   build/bin/gradsync_ps_bench --benchmark_min_time=2
+#include <benchmark/benchmark.h>
+
+#include "experiments/bench/ps_loopback.h"
+
+namespace {
+
+void BM_PsPushPull(benchmark::State& state) {
+  gradsync::PsLoopback ps(static_cast<std::uint64_t>(state.range(0)), 1);
+  ps.round_trips(3);  // warm-up
+  for (auto _ : state) ps.round_trips(1);
+  if (ps.check() != 0) state.SkipWithError("parameters differ from a local replay of the steps");
+  ps.finish();
+  state.SetBytesProcessed(state.iterations() * 2 * state.range(0) *
+                          static_cast<std::int64_t>(sizeof(float)));
+}
+
+void BM_ZmqEcho(benchmark::State& state) {
+  gradsync::ZmqEchoLoopback echo(static_cast<std::uint64_t>(state.range(0)));
+  echo.round_trips(3);
+  for (auto _ : state) echo.round_trips(1);
+  state.SetBytesProcessed(state.iterations() * 2 * state.range(0) *
+                          static_cast<std::int64_t>(sizeof(float)));
+}
+
+// 1M and 16M floats (4 MiB and 64 MiB), in wall-clock time: the work is on other threads.
+BENCHMARK(BM_PsPushPull)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ZmqEcho)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
