@@ -38,6 +38,10 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
       failure_order[r] = failures++;
       strategies[r]->abort("replica " + std::to_string(r) + " failed");
     }
+    // Each replica releases its strategy on its own thread, all of them at about the same time:
+    // tearing down an NCCL communicator is collective (each rank's finalize waits for the
+    // others'), so releasing them one after another from one thread would stall on the first.
+    strategies[r].reset();
   };
   if (n == 1) {
     replica(0);

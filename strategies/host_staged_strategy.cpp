@@ -9,6 +9,7 @@
 #include "common/stopwatch.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_device.h"
+#include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/cuda_mlp.h"
 #include "worker/cuda/device_buffer.h"
 #endif
@@ -23,14 +24,8 @@ class HostStagedStrategy final : public SyncStrategy {
   HostStagedStrategy(std::unique_ptr<SyncStrategy> inner, int device, cudaStream_t producer)
       : inner_(std::move(inner)), device_(device), producer_(producer) {
     cuda::DeviceGuard on(device_);
-    GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking));
-    GRADSYNC_CUDA_CHECK(cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming));
-  }
-  ~HostStagedStrategy() override {
-    cuda::DeviceGuard on(device_, std::nothrow);
-    cudaStreamSynchronize(copies_);
-    cudaEventDestroy(produced_);
-    cudaStreamDestroy(copies_);
+    copies_ = cuda::make_stream();
+    produced_ = cuda::make_event();
   }
 
   std::string_view name() const override { return inner_->name(); }
@@ -44,7 +39,7 @@ class HostStagedStrategy final : public SyncStrategy {
     host_params_ = cuda::PinnedBuffer<float>(params.size());
     host_grads_ = cuda::PinnedBuffer<float>(params.size());
     to_host(params, host_params_.span(), 0, params.size());
-    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_.get()));
     inner_->init(host_params_.span());  // rank 0 sends, the others pull: copy back either way
     to_device(params);
   }
@@ -60,8 +55,8 @@ class HostStagedStrategy final : public SyncStrategy {
     GRADSYNC_CHECK(end == staged_begin_ && begin < end,
                    "gradient ranges must arrive contiguous, from the end of the buffer");
     if (producer_ != nullptr) {
-      GRADSYNC_CUDA_CHECK(cudaEventRecord(produced_, producer_));
-      GRADSYNC_CUDA_CHECK(cudaStreamWaitEvent(copies_, produced_, 0));
+      GRADSYNC_CUDA_CHECK(cudaEventRecord(produced_.get(), producer_));
+      GRADSYNC_CUDA_CHECK(cudaStreamWaitEvent(copies_.get(), produced_.get(), 0));
     }
     to_host(grads, host_grads_.span(), begin, end);
     staged_begin_ = begin;
@@ -75,7 +70,7 @@ class HostStagedStrategy final : public SyncStrategy {
     const std::size_t rest = step_started_ ? staged_begin_ : grads.size();
     if (rest > 0) to_host(grads, host_grads_.span(), 0, rest);
     step_started_ = false;
-    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_.get()));
     double staged_s = staging.seconds();
     inner_->synchronize(host_grads_.span(), host_params_.span());
     staging.restart();
@@ -88,7 +83,7 @@ class HostStagedStrategy final : public SyncStrategy {
   void finish(std::span<float> grads, std::span<float> params) override {
     cuda::DeviceGuard on(device_);
     to_host(grads, host_grads_.span(), 0, grads.size());
-    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_.get()));
     inner_->finish(host_grads_.span(), host_params_.span());
     to_device(params);
   }
@@ -99,22 +94,23 @@ class HostStagedStrategy final : public SyncStrategy {
     if (end <= begin) return;
     GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host.data() + begin, device.data() + begin,
                                         (end - begin) * sizeof(float), cudaMemcpyDeviceToHost,
-                                        copies_));
+                                        copies_.get()));
   }
   // Returns once the parameters are on the device: the next forward may run on any stream.
   void to_device(std::span<float> params) {
     GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(params.data(), host_params_.data(), params.size_bytes(),
-                                        cudaMemcpyHostToDevice, copies_));
-    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_));
+                                        cudaMemcpyHostToDevice, copies_.get()));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(copies_.get()));
   }
 
   std::unique_ptr<SyncStrategy> inner_;
   int device_;
   cudaStream_t producer_;
-  cudaStream_t copies_ = nullptr;
-  cudaEvent_t produced_ = nullptr;
   cuda::PinnedBuffer<float> host_params_;
   cuda::PinnedBuffer<float> host_grads_;
+  // After the pinned buffers, so destroyed first: the copies end before the buffers are freed.
+  cuda::Stream copies_;
+  cuda::Event produced_;
   bool step_started_ = false;
   std::size_t staged_begin_ = 0;
   StepStats stats_;

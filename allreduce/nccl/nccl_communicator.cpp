@@ -4,6 +4,7 @@
 #include <mutex>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "common/error.h"
 
@@ -167,6 +168,40 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclS
 
 }  // namespace
 
+namespace {
+
+// Releases what create() made, whichever part of it was made. The communicator is finalised
+// only when idle (bounded by the timeout) and aborted otherwise: destroying one with
+// collectives in flight would wait for peers that may be gone.
+void release(NcclCommunicator::State& s) noexcept {
+  try {
+    OnDevice on(s.device);
+    if (!s.aborted && s.comm != nullptr) {
+      // Destroying a communicator with collectives in flight would wait for peers that may be
+      // gone; aborting does not. An idle one is finalised (bounded) and destroyed.
+      if (s.stream != nullptr && cudaStreamQuery(s.stream) != cudaSuccess) {
+        cudaGetLastError();
+        s.abort_comm();
+      } else {
+        const auto deadline = std::chrono::steady_clock::now() + s.timeout;
+        if (settle(s, ncclCommFinalize(s.comm), deadline) != ncclSuccess) {
+          s.abort_comm();
+        } else {
+          ncclCommDestroy(s.comm);
+        }
+      }
+    }
+    if (s.barrier_scratch != nullptr) cudaFree(std::exchange(s.barrier_scratch, nullptr));
+    if (s.producer_done != nullptr) cudaEventDestroy(std::exchange(s.producer_done, nullptr));
+    if (s.stream != nullptr) cudaStreamDestroy(std::exchange(s.stream, nullptr));
+  } catch (const std::exception&) {
+    // No device to select: nothing of ours can be running on it either.
+  }
+  s.comm = nullptr;
+}
+
+}  // namespace
+
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int rank, int size,
                                                            const NcclOptions& options) {
   GRADSYNC_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL rank outside [0, size)");
@@ -224,44 +259,23 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
     throw Error("rank " + std::to_string(rank) + " (" + state->where() +
                 ") during ncclCommInitRank: " + why);
   }
-  check_cuda(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
-             "cudaStreamCreateWithFlags", *state);
-  check_cuda(cudaEventCreateWithFlags(&state->producer_done, cudaEventDisableTiming),
-             "cudaEventCreateWithFlags", *state);
-  check_cuda(cudaMalloc(reinterpret_cast<void**>(&state->barrier_scratch), sizeof(float)),
-             "cudaMalloc", *state);
+  try {
+    check_cuda(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
+               "cudaStreamCreateWithFlags", *state);
+    check_cuda(cudaEventCreateWithFlags(&state->producer_done, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags", *state);
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&state->barrier_scratch), sizeof(float)),
+               "cudaMalloc", *state);
+  } catch (...) {
+    release(*state);  // the joined communicator and what was made so far
+    throw;
+  }
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(state)));
 }
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
-NcclCommunicator::~NcclCommunicator() {
-  State& s = *state_;
-  try {
-    OnDevice on(s.device);
-    if (!s.aborted && s.comm != nullptr) {
-      // Destroying a communicator with collectives in flight would wait for peers that may be
-      // gone; aborting does not. An idle one is finalised (bounded) and destroyed.
-      if (s.stream != nullptr && cudaStreamQuery(s.stream) != cudaSuccess) {
-        cudaGetLastError();
-        s.abort_comm();
-      } else {
-        const auto deadline = std::chrono::steady_clock::now() + s.timeout;
-        if (settle(s, ncclCommFinalize(s.comm), deadline) != ncclSuccess) {
-          s.abort_comm();
-        } else {
-          ncclCommDestroy(s.comm);
-        }
-      }
-    }
-    if (s.barrier_scratch != nullptr) cudaFree(s.barrier_scratch);
-    if (s.producer_done != nullptr) cudaEventDestroy(s.producer_done);
-    if (s.stream != nullptr) cudaStreamDestroy(s.stream);
-  } catch (const std::exception&) {
-    // No device to select: nothing of ours can be running on it either.
-  }
-  s.comm = nullptr;
-}
+NcclCommunicator::~NcclCommunicator() { release(*state_); }
 
 int NcclCommunicator::rank() const { return state_->rank; }
 int NcclCommunicator::size() const { return state_->size; }

@@ -27,17 +27,15 @@ CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
   layers_ = Mlp(widths_, 1).layers();
   cuda::require_device(device_, "CudaMlp");
   cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  GRADSYNC_CUBLAS_CHECK(cublasCreate(&cublas_));
-  GRADSYNC_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  stream_ = cuda::make_stream();
   // Plain FP32 products (no TF32 tensor-op shortcut), as PyTorch's default and as the CPU.
-  GRADSYNC_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  cublas_ = cuda::make_cublas(stream_.get());
 
   const std::size_t count = layers_.back().end();
   params_ = cuda::DeviceBuffer<float>(count);
   grads_ = cuda::DeviceBuffer<float>(count);
-  params_.zero(stream_);
-  grads_.zero(stream_);
+  params_.zero(stream_.get());
+  grads_.zero(stream_.get());
   const auto batch = static_cast<std::size_t>(max_batch_);
   for (int width : widths_) {
     activations_.emplace_back(static_cast<std::size_t>(width) * batch);
@@ -51,16 +49,14 @@ CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
   sample_correct_ = cuda::DeviceBuffer<int>(batch);
   totals_ = cuda::DeviceBuffer<kernels::LossTotals>(1);
   host_totals_ = cuda::PinnedBuffer<kernels::LossTotals>(1);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
 CudaMlp::~CudaMlp() {
   // Errors cannot be reported from a destructor; the work is finished first so nothing still
   // reads the buffers that the members' destructors free next.
   cuda::DeviceGuard on(device_, std::nothrow);
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
 }
 
 void CudaMlp::init_params(std::uint64_t seed) {
@@ -72,7 +68,7 @@ void CudaMlp::init_params(std::uint64_t seed) {
 void CudaMlp::copy_params_to_host(std::span<float> out) {
   GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
   cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   GRADSYNC_CUDA_CHECK(
       cudaMemcpy(out.data(), params_.data(), params_.bytes(), cudaMemcpyDeviceToHost));
 }
@@ -83,14 +79,14 @@ void CudaMlp::copy_params_from_host(std::span<const float> in) {
   // On the model's stream, then waited for: a plain cudaMemcpy from pageable memory may return
   // before its DMA lands, and the non-blocking streams that read params_ next would not wait.
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), params_.bytes(),
-                                      cudaMemcpyHostToDevice, stream_));
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                                      cudaMemcpyHostToDevice, stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
 void CudaMlp::copy_grads_to_host(std::span<float> out) {
   GRADSYNC_CHECK(out.size() == param_count(), "copy_grads_to_host: size != param_count()");
   cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   GRADSYNC_CUDA_CHECK(
       cudaMemcpy(out.data(), grads_.data(), grads_.bytes(), cudaMemcpyDeviceToHost));
 }
@@ -100,13 +96,13 @@ void CudaMlp::gemm(cublasOperation_t a_op, cublasOperation_t b_op, int m, int n,
                    int ldc) {
   const float one = 1.0f;
   GRADSYNC_CUBLAS_CHECK(
-      cublasSgemm(cublas_, a_op, b_op, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+      cublasSgemm(cublas_.get(), a_op, b_op, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
 }
 
 void CudaMlp::forward(const cuda::DeviceDataset& data, const std::int64_t* indices,
                       std::int64_t first, int batch) {
   GRADSYNC_CUDA_CHECK(kernels::gather_columns(data.features.data(), data.dim, indices, first,
-                                              batch, activations_.front().data(), stream_));
+                                              batch, activations_.front().data(), stream_.get()));
   const int last = static_cast<int>(layers_.size()) - 1;
   for (int l = 0; l <= last; ++l) {
     const LayerRange& r = layers_[l];
@@ -115,7 +111,7 @@ void CudaMlp::forward(const cuda::DeviceDataset& data, const std::int64_t* indic
          activations_[l].data(), r.in, 0.0f, activations_[l + 1].data(), r.out);
     GRADSYNC_CUDA_CHECK(kernels::add_bias(activations_[l + 1].data(),
                                           params_.data() + r.bias_offset, r.out, batch, l < last,
-                                          stream_));
+                                          stream_.get()));
   }
 }
 
@@ -125,16 +121,16 @@ void CudaMlp::loss(const cuda::DeviceDataset& data, const std::int64_t* indices,
       activations_.back().data(), widths_.back(), batch, data.labels.data(), indices, first,
       grad_scale != nullptr ? *grad_scale : 1.0f,
       grad_scale != nullptr ? deltas_.back().data() : nullptr, sample_loss_.data(),
-      sample_correct_.data(), stream_));
+      sample_correct_.data(), stream_.get()));
   GRADSYNC_CUDA_CHECK(kernels::add_loss_totals(sample_loss_.data(), sample_correct_.data(), batch,
-                                               totals_.data(), stream_));
+                                               totals_.data(), stream_.get()));
 }
 
 kernels::LossTotals CudaMlp::read_totals() {
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host_totals_.data(), totals_.data(),
                                       sizeof(kernels::LossTotals), cudaMemcpyDeviceToHost,
-                                      stream_));
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                                      stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   return *host_totals_.data();
 }
 
@@ -147,13 +143,13 @@ double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64
     GRADSYNC_CHECK(i >= 0 && i < data.size, "batch index outside the dataset");
   }
   cuda::DeviceGuard on(device_);
-  const cuda::DeviceDataset& device_data = datasets_.get(data, stream_);
+  const cuda::DeviceDataset& device_data = datasets_.get(data, stream_.get());
   // The pinned copy is free to overwrite: the previous step's upload finished before that step
   // returned (it synchronised on its loss).
   std::memcpy(staged_indices_.data(), indices.data(), indices.size_bytes());
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(indices_.data(), staged_indices_.data(),
-                                      indices.size_bytes(), cudaMemcpyHostToDevice, stream_));
-  totals_.zero(stream_);
+                                      indices.size_bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  totals_.zero(stream_.get());
   forward(device_data, indices_.data(), 0, batch);
   loss(device_data, indices_.data(), 0, batch, &grad_scale);
 
@@ -168,7 +164,7 @@ double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64
          grads_.data() + r.weight_offset, r.out);
     GRADSYNC_CUDA_CHECK(kernels::bias_gradient(delta, r.out, batch,
                                                grads_.data() + r.bias_offset, accumulate,
-                                               stream_));
+                                               stream_.get()));
     // Enqueued, not finished: see the header on how a consumer orders itself after stream().
     if (grad_ready_) grad_ready_(r.weight_offset, r.end());
     if (l == 0) break;  // nobody needs the gradient with respect to the input
@@ -177,7 +173,7 @@ double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, r.in, batch, r.out, params_.data() + r.weight_offset, r.out,
          delta, r.out, 0.0f, prev, r.in);
     GRADSYNC_CUDA_CHECK(kernels::relu_backward(
-        prev, in, static_cast<std::size_t>(r.in) * static_cast<std::size_t>(batch), stream_));
+        prev, in, static_cast<std::size_t>(r.in) * static_cast<std::size_t>(batch), stream_.get()));
   }
   // One synchronisation per step: the loss must reach the host anyway, and waiting for the
   // whole stream makes grads() final for whatever reads it next, on any stream.
@@ -190,8 +186,8 @@ Evaluation CudaMlp::evaluate(const Dataset& data) {
   result.samples = data.size;
   if (data.size == 0) return result;
   cuda::DeviceGuard on(device_);
-  const cuda::DeviceDataset& device_data = datasets_.get(data, stream_);
-  totals_.zero(stream_);
+  const cuda::DeviceDataset& device_data = datasets_.get(data, stream_.get());
+  totals_.zero(stream_.get());
   for (std::int64_t start = 0; start < data.size; start += max_batch_) {
     const int batch = static_cast<int>(std::min<std::int64_t>(max_batch_, data.size - start));
     forward(device_data, nullptr, start, batch);

@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_buffer.h"
 #include "worker/cuda/device_dataset.h"
 #include "worker/cuda/mlp_kernels.h"
@@ -67,7 +68,7 @@ class CudaMlp final : public Model {
   Evaluation evaluate(const Dataset& data) override;
 
   // The stream every kernel of this model runs on (see the header comment).
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
  private:
   void forward(const cuda::DeviceDataset& data, const std::int64_t* indices, std::int64_t first,
@@ -85,8 +86,8 @@ class CudaMlp final : public Model {
   int max_batch_;
   int device_;
   std::vector<LayerRange> layers_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cuda::Stream stream_;
+  cuda::Cublas cublas_;
   cuda::DeviceBuffer<float> params_;
   cuda::DeviceBuffer<float> grads_;
   std::vector<cuda::DeviceBuffer<float>> activations_;  // [0] = input, [l+1] = layer l's output

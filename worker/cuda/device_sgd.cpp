@@ -11,19 +11,13 @@ DeviceSgd::DeviceSgd(std::size_t size, const SgdOptions& options, int device)
     : options_(options), device_(device) {
   cuda::require_device(device_, "SGD");
   cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  stream_ = cuda::make_stream();
   velocity_ = cuda::DeviceBuffer<float>(size);
-  velocity_.zero(stream_);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  velocity_.zero(stream_.get());
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
-DeviceSgd::~DeviceSgd() {
-  cuda::DeviceGuard on(device_, std::nothrow);
-  if (stream_ != nullptr) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-}
+DeviceSgd::~DeviceSgd() = default;  // the stream waits for its work before it goes
 
 void DeviceSgd::step(std::span<float> params, std::span<const float> grads) {
   GRADSYNC_CHECK(params.size() == velocity_.size() && grads.size() == velocity_.size(),
@@ -35,15 +29,15 @@ void DeviceSgd::step(std::span<float> params, std::span<const float> grads) {
   GRADSYNC_CUDA_CHECK(kernels::sgd_update(params.data(), grads.data(), velocity_.data(),
                                           params.size(), static_cast<float>(options_.lr), mu,
                                           static_cast<float>(options_.weight_decay), keep,
-                                          stream_));
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                                          stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   ++steps_;
 }
 
 void DeviceSgd::save_state(std::span<float> momentum) const {
   GRADSYNC_CHECK(momentum.size() == velocity_.size(), "save_state: size != optimizer range");
   cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   GRADSYNC_CUDA_CHECK(cudaMemcpy(momentum.data(), velocity_.data(), velocity_.bytes(),
                                  cudaMemcpyDeviceToHost));
 }
@@ -54,8 +48,8 @@ void DeviceSgd::load_state(std::span<const float> momentum, std::uint64_t steps)
   // On the optimizer's stream, then waited for: a plain cudaMemcpy from pageable memory may
   // return before its DMA lands, and the next step's kernels would not wait for it.
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(velocity_.data(), momentum.data(), velocity_.bytes(),
-                                      cudaMemcpyHostToDevice, stream_));
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_));
+                                      cudaMemcpyHostToDevice, stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   steps_ = steps;
 }
 

@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 
+#include "worker/cuda/cuda_handles.h"
 #include "worker/cuda/device_buffer.h"
 #include "worker/optimizer.h"
 #include "worker/sgd_options.h"
@@ -43,8 +44,8 @@ class DeviceSgd final : public Optimizer {
  private:
   SgdOptions options_;
   int device_;
-  cudaStream_t stream_ = nullptr;
   cuda::DeviceBuffer<float> velocity_;
+  cuda::Stream stream_;  // after velocity_, so destroyed first: its work ends before the free
   std::uint64_t steps_ = 0;
 };
 
