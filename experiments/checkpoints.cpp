@@ -233,6 +233,7 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
     const std::uint64_t total = static_cast<std::uint64_t>(model_parameters(config, widths));
     // A ps worker's parameters come from the shards, which read their own ranges.
     out.resume = load_training_state(folder, description, total, 0, ps ? 0 : total);
+    out.resumed_from = folder;
     if (static_cast<std::int64_t>(out.resume->step) >= last_step) {
       throw ConfigError(config.name, "checkpoint.resume",
                         folder + " is at step " + std::to_string(out.resume->step) +
@@ -245,6 +246,23 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
                        description);
   }
   return out;
+}
+
+void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std::string& folder,
+                           std::chrono::milliseconds timeout) {
+  const std::string step_key = "checkpoint/resume/step";
+  const std::string folder_key = "checkpoint/resume/folder";
+  if (rank == 0) {
+    store.set(folder_key, folder);  // first: a rank that sees the step may read the folder
+    store.set(step_key, std::to_string(step));
+    return;
+  }
+  const std::string rank0_step = store.get(step_key, timeout);
+  if (rank0_step == std::to_string(step)) return;
+  throw ConfigError("rank " + std::to_string(rank), "checkpoint.resume",
+                    "resumes from " + folder + " (step " + std::to_string(step) +
+                        ") but rank 0 from " + store.get(folder_key, timeout) + " (step " +
+                        rank0_step + "): name one step folder, so that every rank reads the same one");
 }
 
 Checkpointer::Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,

@@ -15,11 +15,13 @@
 // DataError naming the file; the step folder resumed from is only ever read.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "allreduce/store.h"
 #include "experiments/config.h"
 #include "strategies/sync_strategy.h"
 #include "worker/model.h"
@@ -87,6 +89,7 @@ class Checkpointer {
 // What one process of a run needs: the state to resume from, and rank 0's checkpointer.
 struct RunCheckpoints {
   std::optional<TrainingState> resume;  // ps workers: the step only (the shards hold the rest)
+  std::string resumed_from;             // the step folder `resume` was read from
   std::optional<Checkpointer> writer;   // rank 0 of single / dp / allreduce, when every > 0
 };
 
@@ -94,5 +97,13 @@ struct RunCheckpoints {
 // resolved here (resolve_checkpoint). Throws ConfigError when the checkpoint is at or past last_step.
 RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
                                    std::int64_t last_step, const std::string& run_dir, int rank);
+
+// Under mpirun, srun or torchrun every rank resolves checkpoint.resume itself, and on a shared
+// filesystem one host's listing may lag another's: "the newest complete step" could differ.
+// Rank 0 posts the step it resumes from in the run's Store; every other rank compares its own
+// (waiting at most `timeout`) and throws ConfigError naming both folders when they differ,
+// before any step is trained. Each rank calls it once, with the same Store.
+void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std::string& folder,
+                           std::chrono::milliseconds timeout);
 
 }  // namespace gradsync

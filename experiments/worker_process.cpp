@@ -159,6 +159,12 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
       make_process_strategy(config, *model, checkpoints.resume ? checkpoints.resume->step : 0,
                             env, timeout, ps_endpoints, store, comm),
       *model);
+  // allreduce ranks resolve --resume each on their own host (ps workers take the step from the
+  // shards, which refuse a push of another step): they must agree before training.
+  if (store && checkpoints.resume) {
+    agree_on_resumed_step(*store, env.rank, checkpoints.resume->step, checkpoints.resumed_from,
+                          timeout);
+  }
   LoopResult result;
   try {
     result = run_worker_loop(*model, *strategy, sampler, data, loop, sinks);

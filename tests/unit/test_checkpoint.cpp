@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/checkpoint_file.h"
+#include "allreduce/in_memory_store.h"
 #include "common/error.h"
 #include "experiments/checkpoints.h"
 #include "tests/support/temp_dir.h"
@@ -203,4 +204,22 @@ TEST_CASE("checkpoints: ps in async or ssp mode is refused, naming the key") {
   CHECK_THROWS_AS(gradsync::validate_checkpointing(config), gradsync::ConfigError);
   config.ps.mode = "sync";
   CHECK_NOTHROW(gradsync::validate_checkpointing(config));
+}
+
+TEST_CASE("checkpoints: ranks that resolved --resume to different steps stop before training") {
+  using namespace std::chrono_literals;
+  gradsync::InMemoryStore store;
+  gradsync::agree_on_resumed_step(store, 0, 50, "/shared/run/checkpoints/step-50", 1s);
+  // A rank that sees the same step goes on; one whose listing showed a newer step is refused,
+  // with both folders named.
+  CHECK_NOTHROW(gradsync::agree_on_resumed_step(store, 1, 50, "/mnt/run/checkpoints/step-50", 1s));
+  CHECK_THROWS_WITH_AS(
+      gradsync::agree_on_resumed_step(store, 2, 60, "/shared/run/checkpoints/step-60", 1s),
+      doctest::Contains("resumes from /shared/run/checkpoints/step-60 (step 60) but rank 0 from "
+                        "/shared/run/checkpoints/step-50 (step 50)"),
+      gradsync::ConfigError);
+  // Rank 0 never posting (it failed first) is a bounded wait, not a hang.
+  gradsync::InMemoryStore silent;
+  CHECK_THROWS_AS(gradsync::agree_on_resumed_step(silent, 1, 50, "step-50", 50ms),
+                  gradsync::TimeoutError);
 }
