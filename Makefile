@@ -39,7 +39,7 @@ test: build
 
 bench: build
 	@scripts/install-deps.sh --bench
-	@scripts/bench-mlp-vs-pytorch.sh $(GRADSYNC)
+	@scripts/bench-mlp-vs-pytorch.sh --gradsync $(GRADSYNC)
 
 # Fuzz targets need clang's libFuzzer, so they get their own build folder and compiler; each runs
 # on a scratch copy of fuzz/corpus/<target>, so the checked-in seeds never grow.
