@@ -1,0 +1,171 @@
+// The parameter-server shard's protocol, ShardState driven directly on a fake clock: the
+// handshake, malformed or misplaced chunks, garbage, and a worker that goes silent.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "server/shard_state.h"
+#include "tests/support/shard_driver.h"
+
+using namespace gradsync;
+using namespace gradsync::testing;
+using namespace std::chrono_literals;
+
+TEST_CASE("ps shard: HELLO is acknowledged with the range, mismatches refused with the reason") {
+  Log log;
+  PsShardOptions o = options_for(4, 1024, Mode::kSync, log);
+  o.shard = 1;
+  o.shards = 2;
+  ShardState state(o, Clock::now());
+  Driver d{state, 1024};
+  auto ack = d.hello(2, 4, 1024);
+  REQUIRE(ack.size() == 1);
+  CHECK(ack[0].header.type == MessageType::kHelloAck);
+  CHECK(KeyRange{ack[0].header.key_begin, ack[0].header.key_end} == KeyRange{512, 1024});
+  auto refused = [&](int rank, int world, std::uint64_t model) {
+    auto out = d.hello(rank, world, model);
+    REQUIRE(out.size() == 1);
+    return error_text(out[0]);
+  };
+  CHECK(refused(1, 4, 1000) ==
+        "worker 1: model has 1000 parameters, this shard serves a model of 1024");
+  CHECK(refused(1, 3, 1024) == "worker 1: world size 3, this shard serves world size 4");
+  CHECK(refused(4, 4, 1024) ==
+        "worker 4: rank out of range, this shard serves world size 4 "
+        "(ranks 0..3)");
+  CHECK(refused(2, 4, 1024) == "worker 2: this connection already said HELLO as worker 2");
+  wire::Header h = wire::make_header(MessageType::kHello, 2, 0, 0, 1024, 0, 4);
+  CHECK(error_text(state.on_message("other", std::vector{header_frame(h)}, d.now)[0]) ==
+        "worker 2: rank already connected");
+  CHECK(log.has("shard 1: refused HELLO from 6f74686572: worker 2: rank already connected"));
+  // Another wire version (a version-1 worker, which pushed whole ranges): decode_header refuses
+  // it, yet the worker hears why.
+  h.version = 1;
+  CHECK(error_text(d.send(3, h)[0]) ==
+        "HELLO in wire version 1, this shard speaks version 2");
+}
+
+TEST_CASE("ps shard: misaligned chunk ranges and duplicate chunks are refused, the shard goes on") {
+  Log log;
+  const std::uint64_t chunk = ParamStore::kChunkFloats, model = 2 * chunk + 100;  // 3 chunks
+  ShardState state(options_for(2, model, Mode::kSync, log), Clock::now());
+  Driver d{state, model};
+  d.start(2, 1.f);
+  auto misaligned = [&](std::uint64_t begin, std::uint64_t end) {
+    CAPTURE(begin);
+    CAPTURE(end);
+    const std::size_t before = log.size();
+    CHECK(d.keys(MessageType::kPushPull, 0, 0, 1.f, KeyRange{begin, end}).empty());
+    CHECK(log.size() == before + 1);
+  };
+  misaligned(1, chunk + 1);          // not on a chunk boundary
+  misaligned(0, chunk - 1);          // a chunk cut short
+  misaligned(0, 2 * chunk);          // two chunks in one push
+  misaligned(chunk, model);          // from a boundary to the end: more than chunk 1
+  misaligned(2 * chunk, model - 1);  // the last chunk cut short
+  misaligned(0, model);              // the whole range: the old, unchunked push
+  misaligned(model, model);          // an empty range at the end is no chunk
+  CHECK(log.has("shard 0: rejected message from 7730: PUSHPULL from 0 step 0 keys [1, " +
+                std::to_string(chunk + 1) + ")"));
+  CHECK(log.has("keys are not a chunk of this shard's range [0, " + std::to_string(model) + ")"));
+  CHECK(state.rejected() == 7);
+  // A chunk pushed twice in one step: an ERROR to that worker, before and after the chunk was
+  // averaged and answered; nothing else changes.
+  CHECK(d.push_chunk(0, 0, 0, 1.f).empty());
+  auto twice = d.push_chunk(0, 0, 0, 5.f);
+  REQUIRE(twice.size() == 1);
+  CHECK(error_text(twice[0]) == "worker 0 pushed chunk 0 of step 0 twice");
+  CHECK(d.push_chunk(1, 0, 0, 3.f).size() == 2);  // chunk 0 complete: average of 1 and 3
+  twice = d.push_chunk(1, 0, 0, 3.f);
+  REQUIRE(twice.size() == 1);
+  CHECK(error_text(twice[0]) == "worker 1 pushed chunk 0 of step 0 twice");
+  CHECK(log.has("shard 0: worker 1 pushed chunk 0 of step 0 twice"));
+  // The shard keeps serving: the step completes with the gradients first pushed.
+  for (std::size_t c = 1; c < 3; ++c) {
+    CHECK(d.push_chunk(0, 0, c, 1.f).empty());
+    CHECK(d.push_chunk(1, 0, c, 3.f).size() == 2);
+  }
+  CHECK(state.version() == 1);
+  for (std::size_t i = 0; i < model; i += 9973) CHECK(state.params()[i] == doctest::Approx(0.8f));
+  CHECK(d.push(0, 1, 1.f).empty());
+  CHECK(d.push(1, 1, 3.f).size() == 6);
+  CHECK(!state.failure());
+}
+
+TEST_CASE("ps shard: garbage is logged once per message and never answered") {
+  Log log;
+  ShardState state(options_for(1, 8, Mode::kSync, log), Clock::now());
+  Driver d{state, 8};
+  d.start(1, 0.f);
+  auto garbage = [&](std::vector<Buffer> frames, const std::string& peer = "w0") {
+    const std::size_t before = log.size();
+    CHECK(state.on_message(peer, frames, Clock::now()).empty());
+    CHECK(log.size() == before + 1);
+  };
+  const auto push = wire::make_header(MessageType::kPushPull, 0, 0, 0, 8, 32);
+  const Buffer good = header_frame(push), eight = floats_frame(8, 1.f);
+  auto patched = [&](std::size_t at, std::uint8_t value) {
+    std::vector<std::byte> copy(good.bytes.begin(), good.bytes.end());
+    copy[at] = std::byte{value};
+    return Buffer::copy_of(copy);
+  };
+  garbage({Buffer::copy_of(good.bytes.first(20))});  // truncated header
+  garbage({patched(0, 'X'), eight});                 // magic
+  garbage({patched(4, 9), eight});                   // version
+  garbage({patched(47, 0x40), eight});               // payload_bytes far over the limit
+  garbage({good, floats_frame(7, 1.f)});             // payload smaller than announced
+  garbage({good});                                   // payload missing
+  garbage({good, eight, eight});                     // three frames
+  garbage({header_frame(wire::make_header(MessageType::kPushPull, 0, 0, 1, 8, 28)),
+           floats_frame(7, 1.f)});     // not this shard's range
+  garbage({good, eight}, "stranger");  // never said HELLO
+  garbage({header_frame(wire::make_header(MessageType::kPushPull, 5, 0, 0, 8, 32)),
+           eight});  // not the rank it said HELLO as
+  garbage({header_frame(wire::make_header(MessageType::kReply, 0, 0, 0, 8, 32)), eight});
+  garbage({header_frame(wire::make_header(MessageType::kHeartbeat, 7, 0, 0, 0, 0))});
+  std::mt19937 random(7);
+  for (int i = 0; i < 20; ++i) {
+    std::vector<std::byte> noise(random() % 100);
+    for (auto& b : noise) b = std::byte(random() & 0xFF);
+    garbage({Buffer::copy_of(noise), Buffer::copy_of(noise)}, "noise");
+  }
+  CHECK(log.has("shard 0: rejected message from 7730: magic"));
+  CHECK(log.has("keys are not a chunk of this shard's range [0, 8) (chunks of " + std::to_string(wire::kChunkKeys) + " keys"));
+  CHECK(log.has("shard 0: rejected message from 7374"));
+  CHECK((state.params()[0] == 0.f && state.version() == 0));
+  CHECK(d.push(0, 0, 1.f).size() == 1);  // and it still works
+}
+
+TEST_CASE("ps shard: a silent worker ends a sync run, async may drop it and go on") {
+  Log log;
+  const auto t0 = Clock::now();
+  ShardState sync(options_for(2, 4, Mode::kSync, log), t0);
+  Driver d{sync, 4, t0};
+  d.start(2, 0.f);
+  d.now = t0 + 400ms;
+  d.push(0, 0, 1.f);
+  CHECK(sync.on_tick(t0 + 450ms).empty());
+  auto out = sync.on_tick(t0 + 600ms);  // worker 1: last seen at t0, timeout 500 ms
+  REQUIRE(out.size() == 2);
+  CHECK(error_text(out[0]) == "worker 1 (last seen 0.6 s ago) stopped sending: ending the run");
+  CHECK((sync.failure() && sync.failure()->rank == 1 && sync.failure()->timeout));
+
+  PsShardOptions o = options_for(2, 4, Mode::kAsync, log);
+  o.continue_without_dead_workers = true;
+  ShardState async(o, t0);
+  Driver a{async, 4, t0};
+  a.start(2, 0.f);
+  a.now = t0 + 400ms;
+  a.push(0, 0, 1.f);
+  CHECK((async.on_tick(t0 + 600ms).empty() && !async.failure()));
+  CHECK(log.has("worker 1 (last seen 0.6 s ago) stopped sending: dropped"));
+  CHECK(a.push(0, 1, 1.f).size() == 1);
+  a.send(0, wire::make_header(MessageType::kBye, 0, 0, 0, 0, 0));
+  CHECK(async.finished());
+
+  ShardState lonely(options_for(2, 4, Mode::kSync, log), t0);
+  Driver{lonely, 4, t0}.hello(0, 2, 4);
+  lonely.on_tick(t0 + 600ms);
+  CHECK((lonely.failure() &&
+         lonely.failure()->problem == "worker(s) 1 did not say HELLO within 0.5 s"));
+}
