@@ -236,7 +236,15 @@ int main(int argc, char** argv) {
       for (const std::string& size : ps_bench_sizes) {
         ps_bench_options.floats.push_back(gradsync::parse_size(size));
       }
-      std::cout << gradsync::run_ps_bench(ps_bench_options);
+      const auto rows = gradsync::run_ps_bench_rows(ps_bench_options);
+      std::cout << gradsync::render_ps_bench(ps_bench_options, rows);
+      for (const gradsync::PsBenchRow& row : rows) {
+        if (row.wrong != 0) {
+          std::cerr << "gradsync: error: bench ps: " << row.wrong << " of " << row.floats
+                    << " parameters differ from a local replay of the steps\n";
+          return 1;
+        }
+      }
       return 0;
     }
     if (model.app->parsed()) return model.run();

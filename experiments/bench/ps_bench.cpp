@@ -24,14 +24,11 @@ double seconds_per_round_trip(Side& side, int count) {
   return std::chrono::duration<double>(Clock::now() - start).count() / count;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 void validate(const PsBenchOptions& o) {
   if (o.floats.empty()) throw ConfigError(kWhere, "--floats", "name at least one size");
+  if (o.shards < 1) throw ConfigError(kWhere, "--shards", "must be at least 1");
+  if (o.rounds < 1) throw ConfigError(kWhere, "--rounds", "must be at least 1");
+  if (!(o.round_seconds > 0)) throw ConfigError(kWhere, "--round-seconds", "must be positive");
   for (const std::uint64_t n : o.floats) {
     if (n == 0 || n > kMaxFloats) {
       throw ConfigError(kWhere, "--floats",
@@ -44,51 +41,39 @@ void validate(const PsBenchOptions& o) {
                             " floats: every shard needs at least one");
     }
   }
-  if (o.shards < 1) throw ConfigError(kWhere, "--shards", "must be at least 1");
-  if (o.rounds < 1) throw ConfigError(kWhere, "--rounds", "must be at least 1");
-  if (!(o.round_seconds > 0)) throw ConfigError(kWhere, "--round-seconds", "must be positive");
 }
 
 PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   PsLoopback ps(floats, o.shards);
-  ZmqEchoLoopback echo(floats);
+  ZmqEchoLoopback chunked(floats, ZmqEchoLoopback::kAsPs, o.shards);
+  ZmqEchoLoopback one_message(floats, ZmqEchoLoopback::kOneMessage, 1);
   ps.round_trips(kWarmupRoundTrips);
-  echo.round_trips(kWarmupRoundTrips);
+  chunked.round_trips(kWarmupRoundTrips);
+  one_message.round_trips(kWarmupRoundTrips);
   // Round trips per side per round: enough for round_seconds at the ps's pace.
   const double guess = seconds_per_round_trip(ps, kWarmupRoundTrips);
   const int count = static_cast<int>(
       std::clamp(o.round_seconds / std::max(guess, 1e-9), 1.0, double{kMaxRoundTrips}));
-  std::vector<double> ps_times, echo_times, ratios;
-  for (int r = 0; r < o.rounds; ++r) {
-    // Alternate which side goes first, so neither always runs on the warmer machine.
-    double p, e;
-    if (r % 2 == 0) {
-      p = seconds_per_round_trip(ps, count);
-      e = seconds_per_round_trip(echo, count);
-    } else {
-      e = seconds_per_round_trip(echo, count);
-      p = seconds_per_round_trip(ps, count);
-    }
-    ps_times.push_back(p);
-    echo_times.push_back(e);
-    ratios.push_back(e / p);
-  }
+  const auto times = paired_rounds({[&] { return seconds_per_round_trip(ps, count); },
+                                    [&] { return seconds_per_round_trip(chunked, count); },
+                                    [&] { return seconds_per_round_trip(one_message, count); }},
+                                   o.rounds);
   PsBenchRow row;
   row.floats = floats;
   row.rounds = o.rounds;
   row.round_trips = count;
-  row.ps_ms = median(ps_times) * 1e3;
-  row.echo_ms = median(echo_times) * 1e3;
-  row.ratio = median(ratios);
-  row.ratio_min = *std::min_element(ratios.begin(), ratios.end());
-  row.ratio_max = *std::max_element(ratios.begin(), ratios.end());
+  row.ps_ms = median(times[0]) * 1e3;
+  row.chunked_ms = median(times[1]) * 1e3;
+  row.one_message_ms = median(times[2]) * 1e3;
+  row.vs_chunked = speed_ratio(times[0], times[1]);
+  row.vs_one_message = speed_ratio(times[0], times[2]);
   row.wrong = ps.check();
   ps.finish();
   return row;
 }
 
 std::string sprint(const char* fmt, auto... args) {
-  char text[512];
+  char text[768];
   std::snprintf(text, sizeof text, fmt, args...);
   return text;
 }
@@ -99,6 +84,35 @@ double gb_per_s(std::uint64_t floats, double ms) {
 }
 
 }  // namespace
+
+double median(std::vector<double> values) {
+  GRADSYNC_CHECK(!values.empty(), "a median of nothing");
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::vector<std::vector<double>> paired_rounds(const std::vector<std::function<double()>>& sides,
+                                               int rounds) {
+  const std::size_t n = sides.size();
+  std::vector<std::vector<double>> times(n);
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t side = r % 2 == 0 ? i : n - 1 - i;
+      times[side].push_back(sides[side]());
+    }
+  }
+  return times;
+}
+
+SpeedRatio speed_ratio(const std::vector<double>& measured, const std::vector<double>& base) {
+  GRADSYNC_CHECK(!measured.empty() && measured.size() == base.size(),
+                 "speed_ratio needs one time of each side per round");
+  std::vector<double> ratios;
+  for (std::size_t r = 0; r < measured.size(); ++r) ratios.push_back(base[r] / measured[r]);
+  const auto [low, high] = std::minmax_element(ratios.begin(), ratios.end());
+  return {median(ratios), *low, *high};
+}
 
 std::vector<PsBenchRow> run_ps_bench_rows(const PsBenchOptions& options) {
   validate(options);
@@ -112,35 +126,38 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
   if (!o.json) {
     out += sprint(
         "# gradsync bench ps: push+pull round trip (1 worker, %d shard%s, sync, momentum SGD on "
-        "the shards)\n# against raw ZeroMQ (DEALER/ROUTER echo of one message of the same "
-        "bytes, zero-copy), 127.0.0.1.\n# %d rounds per size; each round times both sides "
-        "back to back, in alternating order.\n# times: median over rounds of the mean round "
-        "trip; GB/s: payload out and back; ps/raw:\n# median over rounds of raw time / ps time "
-        "(min, max beside it); #wrong: parameters != a local replay\n",
-        o.shards, o.shards == 1 ? "" : "s", o.rounds);
-    out += sprint("#%11s %12s %6s %7s %9s %9s %9s %9s %7s %7s %7s %7s\n", "floats", "bytes",
-                  "rounds", "trips", "ps(ms)", "raw(ms)", "ps(GB/s)", "raw(GB/s)", "ps/raw",
-                  "min", "max", "#wrong");
+        "the shards)\n# against raw ZeroMQ echoing the same bytes (zero-copy, no update): "
+        "'chunked' in the ps's chunks over\n# the same %d connection%s, '1 msg' as one "
+        "message. 127.0.0.1; %d rounds per size, each timing every\n# side back to back, the "
+        "order reversed every other round. times: median over rounds of the mean\n# round "
+        "trip; GB/s: payload out and back; vs: median over rounds of raw time / ps time (100%%: "
+        "as fast\n# as raw), lowest and highest round beside it; #wrong: parameters != a "
+        "local replay of the steps\n",
+        o.shards, o.shards == 1 ? "" : "s", o.shards, o.shards == 1 ? "" : "s", o.rounds);
+    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %7s\n", "floats",
+                  "bytes", "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)", "ps(GB/s)",
+                  "vs chunked", "min", "max", "vs 1msg", "#wrong");
   }
   for (const PsBenchRow& r : rows) {
-    const std::uint64_t bytes = r.floats * sizeof(float);
+    const auto floats = static_cast<unsigned long long>(r.floats);
+    const auto wrong = static_cast<unsigned long long>(r.wrong);
     if (o.json) {
       out += sprint(
           "{\"floats\": %llu, \"bytes\": %llu, \"shards\": %d, \"rounds\": %d, "
-          "\"round_trips_per_round\": %d, \"ps_ms\": %.4f, \"raw_ms\": %.4f, "
-          "\"ps_over_raw\": %.4f, \"ps_over_raw_min\": %.4f, \"ps_over_raw_max\": %.4f, "
-          "\"wrong\": %llu}\n",
-          static_cast<unsigned long long>(r.floats), static_cast<unsigned long long>(bytes),
-          o.shards, r.rounds, r.round_trips, r.ps_ms, r.echo_ms, r.ratio, r.ratio_min,
-          r.ratio_max, static_cast<unsigned long long>(r.wrong));
+          "\"round_trips_per_round\": %d, \"ps_ms\": %.4f, \"raw_chunked_ms\": %.4f, "
+          "\"raw_one_message_ms\": %.4f, \"ps_speed_vs_raw_chunked\": %.4f, "
+          "\"ps_speed_vs_raw_chunked_min\": %.4f, \"ps_speed_vs_raw_chunked_max\": %.4f, "
+          "\"ps_speed_vs_raw_one_message\": %.4f, \"wrong\": %llu}\n",
+          floats, floats * sizeof(float), o.shards, r.rounds, r.round_trips, r.ps_ms,
+          r.chunked_ms, r.one_message_ms, r.vs_chunked.median, r.vs_chunked.min,
+          r.vs_chunked.max, r.vs_one_message.median, wrong);
       continue;
     }
-    out += sprint(" %11llu %12llu %6d %7d %9.3f %9.3f %9.2f %9.2f %6.0f%% %6.0f%% %6.0f%% %7llu\n",
-                  static_cast<unsigned long long>(r.floats),
-                  static_cast<unsigned long long>(bytes), r.rounds, r.round_trips, r.ps_ms,
-                  r.echo_ms, gb_per_s(r.floats, r.ps_ms), gb_per_s(r.floats, r.echo_ms),
-                  r.ratio * 100, r.ratio_min * 100, r.ratio_max * 100,
-                  static_cast<unsigned long long>(r.wrong));
+    out += sprint(" %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %7llu\n",
+                  floats, floats * sizeof(float), r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
+                  r.one_message_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
+                  r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100,
+                  wrong);
   }
   return out;
 }

@@ -5,26 +5,33 @@
 //   options.floats = {1 << 20, 1 << 24};
 //   std::cout << run_ps_bench(options);   // the table, or JSON lines
 //
-// The ps side is real: K PsShards (sync mode, momentum SGD) each serving on a thread of its
-// own with its own ZeroMQ context, and one PsClient (N = 1) doing push_pull + wait, as a worker
-// does every step. The raw side is a DEALER/ROUTER echo of one message of the same bytes,
-// echoed without a copy and without an optimizer, in two contexts as two processes would have.
+// Three sides (ps_loopback.h):
+//   ps:        K PsShards (sync mode, momentum SGD) each serving on a thread of its own with its
+//              own ZeroMQ context, and one PsClient (N = 1) doing push_pull + wait, as a worker
+//              does every step;
+//   chunked:   raw ZeroMQ moving the bytes the way the ps does (same chunks, same K
+//              connections, all sent before any is received), echoed, nothing else: the
+//              comparison that isolates what the ps adds (headers, the update on the shard,
+//              the copy of the reply into the parameters);
+//   1 message: raw ZeroMQ moving the whole payload as one message over one connection.
+// Speeds are reported as raw time / ps time: 100% means the ps is as fast as raw ZeroMQ.
 //
-// Why rounds: on a small machine both sides share the same cores with their I/O threads, so
-// whatever else the machine does moves both timings by tens of percent within seconds.
-// Measuring all of one side and then all of the other puts that drift into the ratio; here each
-// round times a batch of ps round trips and a batch of echoes right after each other (in
-// alternating order), and the ratio is the median over rounds of each round's own ratio.
+// Why rounds: on a small machine every side shares the same cores with its I/O threads, so
+// whatever else the machine does moves the timings by tens of percent within seconds.
+// Measuring all of one side and then all of another puts that drift into the ratio; here each
+// round times a batch of each side right after each other (the order reversed every other
+// round), and a ratio is the median over rounds of each round's own ratio.
 //
 // Correctness: after the rounds, the client's parameters must equal a local Sgd replaying every
 // step on the same gradients, element for element ("#wrong"); the ps is not allowed to be fast
 // by skipping work.
 //
 // Blocking: run_ps_bench returns when every size is done; every wait is bounded by the client's
-// and shards' timeout (60 s), and a failure on a shard thread is rethrown here.
+// and shards' timeout (60 s), and a failure on a server thread is rethrown here.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,17 +45,23 @@ struct PsBenchOptions {
   bool json = false;
 };
 
-// One row of the result.
+// A speed ratio over rounds: median, lowest and highest of base[r] / measured[r].
+struct SpeedRatio {
+  double median = 0;
+  double min = 0;
+  double max = 0;
+};
+
 struct PsBenchRow {
   std::uint64_t floats = 0;
   int rounds = 0;
-  int round_trips = 0;     // per side per round
-  double ps_ms = 0;        // median over rounds of the mean round trip
-  double echo_ms = 0;
-  double ratio = 0;        // median over rounds of echo time / ps time: ps as a fraction of raw
-  double ratio_min = 0;
-  double ratio_max = 0;
-  std::uint64_t wrong = 0;  // parameters that differ from the local replay
+  int round_trips = 0;  // per side per round
+  double ps_ms = 0;     // median over rounds of the mean round trip
+  double chunked_ms = 0;
+  double one_message_ms = 0;
+  SpeedRatio vs_chunked;      // ps speed as a fraction of raw ZeroMQ in the ps's layout
+  SpeedRatio vs_one_message;  // ... and of raw ZeroMQ sending one message
+  std::uint64_t wrong = 0;    // parameters that differ from the local replay
 };
 
 // Runs every size; throws ConfigError for invalid options before anything runs.
@@ -60,5 +73,19 @@ std::string render_ps_bench(const PsBenchOptions& options, const std::vector<PsB
 inline std::string run_ps_bench(const PsBenchOptions& options) {
   return render_ps_bench(options, run_ps_bench_rows(options));
 }
+
+// ---- The pieces below are the measurement's rules, shared with the tests. ----
+
+// Runs `rounds` rounds of every side, in order 0..n-1 in even rounds and n-1..0 in odd ones,
+// so that no side always runs first (on the warmer or the colder machine). Returns each side's
+// result per round: times[side][round].
+std::vector<std::vector<double>> paired_rounds(const std::vector<std::function<double()>>& sides,
+                                               int rounds);
+
+// base[r] / measured[r] for each round r, summarised: how fast `measured` ran relative to
+// `base` in the same round (below 1: slower). Both of the same, non-zero length.
+SpeedRatio speed_ratio(const std::vector<double>& measured, const std::vector<double>& base);
+
+double median(std::vector<double> values);
 
 }  // namespace gradsync

@@ -41,23 +41,24 @@ class PsLoopback::Impl {
       shards_.push_back(std::make_unique<PsShard>(options));
       endpoints.push_back(shards_.back()->endpoint());
     }
-    for (auto& shard : shards_) {
-      threads_.emplace_back([this, s = shard.get()] {
-        try {
-          s->serve();
-        } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(failure_mutex_);
-          if (failure_.empty()) failure_ = e.what();
-        }
-      });
-    }
     try {
+      for (auto& shard : shards_) {
+        threads_.emplace_back([this, s = shard.get()] {
+          try {
+            s->serve();
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> lock(failure_mutex_);
+            if (failure_.empty()) failure_ = e.what();
+          }
+        });
+      }
       client_ = std::make_unique<PsClient>(
           PsClientOptions{0, 1, floats, endpoints, kTimeout, 1s, {}, {}});
       client_->wait(client_->init(params_));
-    } catch (...) {
+    } catch (const std::exception& e) {
       stop_shards();
-      throw;
+      // A shard that failed says why the client could not connect or initialise.
+      throw Error(std::string(e.what()) + shard_failure());
     }
   }
 
@@ -67,7 +68,22 @@ class PsLoopback::Impl {
   }
 
   void round_trips(int count) {
-    for (int i = 0; i < count; ++i) client_->wait(client_->push_pull(steps_++, grads_, params_));
+    try {
+      for (int i = 0; i < count; ++i) {
+        client_->wait(client_->push_pull(steps_, grads_, params_));
+        ++steps_;
+      }
+    } catch (const std::exception& e) {
+      throw Error(std::string(e.what()) + shard_failure());
+    }
+  }
+
+  std::uint64_t steps() const { return steps_; }
+
+  std::uint64_t moved() const {
+    std::uint64_t moved = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i) moved += params_[i] != initial_[i];
+    return moved;
   }
 
   std::uint64_t check() const {
@@ -82,11 +98,15 @@ class PsLoopback::Impl {
   void finish() {
     client_.reset();  // BYE to every shard: each serve() returns
     threads_.clear();
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!failure_.empty()) throw Error("bench ps: a shard failed: " + failure_);
+    if (const std::string failed = shard_failure(); !failed.empty()) throw Error("bench ps" + failed);
   }
 
  private:
+  std::string shard_failure() {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    return failure_.empty() ? "" : "; a shard failed: " + failure_;
+  }
+
   void stop_shards() {
     client_.reset();
     for (auto& shard : shards_) shard->stop();
@@ -106,31 +126,31 @@ PsLoopback::PsLoopback(std::uint64_t floats, int shards)
     : impl_(std::make_unique<Impl>(floats, shards)) {}
 PsLoopback::~PsLoopback() = default;
 void PsLoopback::round_trips(int count) { impl_->round_trips(count); }
+std::uint64_t PsLoopback::steps() const { return impl_->steps(); }
 std::uint64_t PsLoopback::check() const { return impl_->check(); }
+std::uint64_t PsLoopback::moved() const { return impl_->moved(); }
 void PsLoopback::finish() { impl_->finish(); }
 
-class ZmqEchoLoopback::Impl {
+// One raw echo server: a ROUTER in a context of its own, echoing every message on its thread.
+class EchoServer {
  public:
-  explicit Impl(std::uint64_t floats) : payload_(floats, 0.5f) {
+  EchoServer() {
     router_.set(zmq::sockopt::linger, 0);
     router_.bind("tcp://127.0.0.1:*");
-    dealer_.set(zmq::sockopt::linger, 0);
-    dealer_.set(zmq::sockopt::rcvtimeo, static_cast<int>(kTimeout / 1ms));
-    dealer_.connect(router_.get(zmq::sockopt::last_endpoint));
-    echo_ = std::jthread([this](std::stop_token stop) { serve(stop); });
-  }
-
-  void round_trips(int count) {
-    for (int i = 0; i < count; ++i) {
-      // The caller's buffer itself, as PsClient sends a gradient: no copy, nothing to free.
-      zmq::message_t out(
-          payload_.data(), payload_.size() * sizeof(float), [](void*, void*) {}, nullptr);
-      dealer_.send(out, zmq::send_flags::none);
-      zmq::message_t back;
-      if (!dealer_.recv(back)) {
-        throw Error("bench ps: the raw ZeroMQ echo did not answer within 60 s");
+    endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::jthread([this](std::stop_token stop) {
+      try {
+        serve(stop);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(failure_mutex_);
+        failure_ = e.what();
       }
-    }
+    });
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  std::string failure() {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    return failure_;
   }
 
  private:
@@ -139,23 +159,106 @@ class ZmqEchoLoopback::Impl {
     while (!stop.stop_requested()) {
       if (zmq::poll(&item, 1, 50ms) == 0) continue;
       zmq::message_t id, body;
-      (void)router_.recv(id);
-      (void)router_.recv(body);
-      router_.send(id, zmq::send_flags::sndmore);
-      router_.send(body, zmq::send_flags::none);  // the received buffer itself: no copy
+      while (router_.recv(id, zmq::recv_flags::dontwait)) {
+        (void)router_.recv(body);
+        router_.send(id, zmq::send_flags::sndmore);
+        router_.send(body, zmq::send_flags::none);  // the received buffer itself: no copy
+      }
     }
   }
 
-  std::vector<float> payload_;
-  // Two contexts, as a shard and a worker process would have: one I/O thread each.
-  zmq::context_t server_context_{1}, client_context_{1};
-  zmq::socket_t router_{server_context_, zmq::socket_type::router};
-  zmq::socket_t dealer_{client_context_, zmq::socket_type::dealer};
-  std::jthread echo_;  // last: stopped and joined before the sockets close
+  zmq::context_t context_{1};
+  zmq::socket_t router_{context_, zmq::socket_type::router};
+  std::string endpoint_;
+  std::mutex failure_mutex_;
+  std::string failure_;
+  std::jthread thread_;  // last: stopped and joined before the socket closes
 };
 
-ZmqEchoLoopback::ZmqEchoLoopback(std::uint64_t floats)
-    : impl_(std::make_unique<Impl>(floats)) {}
+class ZmqEchoLoopback::Impl {
+ public:
+  Impl(std::uint64_t floats, Layout layout, int connections) : payload_(floats, 0.5f) {
+    if (layout == Layout::kOneMessage) {
+      connections = 1;
+      pieces_.push_back({0, {0, floats}});
+    } else {
+      // PsClient's order for rank 0: chunk 0 of every range, then chunk 1, ...
+      std::vector<std::vector<KeyRange>> chunks;
+      std::size_t most = 0;
+      for (const KeyRange& range : balanced_ranges(floats, connections)) {
+        chunks.push_back(chunk_ranges(range));
+        most = std::max(most, chunks.back().size());
+      }
+      for (std::size_t c = 0; c < most; ++c) {
+        for (int k = 0; k < connections; ++k) {
+          if (c < chunks[k].size()) pieces_.push_back({k, chunks[k][c]});
+        }
+      }
+    }
+    for (int k = 0; k < connections; ++k) {
+      servers_.push_back(std::make_unique<EchoServer>());
+      dealers_.emplace_back(client_context_, zmq::socket_type::dealer);
+      dealers_.back().set(zmq::sockopt::linger, 0);
+      dealers_.back().connect(servers_.back()->endpoint());
+    }
+  }
+
+  void round_trips(int count) {
+    if (const std::string failed = server_failures(); !failed.empty()) {
+      throw Error("bench ps: raw ZeroMQ echo" + failed);
+    }
+    std::vector<zmq::pollitem_t> items;
+    for (zmq::socket_t& dealer : dealers_) items.push_back({dealer.handle(), 0, ZMQ_POLLIN, 0});
+    for (int i = 0; i < count; ++i) {
+      for (const Piece& piece : pieces_) {
+        // The caller's buffer itself, as PsClient sends a gradient: no copy, nothing to free.
+        zmq::message_t out(
+            payload_.data() + piece.range.begin, piece.range.size() * sizeof(float),
+            [](void*, void*) {}, nullptr);
+        dealers_[piece.connection].send(out, zmq::send_flags::none);
+      }
+      std::size_t received = 0;
+      const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+      while (received < pieces_.size()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || zmq::poll(items, left) == 0) {
+          throw Error("bench ps: the raw ZeroMQ echo returned " + std::to_string(received) +
+                      " of " + std::to_string(pieces_.size()) + " messages within 60 s" +
+                      server_failures());
+        }
+        for (zmq::socket_t& dealer : dealers_) {
+          zmq::message_t back;
+          while (dealer.recv(back, zmq::recv_flags::dontwait)) ++received;
+        }
+      }
+    }
+  }
+
+ private:
+  struct Piece {
+    int connection;
+    KeyRange range;
+  };
+
+  std::string server_failures() {
+    std::string text;
+    for (auto& server : servers_) {
+      if (const std::string f = server->failure(); !f.empty()) text += "; an echo server failed: " + f;
+    }
+    return text;
+  }
+
+  std::vector<float> payload_;
+  std::vector<Piece> pieces_;
+  std::vector<std::unique_ptr<EchoServer>> servers_;
+  // One client context (one I/O thread), as a worker's PsClient has; its sockets close first.
+  zmq::context_t client_context_{1};
+  std::vector<zmq::socket_t> dealers_;
+};
+
+ZmqEchoLoopback::ZmqEchoLoopback(std::uint64_t floats, Layout layout, int connections)
+    : impl_(std::make_unique<Impl>(floats, layout, connections)) {}
 ZmqEchoLoopback::~ZmqEchoLoopback() = default;
 void ZmqEchoLoopback::round_trips(int count) { impl_->round_trips(count); }
 

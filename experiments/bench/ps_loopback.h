@@ -1,21 +1,29 @@
-// The two sides of the parameter-server benchmark (`gradsync bench ps`, gradsync_ps_bench), each
+// The sides of the parameter-server benchmark (`gradsync bench ps`, gradsync_ps_bench), each
 // ready to run round trips of one payload over 127.0.0.1.
 //
 //   PsLoopback ps(1 << 20, 1);        // K = 1 shard on its own thread, one client, INIT done
 //   ps.round_trips(100);              // 100 push_pull + wait, as a worker's steps
-//   ZmqEchoLoopback echo(1 << 20);
+//   ZmqEchoLoopback echo(1 << 20, ZmqEchoLoopback::kOneMessage, 1);
 //   echo.round_trips(100);            // 100 DEALER -> ROUTER -> DEALER echoes of 4 MiB
 //   ps.finish();                      // BYE, join the shards, rethrow a shard's failure
 //
 // PsLoopback: sync mode, momentum SGD (lr 0.01, momentum 0.9) on the shards; the gradient is a
 // fixed pattern, so after any number of steps the parameters are known by replaying them with
-// a local Sgd (check()). ZmqEchoLoopback: one message of the same bytes, sent without a copy
-// from the caller's buffer and echoed without a copy (the received frame itself), in two
-// contexts with one I/O thread each, as a shard process and a worker process would have.
+// a local Sgd (check()).
+//
+// ZmqEchoLoopback: raw ZeroMQ moving the same bytes out and back, sent without a copy from the
+// caller's buffer and echoed without a copy (the received frame itself), no optimizer, nothing
+// copied into place. Two layouts:
+//   kOneMessage: the whole payload as one message over one connection: ZeroMQ's own best case
+//     for a single transfer, but nothing overlaps (the echo starts once the last byte is in);
+//   kAsPs: the ps's layout: `connections` ROUTERs (one per shard, each in its own context and
+//     thread, as shard processes), the payload cut into the same chunks over the same balanced
+//     ranges, every chunk sent before any is received; so the difference to the ps is only
+//     what the ps adds (headers, the update, the copy into the parameters).
 //
 // Threads: each object is driven from one thread; they start and own their server threads.
-// Every wait is bounded (the client's and shards' 60 s timeout; the echo's 60 s receive
-// timeout) and throws naming what it waited for.
+// Every wait is bounded (60 s) and throws naming what it waited for; a failure on a server
+// thread is rethrown from the next round_trips().
 #pragma once
 
 #include <cstdint>
@@ -33,8 +41,11 @@ class PsLoopback {
   PsLoopback& operator=(const PsLoopback&) = delete;
 
   void round_trips(int count);
-  // Parameters that differ from a local Sgd replaying every step so far (0 when right).
+  std::uint64_t steps() const;  // round trips so far (the shards' SGD steps)
+  // Parameters that differ from a local Sgd replaying steps() steps (0 when right), and those
+  // that differ from the initial parameters (the steps moved them).
   std::uint64_t check() const;
+  std::uint64_t moved() const;
   // Ends the run: the client says BYE, the shards return. Throws what a shard thread threw.
   void finish();
 
@@ -45,7 +56,11 @@ class PsLoopback {
 
 class ZmqEchoLoopback {
  public:
-  explicit ZmqEchoLoopback(std::uint64_t floats);
+  enum class Layout { kOneMessage, kAsPs };
+  static constexpr Layout kOneMessage = Layout::kOneMessage;
+  static constexpr Layout kAsPs = Layout::kAsPs;
+
+  ZmqEchoLoopback(std::uint64_t floats, Layout layout, int connections);
   ~ZmqEchoLoopback();
   ZmqEchoLoopback(const ZmqEchoLoopback&) = delete;
   ZmqEchoLoopback& operator=(const ZmqEchoLoopback&) = delete;

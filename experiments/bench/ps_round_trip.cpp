@@ -1,6 +1,6 @@
 // push_pull round trips against raw ZeroMQ, on loopback, as Google Benchmark rows: one shard
 // (K = 1), one worker (N = 1), momentum SGD on the shard, versus a DEALER/ROUTER echo of the
-// same payload (ps_loopback.h). Bytes = the payload out and back, so bytes_per_second is the GB/s
+// same payload as one message (ps_loopback.h). Bytes = the payload out and back, so bytes_per_second is the GB/s
 // of a round trip. The two rows run one after the other, so a machine whose speed drifts
 // moves their ratio; `gradsync bench ps` alternates the two sides round by round instead, and
 // its ratio is the one to quote.
@@ -22,7 +22,8 @@ void BM_PsPushPull(benchmark::State& state) {
 }
 
 void BM_ZmqEcho(benchmark::State& state) {
-  gradsync::ZmqEchoLoopback echo(static_cast<std::uint64_t>(state.range(0)));
+  gradsync::ZmqEchoLoopback echo(static_cast<std::uint64_t>(state.range(0)),
+                                 gradsync::ZmqEchoLoopback::kOneMessage, 1);
   echo.round_trips(3);
   for (auto _ : state) echo.round_trips(1);
   state.SetBytesProcessed(state.iterations() * 2 * state.range(0) *

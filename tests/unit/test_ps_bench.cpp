@@ -1,32 +1,77 @@
+// `gradsync bench ps`: its sides do the work they claim (the ps's parameters are a replay of its
+// steps; the raw echo returns every chunk), its rounds alternate the order, its ratios point the
+// right way, and a half-finished side leaves without waiting for a timeout.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
 
 #include "common/error.h"
+#include "common/wire_format.h"
 #include "experiments/bench/ps_bench.h"
 #include "experiments/bench/ps_loopback.h"
 
 namespace gradsync {
 namespace {
 
-// Three chunks per shard with one shard, a short last chunk, and ranges that split chunks
-// unevenly with three shards.
-constexpr std::uint64_t kFloats = 2 * (std::uint64_t{1} << 17) + 5;
+// Three chunks per shard with one shard, the last one short; with three shards each range
+// spans two chunks, and the ranges split the buffer where no chunk boundary is.
+constexpr std::uint64_t kFloats = 3 * 2 * wire::kChunkKeys + 5;
 
 TEST_CASE("the ps side of the bench ends where a local replay of its steps ends") {
   for (const int shards : {1, 3}) {
     CAPTURE(shards);
     PsLoopback ps(kFloats, shards);
-    CHECK(ps.check() == 0);  // nothing pushed yet: the initial parameters
     ps.round_trips(4);
-    // Four momentum SGD steps moved the parameters (the gradient is zero only at every 17th
-    // key), and every one of them matches the replay bit for bit.
+    CHECK(ps.steps() == 4);
+    // The gradient is zero at every 17th key only: four momentum steps moved all the others,
+    // and every parameter matches the replay of four steps bit for bit.
+    CHECK(ps.moved() == kFloats - (kFloats + 8) / 17);
     CHECK(ps.check() == 0);
     ps.finish();
   }
 }
 
-TEST_CASE("bench ps reports both sides and a ratio for every size") {
+TEST_CASE("the raw sides echo the payload in one message or in the ps's chunks") {
+  for (const auto layout : {ZmqEchoLoopback::kOneMessage, ZmqEchoLoopback::kAsPs}) {
+    ZmqEchoLoopback echo(kFloats, layout, 3);
+    // Returns only once every message came back; a lost chunk would end in its timeout error.
+    CHECK_NOTHROW(echo.round_trips(3));
+  }
+}
+
+TEST_CASE("a ps side destroyed without finish() leaves at once, not after the shards' timeout") {
+  const auto start = std::chrono::steady_clock::now();
+  {
+    PsLoopback ps(1000, 2);
+    ps.round_trips(1);
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("paired rounds reverse the order of the sides every other round") {
+  std::string order;
+  const auto times = paired_rounds({[&] { order += 'a'; return 1.0; },
+                                    [&] { order += 'b'; return 2.0; },
+                                    [&] { order += 'c'; return 3.0; }},
+                                   3);
+  CHECK(order == "abccbaabc");
+  REQUIRE(times.size() == 3);
+  CHECK(times[1] == std::vector<double>{2.0, 2.0, 2.0});
+}
+
+TEST_CASE("a speed ratio is raw time over ps time, the median of each round's own ratio") {
+  // The ps took twice the raw time in two rounds and as long in one: it runs at half speed.
+  // Ratios of medians would say 2.0 / 4.0 = 50% too, but a round where the machine slowed both
+  // (the 8 and 16 below) must not count more than the others.
+  const SpeedRatio r = speed_ratio({4.0, 16.0, 1.0}, {2.0, 8.0, 1.0});
+  CHECK(r.median == doctest::Approx(0.5));
+  CHECK(r.min == doctest::Approx(0.5));
+  CHECK(r.max == doctest::Approx(1.0));
+  CHECK(median({3.0, 1.0, 2.0, 10.0}) == doctest::Approx(2.5));
+}
+
+TEST_CASE("bench ps reports every side and the replay check for every size") {
   PsBenchOptions options;
   options.floats = {1000, kFloats};
   options.shards = 2;
@@ -35,20 +80,14 @@ TEST_CASE("bench ps reports both sides and a ratio for every size") {
   const auto rows = run_ps_bench_rows(options);
   REQUIRE(rows.size() == 2);
   for (const PsBenchRow& row : rows) {
-    CHECK(row.rounds == 3);
-    CHECK(row.round_trips >= 1);
-    CHECK(row.ps_ms > 0);
-    CHECK(row.echo_ms > 0);
-    CHECK(row.ratio_min <= row.ratio);
-    CHECK(row.ratio <= row.ratio_max);
     CHECK(row.wrong == 0);
+    CHECK(row.vs_chunked.median > 0);
+    CHECK(row.vs_one_message.median > 0);
   }
-  const std::string table = render_ps_bench(options, rows);
-  CHECK(table.find("ps/raw") != std::string::npos);
   options.json = true;
   const std::string json = render_ps_bench(options, rows);
   CHECK(json.find("\"floats\": 1000,") != std::string::npos);
-  CHECK(json.find("\"wrong\": 0}") != std::string::npos);
+  CHECK(json.find("\"ps_speed_vs_raw_chunked\": ") != std::string::npos);
 }
 
 TEST_CASE("bench ps refuses options that cannot run, naming the flag") {
@@ -58,6 +97,8 @@ TEST_CASE("bench ps refuses options that cannot run, naming the flag") {
   options.floats = {4};
   options.shards = 5;  // more shards than floats
   CHECK_THROWS_WITH_AS(run_ps_bench_rows(options), doctest::Contains("--shards"), ConfigError);
+  options.shards = -1;
+  CHECK_THROWS_WITH_AS(run_ps_bench_rows(options), doctest::Contains("at least 1"), ConfigError);
   options.shards = 1;
   options.rounds = 0;
   CHECK_THROWS_WITH_AS(run_ps_bench_rows(options), doctest::Contains("--rounds"), ConfigError);

@@ -1,6 +1,6 @@
 // PsClient against real shards on threads of the test, over loopback: balanced ranges, sync for
 // K shards and N workers against the closed form, async and ssp, handshake refusals, CURVE,
-// key files, several tickets. (Round-trip speed: server/bench/ps_round_trip.cpp.)
+// key files, several tickets. (Round-trip speed: `gradsync bench ps`.)
 #include <doctest/doctest.h>
 #include <unistd.h>
 #include <zmq.h>
