@@ -25,10 +25,13 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
   std::vector<int> failure_order(n, -1);
   std::atomic<int> failures{0};
   auto replica = [&](std::size_t r) {
+    // Outside the try, so that it goes after the strategy: a step that failed may leave a
+    // collective in flight over the model's buffers, and releasing the strategy ends it.
+    std::unique_ptr<Model> model;
     try {
       // Built on the replica's own thread, so its buffers are first touched where they are used.
-      const std::unique_ptr<Model> model = make_model(config, widths, config.train.batch,
-                                                      model_device(config, static_cast<int>(r)));
+      model = make_model(config, widths, config.train.batch,
+                         model_device(config, static_cast<int>(r)));
       DistributedSampler sampler(data.train.size, static_cast<int>(r), config.workers,
                                  config.train.batch, config.train.seed);
       results[r] = run_worker_loop(*model, *strategies[r], sampler, data, loop,
@@ -42,6 +45,7 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
     // tearing down an NCCL communicator is collective (each rank's finalize waits for the
     // others'), so releasing them one after another from one thread would stall on the first.
     strategies[r].reset();
+    model.reset();
   };
   if (n == 1) {
     replica(0);

@@ -95,6 +95,8 @@ class DpGpuReplica final : public SyncStrategy {
     }
     g.aborted = true;
     // Only this replica's thread uses its communicator, and it is here, not in a collective.
+    // Aborted, not finalised: finalising waits for the other replicas' communicators.
+    if (comm_) comm_->abort("dp replica " + std::to_string(rank_) + ": " + reason);
     comm_.reset();
   }
 
@@ -116,8 +118,16 @@ class DpGpuReplica final : public SyncStrategy {
       }
       if (!problem.empty()) {
         const int device = comm_->device();
-        comm_.reset();  // destroying a communicator with work in flight aborts it
-        if (g.aborted) throw Error("dp replica " + std::to_string(rank_) + ": " + problem);
+        if (!g.aborted) {
+          // This replica is the first to give up: the others stop waiting now, not at their
+          // own deadlines.
+          std::lock_guard lock(g.reason_mutex);
+          if (g.reason.empty()) g.reason = "replica " + std::to_string(rank_) + ": " + problem;
+        }
+        const bool timed_out = !g.aborted.exchange(true);
+        comm_->abort(problem);
+        comm_.reset();
+        if (!timed_out) throw Error("dp replica " + std::to_string(rank_) + ": " + problem);
         throw TimeoutError(rank_, "dp on cuda:" + std::to_string(device), "dp step", problem);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -267,7 +267,9 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
     check_cuda(cudaMalloc(reinterpret_cast<void**>(&state->barrier_scratch), sizeof(float)),
                "cudaMalloc", *state);
   } catch (...) {
-    release(*state);  // the joined communicator and what was made so far
+    // The peers joined and went on: aborting does not wait for them, finalising would.
+    state->abort_comm();
+    release(*state);  // what was made so far
     throw;
   }
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(state)));
@@ -276,6 +278,16 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
 NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 NcclCommunicator::~NcclCommunicator() { release(*state_); }
+
+void NcclCommunicator::abort(const std::string& reason) {
+  state_->fail(reason);
+  try {
+    OnDevice on(state_->device);
+    state_->abort_comm();
+  } catch (const std::exception&) {
+    // No device to select: NCCL cannot have anything running on it either.
+  }
+}
 
 int NcclCommunicator::rank() const { return state_->rank; }
 int NcclCommunicator::size() const { return state_->size; }

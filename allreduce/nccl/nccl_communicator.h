@@ -84,6 +84,11 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const;
   int device() const;
 
+  // Aborts the communicator now (ncclCommAbort: kernels stuck on a peer are released, nothing
+  // waits for the other ranks); every later call throws `reason`. For a failure elsewhere in
+  // the run: destroying an idle communicator instead would finalise it, which waits for peers.
+  void abort(const std::string& reason);
+
   // "2.28.9": the NCCL library this process loaded.
   static std::string version();
 

@@ -16,12 +16,18 @@ int current_device() {
 
 namespace detail {
 
+// A failure here cannot be reported; it is cleared, so that the next checked call does not
+// report it as its own (the runtime keeps a non-sticky error until someone reads it).
 void release_stream(cudaStream_t stream) noexcept {
   cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
+  cudaGetLastError();
 }
 
-void release_event(cudaEvent_t event) noexcept { cudaEventDestroy(event); }
+void release_event(cudaEvent_t event) noexcept {
+  cudaEventDestroy(event);
+  cudaGetLastError();
+}
 
 void release_cublas(cublasHandle_t handle) noexcept { cublasDestroy(handle); }
 

@@ -52,6 +52,11 @@ class OwnedHandle {
   int device_ = -1;
 };
 
+// Instantiated once, in cuda_handles.cpp, for exactly these three.
+extern template class OwnedHandle<cudaStream_t, detail::release_stream>;
+extern template class OwnedHandle<cudaEvent_t, detail::release_event>;
+extern template class OwnedHandle<cublasHandle_t, detail::release_cublas>;
+
 using Stream = OwnedHandle<cudaStream_t, detail::release_stream>;
 using Event = OwnedHandle<cudaEvent_t, detail::release_event>;
 using Cublas = OwnedHandle<cublasHandle_t, detail::release_cublas>;

@@ -52,12 +52,9 @@ CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
-CudaMlp::~CudaMlp() {
-  // Errors cannot be reported from a destructor; the work is finished first so nothing still
-  // reads the buffers that the members' destructors free next.
-  cuda::DeviceGuard on(device_, std::nothrow);
-  if (stream_.get() != nullptr) cudaStreamSynchronize(stream_.get());
-}
+// The stream is the last member: destroyed first, it waits for its work before the buffers
+// that work reads are freed (also when the constructor failed after enqueueing the memsets).
+CudaMlp::~CudaMlp() = default;
 
 void CudaMlp::init_params(std::uint64_t seed) {
   Mlp host(widths_, 1);

@@ -86,8 +86,6 @@ class CudaMlp final : public Model {
   int max_batch_;
   int device_;
   std::vector<LayerRange> layers_;
-  cuda::Stream stream_;
-  cuda::Cublas cublas_;
   cuda::DeviceBuffer<float> params_;
   cuda::DeviceBuffer<float> grads_;
   std::vector<cuda::DeviceBuffer<float>> activations_;  // [0] = input, [l+1] = layer l's output
@@ -100,6 +98,10 @@ class CudaMlp final : public Model {
   cuda::PinnedBuffer<kernels::LossTotals> host_totals_;
   cuda::DeviceDatasetCache datasets_;
   GradReadyCallback grad_ready_;
+  // Last, so destroyed first: cuBLAS's handle, then the stream, which waits for its work
+  // before any buffer above is freed.
+  cuda::Stream stream_;
+  cuda::Cublas cublas_;
 };
 
 // The stream of a CudaMlp, or null for any other model (a CPU model has none).

@@ -6,7 +6,8 @@
 //   grads.zero(stream);                    // cudaMemsetAsync
 //   PinnedBuffer<std::int64_t> staged(batch);
 //
-// Move-only. Freeing happens in the destructor: cudaFree waits for the device to finish work
+// Move-only. Freeing happens in the destructor, with the buffer's own device current (the
+// thread may have another one current by then): cudaFree waits for that device to finish work
 // that may still use the memory, so a buffer may be destroyed right after its last use is
 // enqueued. Allocation failures throw gradsync::Error naming the device and the size.
 #pragma once
@@ -18,6 +19,7 @@
 #include <utility>
 
 #include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cuda_device.h"
 
 namespace gradsync::cuda {
 
@@ -26,16 +28,23 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(std::size_t count) : count_(count) {
-    if (count_ > 0) GRADSYNC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
+    if (count_ == 0) return;
+    GRADSYNC_CUDA_CHECK(cudaGetDevice(&device_));
+    GRADSYNC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
   }
   ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ == nullptr) return;
+    DeviceGuard on(device_, std::nothrow);
+    cudaFree(data_);
   }
   DeviceBuffer(DeviceBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)),
+        count_(std::exchange(other.count_, 0)),
+        device_(other.device_) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     std::swap(data_, other.data_);
     std::swap(count_, other.count_);
+    std::swap(device_, other.device_);
     return *this;
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -52,6 +61,7 @@ class DeviceBuffer {
  private:
   T* data_ = nullptr;
   std::size_t count_ = 0;
+  int device_ = 0;  // where data_ was allocated
 };
 
 template <typename T>
