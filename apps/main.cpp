@@ -234,6 +234,12 @@ int main(int argc, char** argv) {
     if (bench_ps->parsed()) {
       ps_bench_options.floats.clear();
       for (const std::string& size : ps_bench_sizes) {
+        // parse_size reads a trailing B as bytes; here the unit is floats, so "4MB" is refused
+        // rather than read as 4M floats (16 MiB).
+        if (!size.empty() && (size.back() == 'B' || size.back() == 'b')) {
+          throw gradsync::ConfigError("gradsync bench ps", "--floats",
+                                      "'" + size + "': sizes count floats (1M, 16M), not bytes");
+        }
         ps_bench_options.floats.push_back(gradsync::parse_size(size));
       }
       const auto rows = gradsync::run_ps_bench_rows(ps_bench_options);

@@ -45,6 +45,10 @@ struct CheckpointPart {
   std::vector<float> momentum;  // end - begin floats
 };
 
+// Beside the parts of a step folder: the settings the run trained with, "key value" lines
+// (experiments/checkpoints.h, training_settings). Optional; reading a checkpoint ignores it.
+inline constexpr const char* kCheckpointSettingsFile = "training.txt";
+
 // "<root>/step-00000050" (zero-padded so that names sort by step).
 std::string checkpoint_step_folder(const std::string& root, std::uint64_t step);
 // "part-1-of-2.ckpt"

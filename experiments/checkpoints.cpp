@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <regex>
+#include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "experiments/model_factory.h"
@@ -243,7 +247,7 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
   }
   if (config.checkpoint.every > 0 && rank == 0 && !ps) {
     out.writer.emplace(checkpoint_root(config, run_dir), config.checkpoint.every, last_step,
-                       description);
+                       description, training_settings(config));
   }
   return out;
 }
@@ -265,12 +269,61 @@ void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std
                         rank0_step + "): name one step folder, so that every rank reads the same one");
 }
 
+std::string training_settings(const Config& config) {
+  std::ostringstream out;
+  out << "strategy " << config.strategy << "\n"
+      << "workers " << config.workers << "\n"
+      << "train.batch " << config.train.batch << "\n"
+      << "train.accumulation_steps " << config.train.accumulation_steps << "\n"
+      << "train.lr " << config.train.lr << "\n"
+      << "train.momentum " << config.train.momentum << "\n"
+      << "train.weight_decay " << config.train.weight_decay << "\n"
+      << "train.seed " << config.train.seed << "\n";
+  if (config.strategy == "ps") {
+    out << "ps.servers " << config.ps.servers << "\n"
+        << "ps.mode " << config.ps.mode << "\n";
+  }
+  return out.str();
+}
+
+std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config) {
+  std::ifstream file(fs::path(step_folder) / kCheckpointSettingsFile);
+  if (!file) return {};
+  std::map<std::string, std::string> now;
+  std::istringstream current(training_settings(config));
+  for (std::string line; std::getline(current, line);) {
+    const auto space = line.find(' ');
+    now[line.substr(0, space)] = line.substr(space + 1);
+  }
+  std::vector<std::string> changed;
+  for (std::string line; std::getline(file, line);) {
+    const auto space = line.find(' ');
+    if (space == std::string::npos) continue;  // not ours; the note is a courtesy, not a check
+    const std::string key = line.substr(0, space), then = line.substr(space + 1);
+    const auto it = now.find(key);
+    const std::string value = it == now.end() ? "(unset)" : it->second;
+    if (value != then) changed.push_back(key + " " + then + " -> " + value);
+  }
+  return changed;
+}
+
+void note_changed_settings(const Config& config) {
+  if (config.checkpoint.resume.empty()) return;
+  const std::vector<std::string> changed = changed_settings(config.checkpoint.resume, config);
+  if (changed.empty()) return;
+  std::string line = "gradsync: run " + config.name + " resumes " + config.checkpoint.resume +
+                     " with other settings: ";
+  for (std::size_t i = 0; i < changed.size(); ++i) line += (i ? ", " : "") + changed[i];
+  std::cerr << line << " (it goes on with the new ones)\n";
+}
+
 Checkpointer::Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
-                           std::string description)
+                           std::string description, std::string settings)
     : root_(std::move(root)),
       every_(every),
       last_step_(last_step),
-      description_(std::move(description)) {}
+      description_(std::move(description)),
+      settings_(std::move(settings)) {}
 
 bool Checkpointer::due(std::int64_t steps_done) const {
   return every_ > 0 && (steps_done % every_ == 0 || steps_done == last_step_);
@@ -288,9 +341,9 @@ void Checkpointer::save(std::int64_t steps_done, Model& model, const Optimizer& 
   part.momentum.resize(part.total);
   model.copy_params_to_host(part.params);
   optimizer.save_state(part.momentum);
-  write_checkpoint_part(
-      (fs::path(checkpoint_step_folder(root_, part.step)) / checkpoint_part_name(0, 1)).string(),
-      part);
+  const fs::path folder = checkpoint_step_folder(root_, part.step);
+  write_checkpoint_part((folder / checkpoint_part_name(0, 1)).string(), part);
+  write_file_atomically((folder / kCheckpointSettingsFile).string(), settings_);
 }
 
 }  // namespace gradsync

@@ -68,12 +68,28 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 // no step at which the model is one consistent state).
 void validate_checkpointing(const Config& config);
 
+// What shapes a run's trajectory besides the model, as "key value" lines (strategy, workers,
+// batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode). Written beside
+// a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say what it
+// changed. A checkpoint resumes under other settings (another strategy, worker count or lr is
+// a use, not a mistake); the note only makes sure it is not a surprise.
+std::string training_settings(const Config& config);
+
+// The settings that differ between the checkpoint in `step_folder` and `config`, each as
+// "train.lr 0.1 -> 0.05", in the file's order; empty when none differ or the folder has no
+// settings file (checkpoints written before it existed).
+std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config);
+
+// When config resumes a checkpoint whose settings differ, says so on stderr in one line:
+// "gradsync: run dp-2 resumes .../step-00000050 with other settings: train.lr 0.1 -> 0.05".
+void note_changed_settings(const Config& config);
+
 // Writes rank 0's checkpoints (single, dp, allreduce): after step `steps_done` when it is a
-// multiple of `every` or the last one.
+// multiple of `every` or the last one, its part and the run's training_settings().
 class Checkpointer {
  public:
   Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
-               std::string description);
+               std::string description, std::string settings);
 
   bool due(std::int64_t steps_done) const;
   // Copies the parameters (from wherever the model keeps them) and the optimizer's state.
@@ -84,6 +100,7 @@ class Checkpointer {
   std::int64_t every_;
   std::int64_t last_step_;
   std::string description_;
+  std::string settings_;
 };
 
 // What one process of a run needs: the state to resume from, and rank 0's checkpointer.

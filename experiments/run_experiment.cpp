@@ -181,6 +181,7 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   for (const Config& given : preset.runs) {
     configs.push_back(with_resolved_checkpoint(given));
     claim_checkpoint_root(configs.back());
+    note_changed_settings(configs.back());
   }
   const fs::path dir = fresh_folder(root, preset.name);
   point_latest_at(root, dir);

@@ -28,6 +28,7 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
   options.checkpoint_last_step = plan.steps;
   options.checkpoint_root = checkpoint_root(config, run_dir);
   options.checkpoint_description = model_description(config, plan.widths);
+  options.checkpoint_settings = training_settings(config);
   if (config.checkpoint.resume.empty()) return;
   const KeyRange range = balanced_ranges(options.model_size, options.shards)[options.shard];
   TrainingState state = load_training_state(

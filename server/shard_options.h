@@ -50,6 +50,7 @@ struct PsShardOptions {
   std::int64_t checkpoint_last_step = 0;
   std::string checkpoint_root;
   std::string checkpoint_description;  // the model, as the checkpoint records it
+  std::string checkpoint_settings;     // shard 0 writes it beside its part as training.txt
   // Resuming: this shard's range from a checkpoint. The shard starts initialised at `step`
   // (no INIT expected: every worker pulls).
   struct Start {

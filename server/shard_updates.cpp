@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "common/atomic_file.h"
 #include "common/checkpoint_file.h"
 
 namespace gradsync {
@@ -224,11 +225,14 @@ void ShardState::write_checkpoint() const {
   part.params.assign(store_.values().begin(), store_.values().end());
   part.momentum.resize(range_.size());
   part.optimizer_steps = store_.save_optimizer(part.momentum);
-  const std::string path = (std::filesystem::path(checkpoint_step_folder(
-                                options_.checkpoint_root, version_)) /
-                            checkpoint_part_name(options_.shard, options_.shards))
-                               .string();
-  write_checkpoint_part(path, part);
+  const std::filesystem::path folder =
+      checkpoint_step_folder(options_.checkpoint_root, version_);
+  write_checkpoint_part((folder / checkpoint_part_name(options_.shard, options_.shards)).string(),
+                        part);
+  // The run's settings, once per step (experiments/checkpoints.h: training_settings).
+  if (options_.shard == 0 && !options_.checkpoint_settings.empty()) {
+    write_file_atomically((folder / kCheckpointSettingsFile).string(), options_.checkpoint_settings);
+  }
 }
 
 }  // namespace gradsync

@@ -15,6 +15,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -71,6 +72,7 @@ with tempfile.TemporaryDirectory() as tmp:
         check(steps == ["step-00000050", "step-00000060"], f"{run}: checkpoints {steps}")
         parts = os.listdir(os.path.join(stopped, run, "checkpoints", "step-00000050"))
         want = ["part-0-of-2.ckpt", "part-1-of-2.ckpt"] if run == "ps-2" else ["part-0-of-1.ckpt"]
+        want.append("training.txt")  # the settings it trained with
         check(sorted(parts) == want, f"{run}: parts {parts}, expected {want}")
 
     # 1. Resume each run from its step-50 checkpoint.
@@ -91,6 +93,21 @@ with tempfile.TemporaryDirectory() as tmp:
         trace = json.load(open(os.path.join(resumed, run, "trace.json")))
         spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "compute"]
         check(len(spans) > 0, f"{run}: the resumed run's trace holds its steps")
+
+    # Resuming under other settings is allowed, and said in one line naming what changed; the
+    # same settings say nothing.
+    for run in ["dp-2", "ps-2"]:
+        step50 = os.path.join(stopped, run, "checkpoints", "step-00000050")
+        same = gradsync_run("--output", os.path.join(tmp, "same-" + run), "--only", run,
+                            "--resume", step50)
+        check(same.returncode == 0 and "other settings" not in same.stderr,
+              f"{run}: a resume with the same settings notes nothing: {same.stderr[-500:]}")
+        other = gradsync_run("--output", os.path.join(tmp, "other-" + run), "--only", run,
+                             "--resume", step50, "--set", "train.lr=0.0125")
+        check(other.returncode == 0 and
+              re.search(r"resumes \S+step-00000050 with other settings: train\.lr \S+ -> 0\.0125",
+                        other.stderr) is not None,
+              f"{run}: a resume with another lr says so: {other.stderr[-500:]}")
 
     # `--resume <root>/latest` into the same results root: `latest` is the stopped run until the
     # new one has found its checkpoints; each run resumes from its newest (step 60).

@@ -223,3 +223,23 @@ TEST_CASE("checkpoints: ranks that resolved --resume to different steps stop bef
   CHECK_THROWS_AS(gradsync::agree_on_resumed_step(silent, 1, 50, "step-50", 50ms),
                   gradsync::TimeoutError);
 }
+
+TEST_CASE("checkpoints: a resume under other settings names each one that changed") {
+  TempDir tmp;
+  const fs::path folder = tmp.path() / "step-00000050";
+  fs::create_directories(folder);
+  gradsync::Config trained;
+  trained.strategy = "allreduce";
+  trained.workers = 2;
+  trained.train.lr = 0.1;
+  std::ofstream(folder / gradsync::kCheckpointSettingsFile) << gradsync::training_settings(trained);
+  CHECK(gradsync::changed_settings(folder.string(), trained).empty());
+  gradsync::Config now = trained;
+  now.workers = 4;
+  now.train.lr = 0.05;
+  CHECK(gradsync::changed_settings(folder.string(), now) ==
+        std::vector<std::string>{"workers 2 -> 4", "train.lr 0.1 -> 0.05"});
+  // A checkpoint without the file (written before it existed) has nothing to compare.
+  fs::remove(folder / gradsync::kCheckpointSettingsFile);
+  CHECK(gradsync::changed_settings(folder.string(), now).empty());
+}
