@@ -1,6 +1,7 @@
 #include "experiments/checkpoints.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -269,15 +270,28 @@ void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std
                         rank0_step + "): name one step folder, so that every rank reads the same one");
 }
 
+namespace {
+
+// The shortest text that reads back as the same double: 0.05 stays "0.05", and two learning
+// rates that differ anywhere differ in the file.
+std::string exact(double value) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, value);
+  return error == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+
+}  // namespace
+
 std::string training_settings(const Config& config) {
   std::ostringstream out;
   out << "strategy " << config.strategy << "\n"
       << "workers " << config.workers << "\n"
+      << "data.kind " << config.data.kind << "\n"
       << "train.batch " << config.train.batch << "\n"
       << "train.accumulation_steps " << config.train.accumulation_steps << "\n"
-      << "train.lr " << config.train.lr << "\n"
-      << "train.momentum " << config.train.momentum << "\n"
-      << "train.weight_decay " << config.train.weight_decay << "\n"
+      << "train.lr " << exact(config.train.lr) << "\n"
+      << "train.momentum " << exact(config.train.momentum) << "\n"
+      << "train.weight_decay " << exact(config.train.weight_decay) << "\n"
       << "train.seed " << config.train.seed << "\n";
   if (config.strategy == "ps") {
     out << "ps.servers " << config.ps.servers << "\n"
@@ -301,7 +315,7 @@ std::vector<std::string> changed_settings(const std::string& step_folder, const 
     if (space == std::string::npos) continue;  // not ours; the note is a courtesy, not a check
     const std::string key = line.substr(0, space), then = line.substr(space + 1);
     const auto it = now.find(key);
-    const std::string value = it == now.end() ? "(unset)" : it->second;
+    const std::string value = it == now.end() ? "(not used)" : it->second;
     if (value != then) changed.push_back(key + " " + then + " -> " + value);
   }
   return changed;
@@ -343,7 +357,12 @@ void Checkpointer::save(std::int64_t steps_done, Model& model, const Optimizer& 
   optimizer.save_state(part.momentum);
   const fs::path folder = checkpoint_step_folder(root_, part.step);
   write_checkpoint_part((folder / checkpoint_part_name(0, 1)).string(), part);
-  write_file_atomically((folder / kCheckpointSettingsFile).string(), settings_);
+  // The settings only serve a note on resume: failing to write them must not fail the run.
+  try {
+    write_file_atomically((folder / kCheckpointSettingsFile).string(), settings_);
+  } catch (const std::exception& e) {
+    std::cerr << "gradsync: warning: " << e.what() << " (the checkpoint itself is complete)\n";
+  }
 }
 
 }  // namespace gradsync

@@ -69,7 +69,7 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 void validate_checkpointing(const Config& config);
 
 // What shapes a run's trajectory besides the model, as "key value" lines (strategy, workers,
-// batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode). Written beside
+// data kind, batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode). Written beside
 // a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say what it
 // changed. A checkpoint resumes under other settings (another strategy, worker count or lr is
 // a use, not a mistake); the note only makes sure it is not a surprise.
@@ -81,7 +81,8 @@ std::string training_settings(const Config& config);
 std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config);
 
 // When config resumes a checkpoint whose settings differ, says so on stderr in one line:
-// "gradsync: run dp-2 resumes .../step-00000050 with other settings: train.lr 0.1 -> 0.05".
+// "gradsync: run dp-2 resumes .../step-00000050 with other settings: train.lr 0.1 -> 0.05
+// (it goes on with the new ones)".
 void note_changed_settings(const Config& config);
 
 // Writes rank 0's checkpoints (single, dp, allreduce): after step `steps_done` when it is a

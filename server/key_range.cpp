@@ -35,4 +35,18 @@ std::vector<KeyRange> chunk_ranges(KeyRange range) {
   return chunks;
 }
 
+std::vector<ShardPiece> send_order(const std::vector<std::vector<KeyRange>>& pieces, int rank) {
+  std::vector<ShardPiece> order;
+  const std::size_t shards = pieces.size();
+  std::size_t most = 0;
+  for (const auto& p : pieces) most = std::max(most, p.size());
+  for (std::size_t c = 0; c < most; ++c) {
+    for (std::size_t j = 0; j < shards; ++j) {
+      const std::size_t k = (j + static_cast<std::size_t>(rank)) % shards;
+      if (c < pieces[k].size()) order.push_back({static_cast<int>(k), pieces[k][c]});
+    }
+  }
+  return order;
+}
+
 }  // namespace gradsync

@@ -104,40 +104,30 @@ class PsClient::Impl {
                              : kind == Kind::kPull ? MessageType::kPull
                                                    : MessageType::kPushPull;
     // INIT and PULL name each shard's whole range; a push_pull sends one PUSHPULL per chunk of
-    // it (wire_format.h), so a shard can answer chunk c while chunk c + 1 is on its way. The
-    // chunks go round-robin over the shards (chunk 0 of every shard, then chunk 1, ...): every
-    // shard's link gets busy at once instead of the last shard waiting for all the others.
-    // Each rank starts the round at another shard (rank r at shard r mod K), so that the N
-    // workers' chunks reach the shards spread out rather than all at the same shard at once.
+    // it (wire_format.h), so a shard can answer chunk c while chunk c + 1 is on its way; the
+    // chunks go out in send_order() (ps_client.h).
     std::vector<std::vector<KeyRange>> pieces;
-    std::size_t most = 0;
     for (ShardLink& link : links_) {
       const KeyRange r = link.range();
       request.cursor.push_back(r.begin);
       pieces.push_back(kind == Kind::kPushPull ? chunk_ranges(r) : std::vector<KeyRange>{r});
-      most = std::max(most, pieces.back().size());
     }
     try {
-      const std::size_t shards = links_.size();
-      for (std::size_t c = 0; c < most; ++c) {
-        for (std::size_t j = 0; j < shards; ++j) {
-          ShardLink& link = links_[(j + static_cast<std::size_t>(options_.rank)) % shards];
-          if (c >= pieces[link.shard()].size()) continue;
-          const KeyRange piece = pieces[link.shard()][c];
-          // The slice of the caller's buffer, sent in place (zmq_transport.h).
-          Buffer payload;
-          if (kind != Kind::kPull) {
-            payload.bytes = std::as_bytes(out.subspan(piece.begin, piece.size()));
-          }
-          const auto header =
-              wire::make_header(type, options_.rank, step, piece.begin, piece.end, payload.size());
-          request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
-          if (shaper_.shaping()) {
-            const std::size_t bytes = payload.size();
-            shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)});
-          } else {
-            link.send(header, payload, operation(request, link.shard()));
-          }
+      for (const ShardPiece& piece : send_order(pieces, options_.rank)) {
+        ShardLink& link = links_[piece.shard];
+        // The slice of the caller's buffer, sent in place (zmq_transport.h).
+        Buffer payload;
+        if (kind != Kind::kPull) {
+          payload.bytes = std::as_bytes(out.subspan(piece.keys.begin, piece.keys.size()));
+        }
+        const auto header = wire::make_header(type, options_.rank, step, piece.keys.begin,
+                                              piece.keys.end, payload.size());
+        request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
+        if (shaper_.shaping()) {
+          const std::size_t bytes = payload.size();
+          shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)});
+        } else {
+          link.send(header, payload, operation(request, link.shard()));
         }
       }
       // What the link lets go at once (a PULL on an idle link) leaves now, not at wait().

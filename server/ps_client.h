@@ -72,6 +72,17 @@ std::vector<KeyRange> balanced_ranges(std::uint64_t total, int shards);
 // each from range.begin, the last one shorter; an empty range is one empty chunk).
 std::vector<KeyRange> chunk_ranges(KeyRange range);
 
+// The order in which rank `rank` sends one request's pieces (pieces[k]: those for shard k, in
+// key order): piece 0 of every shard, then piece 1, ..., each round starting at shard
+// rank mod K. Every shard's link gets busy at once instead of the last shard waiting for all
+// the others, and the N workers' chunks reach the shards spread out rather than all at the
+// same shard at once.
+struct ShardPiece {
+  int shard = 0;
+  KeyRange keys;
+};
+std::vector<ShardPiece> send_order(const std::vector<std::vector<KeyRange>>& pieces, int rank);
+
 // CURVE (libzmq's built-in encryption and authentication): a key pair in Z85 text.
 struct CurveKeys {
   std::string public_key;  // 40 characters

@@ -230,8 +230,14 @@ void ShardState::write_checkpoint() const {
   write_checkpoint_part((folder / checkpoint_part_name(options_.shard, options_.shards)).string(),
                         part);
   // The run's settings, once per step (experiments/checkpoints.h: training_settings).
+  // It only serves a note on resume: failing to write it must not fail the run.
   if (options_.shard == 0 && !options_.checkpoint_settings.empty()) {
-    write_file_atomically((folder / kCheckpointSettingsFile).string(), options_.checkpoint_settings);
+    try {
+      write_file_atomically((folder / kCheckpointSettingsFile).string(),
+                            options_.checkpoint_settings);
+    } catch (const std::exception& e) {
+      log(name() + ": " + e.what() + " (the checkpoint part itself is complete)");
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 #include "server/zmq_transport.h"
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <memory>
 
 #include "common/error.h"
@@ -77,6 +79,14 @@ void set_common_options(zmq::socket_t& socket, std::chrono::milliseconds linger,
   // frame of exactly the allowed payload would be refused and the connection silently dropped.
   constexpr std::int64_t kCurveFrameSlack = 256;
   socket.set(zmq::sockopt::maxmsgsize, max_frame_bytes + kCurveFrameSlack);
+}
+
+void set_queue_room(zmq::socket_t& socket, std::size_t messages) {
+  constexpr std::size_t kZeroMqDefault = 1000;
+  const int room = static_cast<int>(std::min<std::size_t>(std::max(kZeroMqDefault, messages),
+                                                          std::numeric_limits<int>::max()));
+  socket.set(zmq::sockopt::sndhwm, room);
+  socket.set(zmq::sockopt::rcvhwm, room);
 }
 
 void make_curve_server(zmq::socket_t& socket, const CurveKeys& keys) {

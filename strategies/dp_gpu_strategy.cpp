@@ -44,6 +44,18 @@ class DpGpuReplica final : public SyncStrategy {
  public:
   DpGpuReplica(std::shared_ptr<DpGpuGroup> group, int rank)
       : group_(std::move(group)), rank_(rank) {}
+  ~DpGpuReplica() override {
+    // A replica that finished while another failed (after the last collective: a checkpoint
+    // or the final evaluation) must not finalise: that waits for the failed replica's
+    // communicator, which was aborted. Abort this one too.
+    if (!comm_ || !group_->aborted) return;
+    std::string reason;
+    {
+      std::lock_guard lock(group_->reason_mutex);
+      reason = group_->reason;
+    }
+    comm_->abort("dp replica " + std::to_string(rank_) + ": " + reason);
+  }
 
   std::string_view name() const override { return "dp"; }
   int rank() const override { return rank_; }
@@ -118,15 +130,21 @@ class DpGpuReplica final : public SyncStrategy {
       }
       if (!problem.empty()) {
         const int device = comm_->device();
-        if (!g.aborted) {
-          // This replica is the first to give up: the others stop waiting now, not at their
-          // own deadlines.
+        bool timed_out = false;
+        {
           std::lock_guard lock(g.reason_mutex);
-          if (g.reason.empty()) g.reason = "replica " + std::to_string(rank_) + ": " + problem;
+          if (!g.aborted) {
+            // This replica is the first to give up: the others stop waiting now, not at
+            // their own deadlines.
+            g.reason = "replica " + std::to_string(rank_) + ": " + problem;
+            g.aborted = true;
+            timed_out = true;
+          } else {
+            problem = g.reason;  // another replica gave up first: its reason is the cause
+          }
         }
-        const bool timed_out = !g.aborted.exchange(true);
-        comm_->abort(problem);
-        comm_.reset();
+        // Thrown at once, so the first cause is caught first (train_in_process reports the
+        // first failure); the caller's abort() then aborts this replica's communicator.
         if (!timed_out) throw Error("dp replica " + std::to_string(rank_) + ": " + problem);
         throw TimeoutError(rank_, "dp on cuda:" + std::to_string(device), "dp step", problem);
       }

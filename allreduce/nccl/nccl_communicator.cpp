@@ -33,6 +33,7 @@ struct NcclCommunicator::State {
     if (comm != nullptr && !aborted) {
       aborted = true;
       ncclCommAbort(comm);
+      comm = nullptr;  // freed by the abort: nothing may reach it any more
     }
   }
   void fail(const std::string& message) {

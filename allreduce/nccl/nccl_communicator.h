@@ -87,6 +87,7 @@ class NcclCommunicator final : public Communicator {
   // Aborts the communicator now (ncclCommAbort: kernels stuck on a peer are released, nothing
   // waits for the other ranks); every later call throws `reason`. For a failure elsewhere in
   // the run: destroying an idle communicator instead would finalise it, which waits for peers.
+  // Like every other call, only from the rank's own thread, never while it waits.
   void abort(const std::string& reason);
 
   // "2.28.9": the NCCL library this process loaded.

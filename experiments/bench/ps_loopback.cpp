@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "server/ps_client.h"
 #include "server/ps_shard.h"
+#include "server/zmq_transport.h"
 #include "worker/sgd.h"
 
 namespace gradsync {
@@ -16,6 +17,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto kTimeout = 60s;
+// Messages each echo socket may queue: 4 x the chunks of the largest payload (1 GiB).
+constexpr std::size_t kQueueRoom = 4 * 2048;
 const SgdOptions kSgd{0.01, 0.9, 0.0};
 
 }  // namespace
@@ -57,8 +60,12 @@ class PsLoopback::Impl {
       client_->wait(client_->init(params_));
     } catch (const std::exception& e) {
       stop_shards();
-      // A shard that failed says why the client could not connect or initialise.
-      throw Error(std::string(e.what()) + shard_failure());
+      // A shard that failed says why the client could not connect or initialise; otherwise
+      // the client's own error (a TimeoutError or PeerError) goes on as it is.
+      if (const std::string failed = shard_failure(); !failed.empty()) {
+        throw Error(std::string(e.what()) + failed);
+      }
+      throw;
     }
   }
 
@@ -74,7 +81,10 @@ class PsLoopback::Impl {
         ++steps_;
       }
     } catch (const std::exception& e) {
-      throw Error(std::string(e.what()) + shard_failure());
+      if (const std::string failed = shard_failure(); !failed.empty()) {
+        throw Error(std::string(e.what()) + failed);
+      }
+      throw;
     }
   }
 
@@ -131,11 +141,14 @@ std::uint64_t PsLoopback::check() const { return impl_->check(); }
 std::uint64_t PsLoopback::moved() const { return impl_->moved(); }
 void PsLoopback::finish() { impl_->finish(); }
 
+namespace {
+
 // One raw echo server: a ROUTER in a context of its own, echoing every message on its thread.
 class EchoServer {
  public:
   EchoServer() {
     router_.set(zmq::sockopt::linger, 0);
+    set_queue_room(router_, kQueueRoom);  // as the shard's: a whole payload's chunks fit
     router_.bind("tcp://127.0.0.1:*");
     endpoint_ = router_.get(zmq::sockopt::last_endpoint);
     thread_ = std::jthread([this](std::stop_token stop) {
@@ -175,6 +188,8 @@ class EchoServer {
   std::jthread thread_;  // last: stopped and joined before the socket closes
 };
 
+}  // namespace
+
 class ZmqEchoLoopback::Impl {
  public:
   Impl(std::uint64_t floats, Layout layout, int connections) : payload_(floats, 0.5f) {
@@ -182,23 +197,21 @@ class ZmqEchoLoopback::Impl {
       connections = 1;
       pieces_.push_back({0, {0, floats}});
     } else {
-      // PsClient's order for rank 0: chunk 0 of every range, then chunk 1, ...
+      // Exactly what PsClient sends for rank 0: the same chunks, in the same order.
       std::vector<std::vector<KeyRange>> chunks;
-      std::size_t most = 0;
       for (const KeyRange& range : balanced_ranges(floats, connections)) {
         chunks.push_back(chunk_ranges(range));
-        most = std::max(most, chunks.back().size());
       }
-      for (std::size_t c = 0; c < most; ++c) {
-        for (int k = 0; k < connections; ++k) {
-          if (c < chunks[k].size()) pieces_.push_back({k, chunks[k][c]});
-        }
+      for (const ShardPiece& piece : send_order(chunks, 0)) {
+        pieces_.push_back({piece.shard, piece.keys});
       }
     }
     for (int k = 0; k < connections; ++k) {
       servers_.push_back(std::make_unique<EchoServer>());
       dealers_.emplace_back(client_context_, zmq::socket_type::dealer);
       dealers_.back().set(zmq::sockopt::linger, 0);
+      dealers_.back().set(zmq::sockopt::sndtimeo, static_cast<int>(kTimeout / 1ms));
+      set_queue_room(dealers_.back(), kQueueRoom);
       dealers_.back().connect(servers_.back()->endpoint());
     }
   }
@@ -215,7 +228,10 @@ class ZmqEchoLoopback::Impl {
         zmq::message_t out(
             payload_.data() + piece.range.begin, piece.range.size() * sizeof(float),
             [](void*, void*) {}, nullptr);
-        dealers_[piece.connection].send(out, zmq::send_flags::none);
+        if (!dealers_[piece.connection].send(out, zmq::send_flags::none)) {
+          throw Error("bench ps: the raw ZeroMQ echo took no message within 60 s" +
+                      server_failures());
+        }
       }
       std::size_t received = 0;
       const auto deadline = std::chrono::steady_clock::now() + kTimeout;

@@ -126,6 +126,21 @@ TEST_CASE("ps client: balanced_ranges gives the first total % K shards one extra
   CHECK_THROWS_AS(balanced_ranges(10, 0), Error);
 }
 
+TEST_CASE("ps client: send_order goes round the shards chunk by chunk, rank r starting at r mod K") {
+  const KeyRange a0{0, 10}, a1{10, 20}, a2{20, 25}, b0{25, 35}, c0{35, 45}, c1{45, 50};
+  const std::vector<std::vector<KeyRange>> pieces = {{a0, a1, a2}, {b0}, {c0, c1}};
+  auto keys = [](const std::vector<ShardPiece>& order) {
+    std::vector<std::pair<int, std::uint64_t>> out;
+    for (const ShardPiece& p : order) out.emplace_back(p.shard, p.keys.begin);
+    return out;
+  };
+  using Order = std::vector<std::pair<int, std::uint64_t>>;
+  // Rank 0: chunk 0 of shards 0, 1, 2, then chunk 1 of those that have one, ...
+  CHECK(keys(send_order(pieces, 0)) == Order{{0, 0}, {1, 25}, {2, 35}, {0, 10}, {2, 45}, {0, 20}});
+  // Rank 4 of any world starts each round at shard 4 mod 3 = 1.
+  CHECK(keys(send_order(pieces, 4)) == Order{{1, 25}, {2, 35}, {0, 0}, {2, 45}, {0, 10}, {0, 20}});
+}
+
 TEST_CASE("ps client: chunk_ranges tiles a shard's range in chunks of kChunkKeys from its start") {
   const std::uint64_t c = wire::kChunkKeys;
   CHECK(chunk_ranges({5, 5}) == std::vector<KeyRange>{{5, 5}});  // one empty chunk

@@ -29,7 +29,10 @@ void release_event(cudaEvent_t event) noexcept {
   cudaGetLastError();
 }
 
-void release_cublas(cublasHandle_t handle) noexcept { cublasDestroy(handle); }
+void release_cublas(cublasHandle_t handle) noexcept {
+  cublasDestroy(handle);
+  cudaGetLastError();
+}
 
 }  // namespace detail
 

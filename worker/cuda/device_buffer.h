@@ -36,6 +36,7 @@ class DeviceBuffer {
     if (data_ == nullptr) return;
     DeviceGuard on(device_, std::nothrow);
     cudaFree(data_);
+    cudaGetLastError();  // unreportable here; not left for the next checked call to report
   }
   DeviceBuffer(DeviceBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
@@ -74,7 +75,9 @@ class PinnedBuffer {
     }
   }
   ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
+    if (data_ == nullptr) return;
+    cudaFreeHost(data_);
+    cudaGetLastError();  // unreportable here; not left for the next checked call to report
   }
   PinnedBuffer(PinnedBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
