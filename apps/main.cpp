@@ -228,7 +228,15 @@ int main(int argc, char** argv) {
       if (collective_options.device == "gpu" && bench_allreduce->count("--ranks") == 0) {
         collective_options.ranks = 0;
       }
-      std::cout << gradsync::run_collective_bench(collective_options);
+      const gradsync::CollectiveBenchReport report =
+          gradsync::run_collective_bench_report(collective_options);
+      std::cout << report.text;
+      if (report.wrong != 0 || report.gloo_wrong != 0) {
+        std::cerr << "gradsync: error: bench allreduce: " << report.wrong
+                  << " wrong elements from gradsync's collective, " << report.gloo_wrong
+                  << " from Gloo's (#wrong columns above)\n";
+        return 1;
+      }
       return 0;
     }
     if (bench_ps->parsed()) {

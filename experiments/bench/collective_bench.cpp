@@ -383,14 +383,25 @@ SweepSpec sweep_spec(const CollectiveBenchOptions& options, const CollectiveOp& 
 }  // namespace
 
 std::string run_collective_bench(const CollectiveBenchOptions& options) {
+  return run_collective_bench_report(options).text;
+}
+
+CollectiveBenchReport run_collective_bench_report(const CollectiveBenchOptions& options) {
+  auto wrong_in = [](const std::vector<SizeResult>& rows) {
+    std::uint64_t wrong = 0;
+    for (const SizeResult& row : rows) wrong += row.wrong;
+    return wrong;
+  };
   if (options.device == "gpu") {
     CollectiveBenchOptions gpu = options;
     const GpuSweep sweep = nccl_sweep_setup(gpu);  // fills in ranks; refuses without NCCL/GPU
     validate(gpu);
     const CollectiveOp& op = find_collective_op(gpu.op);
-    return render(gpu, op, nccl_measure(sweep_spec(gpu, op)), std::nullopt,
-                  "gloo: not run with --device gpu (it has no CUDA transport here)",
-                  {sweep.transport, "nccl"});
+    const std::vector<SizeResult> nccl = nccl_measure(sweep_spec(gpu, op));
+    return {render(gpu, op, nccl, std::nullopt,
+                   "gloo: not run with --device gpu (it has no CUDA transport here)",
+                   {sweep.transport, "nccl"}),
+            wrong_in(nccl), 0};
   }
   if (options.device != "cpu") {
     throw ConfigError(kWhere, "--device", "'" + options.device + "' (valid: cpu, gpu)");
@@ -425,8 +436,8 @@ std::string run_collective_bench(const CollectiveBenchOptions& options) {
                              std::to_string(options.ranks) + " rank(s) (needs 2 or more)";
   }
 #endif
-  return render(options, op, ours, theirs, gloo_line,
-                {"TcpRing over TCP 127.0.0.1", "tcp-ring"});
+  return {render(options, op, ours, theirs, gloo_line, {"TcpRing over TCP 127.0.0.1", "tcp-ring"}),
+          wrong_in(ours), theirs ? wrong_in(*theirs) : 0};
 }
 
 }  // namespace gradsync

@@ -55,6 +55,15 @@ std::size_t parse_size(const std::string& text);
 // JSON object per size. Throws ConfigError for invalid options before anything runs.
 std::string run_collective_bench(const CollectiveBenchOptions& options);
 
+// The same, with the wrong elements counted over every row: a caller that must not pass a
+// wrong collective off as a fast one (`gradsync bench allreduce` exits 1) checks them.
+struct CollectiveBenchReport {
+  std::string text;
+  std::uint64_t wrong = 0;        // gradsync's communicator (TcpRing, or NCCL)
+  std::uint64_t gloo_wrong = 0;   // Gloo's, when it ran beside
+};
+CollectiveBenchReport run_collective_bench_report(const CollectiveBenchOptions& options);
+
 // True when this build has the Gloo comparison (GRADSYNC_HAVE_GLOO).
 bool gloo_compiled_in();
 

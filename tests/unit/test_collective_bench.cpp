@@ -154,7 +154,10 @@ TEST_CASE("invalid options are rejected before anything runs") {
 TEST_CASE("a tiny allreduce sweep over TcpRing: 3 rows, nothing wrong, busbw from algbw") {
   for (int n : {2, 4}) {
     CAPTURE(n);
-    const std::string table = run_collective_bench(tiny(n, "allreduce"));
+    const CollectiveBenchReport report = run_collective_bench_report(tiny(n, "allreduce"));
+    CHECK(report.wrong == 0);  // what `gradsync bench allreduce` exits 1 on
+    CHECK(report.gloo_wrong == 0);
+    const std::string& table = report.text;
     CAPTURE(table);
     CHECK(table.find("op allreduce") != std::string::npos);
     CHECK(table.find("ranks " + std::to_string(n) + " ") != std::string::npos);
