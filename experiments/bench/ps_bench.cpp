@@ -134,9 +134,9 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
         "as fast\n# as raw), lowest and highest round beside it; #wrong: parameters != a "
         "local replay of the steps\n",
         o.shards, o.shards == 1 ? "" : "s", o.shards, o.shards == 1 ? "" : "s", o.rounds);
-    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %7s\n", "floats",
-                  "bytes", "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)", "ps(GB/s)",
-                  "vs chunked", "min", "max", "vs 1msg", "#wrong");
+    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %7s\n", "floats", "bytes",
+                  "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)", "ps(GB/s)", "vs chunked",
+                  "min", "max", "vs 1msg", "#wrong");
   }
   for (const PsBenchRow& r : rows) {
     const auto floats = static_cast<unsigned long long>(r.floats);
@@ -148,16 +148,16 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
           "\"raw_one_message_ms\": %.4f, \"ps_speed_vs_raw_chunked\": %.4f, "
           "\"ps_speed_vs_raw_chunked_min\": %.4f, \"ps_speed_vs_raw_chunked_max\": %.4f, "
           "\"ps_speed_vs_raw_one_message\": %.4f, \"wrong\": %llu}\n",
-          floats, floats * sizeof(float), o.shards, r.rounds, r.round_trips, r.ps_ms,
-          r.chunked_ms, r.one_message_ms, r.vs_chunked.median, r.vs_chunked.min,
-          r.vs_chunked.max, r.vs_one_message.median, wrong);
+          floats, floats * sizeof(float), o.shards, r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
+          r.one_message_ms, r.vs_chunked.median, r.vs_chunked.min, r.vs_chunked.max,
+          r.vs_one_message.median, wrong);
       continue;
     }
-    out += sprint(" %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %7llu\n",
-                  floats, floats * sizeof(float), r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
-                  r.one_message_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
-                  r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100,
-                  wrong);
+    out += sprint(
+        " %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %7llu\n",
+        floats, floats * sizeof(float), r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
+        r.one_message_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
+        r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100, wrong);
   }
   return out;
 }

@@ -108,7 +108,9 @@ class PsLoopback::Impl {
   void finish() {
     client_.reset();  // BYE to every shard: each serve() returns
     threads_.clear();
-    if (const std::string failed = shard_failure(); !failed.empty()) throw Error("bench ps" + failed);
+    if (const std::string failed = shard_failure(); !failed.empty()) {
+      throw Error("bench ps" + failed);
+    }
   }
 
  private:
@@ -260,7 +262,9 @@ class ZmqEchoLoopback::Impl {
   std::string server_failures() {
     std::string text;
     for (auto& server : servers_) {
-      if (const std::string f = server->failure(); !f.empty()) text += "; an echo server failed: " + f;
+      if (const std::string f = server->failure(); !f.empty()) {
+        text += "; an echo server failed: " + f;
+      }
     }
     return text;
   }

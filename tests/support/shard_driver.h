@@ -121,5 +121,4 @@ inline float first_param(const Outgoing& out) {
   return *reinterpret_cast<const float*>(out.payload.bytes.data());
 }
 
-
 }  // namespace gradsync::testing

@@ -69,9 +69,9 @@ TEST_CASE("ps shard: a live shard logs and ignores garbage while two workers tra
   }
   const std::vector<float> result[2] = {workers[0].get(), workers[1].get()};
   CHECK_NOTHROW(served.get());  // serve() returned by itself once both workers said BYE
-  for (const char* reason :
-       {"rejected message from 00", "header: 20 bytes, expected 48", "more than the maximum",
-        "magic: 0x12345678", "version: 77", "keys are not a chunk of this shard's range [0, 1000)"}) {
+  for (const char* reason : {"rejected message from 00", "header: 20 bytes, expected 48",
+                             "more than the maximum", "magic: 0x12345678", "version: 77",
+                             "keys are not a chunk of this shard's range [0, 1000)"}) {
     CHECK_MESSAGE(log.has(reason), reason);
   }
   CHECK(log.size() >= 15);

@@ -41,8 +41,7 @@ TEST_CASE("ps shard: HELLO is acknowledged with the range, mismatches refused wi
   // Another wire version (a version-1 worker, which pushed whole ranges): decode_header refuses
   // it, yet the worker hears why.
   h.version = 1;
-  CHECK(error_text(d.send(3, h)[0]) ==
-        "HELLO in wire version 1, this shard speaks version 2");
+  CHECK(error_text(d.send(3, h)[0]) == "HELLO in wire version 1, this shard speaks version 2");
 }
 
 TEST_CASE("ps shard: misaligned chunk ranges and duplicate chunks are refused, the shard goes on") {
@@ -130,7 +129,8 @@ TEST_CASE("ps shard: garbage is logged once per message and never answered") {
     garbage({Buffer::copy_of(noise), Buffer::copy_of(noise)}, "noise");
   }
   CHECK(log.has("shard 0: rejected message from 7730: magic"));
-  CHECK(log.has("keys are not a chunk of this shard's range [0, 8) (chunks of " + std::to_string(wire::kChunkKeys) + " keys"));
+  CHECK(log.has("keys are not a chunk of this shard's range [0, 8) (chunks of " +
+                std::to_string(wire::kChunkKeys) + " keys"));
   CHECK(log.has("shard 0: rejected message from 7374"));
   CHECK((state.params()[0] == 0.f && state.version() == 0));
   CHECK(d.push(0, 0, 1.f).size() == 1);  // and it still works

@@ -1,7 +1,6 @@
 // The shard in sync mode (bulk-synchronous), ShardState driven directly: every push averaged
 // once, replies chunk by chunk as soon as each chunk is updated, checkpoints and resuming.
 #include <doctest/doctest.h>
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -84,8 +83,8 @@ TEST_CASE("ps shard: sync checkpoints its range; a shard resumed from it goes on
   CHECK(std::filesystem::exists(gradsync::checkpoint_step_folder(root.string(), 4)));
 
   PsShardOptions resumed_options = options(0);
-  resumed_options.resume = PsShardOptions::Start{part.step, part.optimizer_steps, part.params,
-                                                 part.momentum};
+  resumed_options.resume =
+      PsShardOptions::Start{part.step, part.optimizer_steps, part.params, part.momentum};
   ShardState resumed(resumed_options, Clock::now());
   CHECK(resumed.version() == 2);
   CHECK(resumed.initialised());

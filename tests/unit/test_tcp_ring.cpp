@@ -5,11 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <mutex>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -18,105 +14,12 @@
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/error.h"
+#include "tests/support/ring_ranks.h"
 
-namespace {
-
+using namespace gradsync::testing;
 using namespace std::chrono_literals;
 using gradsync::Communicator;
 using gradsync::ReduceOp;
-using Clock = std::chrono::steady_clock;
-
-gradsync::TcpRingOptions ring_options(std::chrono::milliseconds timeout = 10s) {
-  gradsync::TcpRingOptions options;
-  options.timeout = timeout;
-  return options;
-}
-
-// Runs body(rank) on `size` threads and joins them. A thread still running after `limit` is a
-// hang: say so and abort, rather than block the whole test run.
-void run_ranks(int size, const std::function<void(int)>& body, std::chrono::seconds limit = 30s) {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int done = 0;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-      }
-      std::lock_guard lock(mutex);
-      ++done;
-      changed.notify_all();
-    });
-  }
-  {
-    std::unique_lock lock(mutex);
-    if (!changed.wait_for(lock, limit, [&] { return done == size; })) {
-      std::fprintf(stderr, "rank threads still running after %lld s: hang\n",
-                   static_cast<long long>(limit.count()));
-      std::abort();
-    }
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) {
-    if (!errors[std::size_t(r)]) continue;
-    try {
-      std::rethrow_exception(errors[std::size_t(r)]);
-    } catch (const std::exception& e) {
-      FAIL_CHECK("rank " << r << " threw: " << std::string(e.what()));
-    }
-  }
-}
-
-std::vector<float> rank_data(int rank, std::size_t length) {
-  std::vector<float> data(length);
-  for (std::size_t i = 0; i < length; ++i) data[i] = float(rank + 1 + int(i % 7));
-  return data;
-}
-
-// Sum over n ranks of rank_data: n(n+1)/2 + n (i % 7).
-float expected_sum(int n, std::size_t i) { return float(n * (n + 1) / 2 + n * int(i % 7)); }
-
-// Counts the elements that differ from expected(i); reports the first one.
-template <typename Expected>
-std::size_t wrong_elements(const std::vector<float>& got, Expected expected) {
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != expected(i)) {
-      if (wrong == 0) MESSAGE("element " << i << ": " << got[i] << " != " << expected(i));
-      ++wrong;
-    }
-  }
-  return wrong;
-}
-
-// A flag the rank threads of a failure test wait on (bounded), e.g. "the others have failed".
-class Latch {
- public:
-  explicit Latch(int count) : count_(count) {}
-  void count_down() {
-    std::lock_guard lock(mutex_);
-    if (--count_ <= 0) changed_.notify_all();
-  }
-  bool wait(std::chrono::milliseconds limit) {
-    std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, limit, [&] { return count_ <= 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  int count_;
-};
-
-long long ms_since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-}
-
-}  // namespace
 
 TEST_CASE("tcp ring: allreduce sum is exact for world sizes 1..7 and awkward lengths") {
   for (int n = 1; n <= 7; ++n) {
@@ -313,98 +216,6 @@ TEST_CASE("tcp ring: ranks form a ring through a real TcpStore") {
   });
 }
 
-TEST_CASE("tcp ring: a rank that never calls the collective makes the others time out naming it") {
-  const int n = 3;
-  const auto timeout = 600ms;
-  gradsync::InMemoryStore store;
-  Latch others_failed(n - 1);
-  run_ranks(n, [&](int r) {
-    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(timeout));
-    std::vector<float> data = rank_data(r, 1000);
-    comm->allreduce(data, ReduceOp::kSum);  // #1 succeeds everywhere
-    if (r == 1) {
-      // Rank 1 stays alive, connections open, but never issues #2.
-      CHECK(others_failed.wait(10s));
-      return;
-    }
-    const auto start = Clock::now();
-    std::string message;
-    try {
-      comm->allreduce(data, ReduceOp::kSum);
-      FAIL_CHECK("rank " << r << ": collective #2 should have timed out");
-    } catch (const gradsync::TimeoutError& e) {
-      message = e.what();
-    }
-    const auto elapsed = ms_since(start);
-    others_failed.count_down();
-    MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
-    CHECK(elapsed >= 500);
-    CHECK(elapsed < 600 + 600 + 1500);  // timeout + report grace + slack
-    CHECK(message.find("timed out after 600 ms") != std::string::npos);
-    CHECK(message.find("collective #2 allreduce") != std::string::npos);
-    CHECK(message.find("rank 1 no report") != std::string::npos);
-    CHECK(message.find("rank " + std::to_string(r) + " 2/1") != std::string::npos);
-    if (r == 2) CHECK(message.find("waiting for rank 1") != std::string::npos);
-    // The communicator is now unusable, and says why.
-    try {
-      comm->barrier();
-      FAIL_CHECK("a failed communicator must keep failing");
-    } catch (const gradsync::TimeoutError& e) {
-      CHECK(std::string(e.what()) == message);
-    }
-  });
-}
-
-TEST_CASE("tcp ring: a rank that destroys its communicator fails its neighbours at once") {
-  const int n = 4;
-  gradsync::InMemoryStore store;
-  run_ranks(n, [&](int r) {
-    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(10s));
-    std::vector<float> data = rank_data(r, 100000);
-    comm->allreduce(data, ReduceOp::kSum);
-    if (r == 2) {
-      comm.reset();  // as if the process died
-      return;
-    }
-    const auto start = Clock::now();
-    std::string message;
-    try {
-      comm->allreduce(data, ReduceOp::kSum);
-      FAIL_CHECK("rank " << r << ": collective #2 should have failed");
-    } catch (const gradsync::PeerError& e) {
-      message = e.what();
-    }
-    MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
-    CHECK(ms_since(start) < 3000);  // long before the 10 s timeout
-    CHECK(message.find("rank 2 closed the connection") != std::string::npos);
-    CHECK(message.find("collective #2 allreduce") != std::string::npos);
-  });
-}
-
-TEST_CASE("tcp ring: a rank issuing a different size fails with a desync naming both ranks") {
-  const int n = 3;
-  gradsync::InMemoryStore store;
-  run_ranks(n, [&](int r) {
-    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(5s));
-    std::vector<float> warmup(10, 1.0f);
-    for (int k = 0; k < 6; ++k) comm->allreduce(warmup, ReduceOp::kSum);
-    std::vector<float> data(r == 0 ? 999 : 1000, 1.0f);
-    const auto start = Clock::now();
-    try {
-      comm->allreduce(data, ReduceOp::kSum);
-      FAIL_CHECK("rank " << r << ": the mismatched collective should have failed");
-    } catch (const gradsync::PeerError& e) {
-      MESSAGE("rank " << r << ": " << std::string(e.what()));
-      if (r == 1) {
-        CHECK(std::string(e.what()).find(
-                  "desync: rank 1 is in collective #7 allreduce of 1000 floats but rank 0 sent "
-                  "collective #7 allreduce of 999 floats") != std::string::npos);
-      }
-    }
-    CHECK(ms_since(start) < 3000);
-  });
-}
-
 TEST_CASE("tcp ring: world size 1 and zero elements are no-ops that still count") {
   gradsync::InMemoryStore store;
   auto solo = gradsync::make_tcp_ring(store, 0, 1, ring_options());
@@ -432,61 +243,4 @@ TEST_CASE("tcp ring: world size 1 and zero elements are no-ops that still count"
     CHECK(comm->counters().collectives == 4);
     CHECK(comm->counters().bytes_sent == 2 * sizeof(float));
   });
-}
-
-TEST_CASE("tcp ring: Work::wait gives up at its timeout, and destruction never hangs") {
-  gradsync::InMemoryStore store;
-  Latch waited(1);
-  run_ranks(2, [&](int r) {
-    auto comm = gradsync::make_tcp_ring(store, r, 2, ring_options(20s));
-    if (r == 1) {
-      CHECK(waited.wait(10s));  // never joins rank 0's collective
-      return;
-    }
-    std::vector<float> data(1000, 1.0f);
-    auto work = comm->allreduce_async(data, ReduceOp::kSum);
-    auto queued = comm->barrier_async();
-    auto start = Clock::now();
-    CHECK_THROWS_AS(work->wait(100ms), gradsync::TimeoutError);
-    CHECK(ms_since(start) < 1000);
-    CHECK_FALSE(work->completed());
-    start = Clock::now();
-    comm.reset();  // with one collective running and one queued
-    CHECK(ms_since(start) < 1000);
-    CHECK(work->completed());
-    CHECK(queued->completed());
-    CHECK_THROWS_AS(work->wait(0ms), gradsync::Error);
-    CHECK_THROWS_AS(queued->wait(0ms), gradsync::Error);
-    waited.count_down();
-  });
-}
-
-TEST_CASE("tcp ring: setup fails naming a rank that never starts, or one of another world size") {
-  {
-    gradsync::InMemoryStore store;
-    run_ranks(2, [&](int r) {  // ranks 0 and 1 of 3; rank 2 never starts
-      const auto start = Clock::now();
-      try {
-        gradsync::make_tcp_ring(store, r, 3, ring_options(500ms));
-        FAIL_CHECK("setup should have timed out");
-      } catch (const gradsync::TimeoutError& e) {
-        MESSAGE("rank " << r << ": " << std::string(e.what()));
-        CHECK(e.rank() == 2);
-        CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
-      }
-      CHECK(ms_since(start) < 2000);
-    });
-  }
-  {
-    gradsync::InMemoryStore store;
-    run_ranks(2, [&](int r) {  // rank 0 believes in 3 ranks, rank 1 in 2
-      try {
-        gradsync::make_tcp_ring(store, r, r == 0 ? 3 : 2, ring_options(1s));
-        FAIL_CHECK("setup should have failed");
-      } catch (const gradsync::PeerError& e) {
-        MESSAGE("rank " << r << ": " << std::string(e.what()));
-        if (r == 1) CHECK(std::string(e.what()).find("of 3") != std::string::npos);
-      }
-    });
-  }
 }

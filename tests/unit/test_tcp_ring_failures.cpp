@@ -1,0 +1,170 @@
+// TcpRing when something goes wrong: a rank that never calls the collective, one that leaves,
+// one that issues another size, a Work waited on past its timeout, a setup that cannot
+// complete. Every case ends in bounded time with an error naming the rank at fault.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "allreduce/in_memory_store.h"
+#include "allreduce/tcp/socket.h"
+#include "allreduce/tcp/tcp_ring.h"
+#include "allreduce/tcp/tcp_store.h"
+#include "common/error.h"
+#include "tests/support/ring_ranks.h"
+
+using namespace gradsync::testing;
+using namespace std::chrono_literals;
+using gradsync::Communicator;
+using gradsync::ReduceOp;
+
+TEST_CASE("tcp ring: a rank that never calls the collective makes the others time out naming it") {
+  const int n = 3;
+  const auto timeout = 600ms;
+  gradsync::InMemoryStore store;
+  Latch others_failed(n - 1);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(timeout));
+    std::vector<float> data = rank_data(r, 1000);
+    comm->allreduce(data, ReduceOp::kSum);  // #1 succeeds everywhere
+    if (r == 1) {
+      // Rank 1 stays alive, connections open, but never issues #2.
+      CHECK(others_failed.wait(10s));
+      return;
+    }
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": collective #2 should have timed out");
+    } catch (const gradsync::TimeoutError& e) {
+      message = e.what();
+    }
+    const auto elapsed = ms_since(start);
+    others_failed.count_down();
+    MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
+    CHECK(elapsed >= 500);
+    CHECK(elapsed < 600 + 600 + 1500);  // timeout + report grace + slack
+    CHECK(message.find("timed out after 600 ms") != std::string::npos);
+    CHECK(message.find("collective #2 allreduce") != std::string::npos);
+    CHECK(message.find("rank 1 no report") != std::string::npos);
+    CHECK(message.find("rank " + std::to_string(r) + " 2/1") != std::string::npos);
+    if (r == 2) CHECK(message.find("waiting for rank 1") != std::string::npos);
+    // The communicator is now unusable, and says why.
+    try {
+      comm->barrier();
+      FAIL_CHECK("a failed communicator must keep failing");
+    } catch (const gradsync::TimeoutError& e) {
+      CHECK(std::string(e.what()) == message);
+    }
+  });
+}
+
+TEST_CASE("tcp ring: a rank that destroys its communicator fails its neighbours at once") {
+  const int n = 4;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(10s));
+    std::vector<float> data = rank_data(r, 100000);
+    comm->allreduce(data, ReduceOp::kSum);
+    if (r == 2) {
+      comm.reset();  // as if the process died
+      return;
+    }
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": collective #2 should have failed");
+    } catch (const gradsync::PeerError& e) {
+      message = e.what();
+    }
+    MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
+    CHECK(ms_since(start) < 3000);  // long before the 10 s timeout
+    CHECK(message.find("rank 2 closed the connection") != std::string::npos);
+    CHECK(message.find("collective #2 allreduce") != std::string::npos);
+  });
+}
+
+TEST_CASE("tcp ring: a rank issuing a different size fails with a desync naming both ranks") {
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(5s));
+    std::vector<float> warmup(10, 1.0f);
+    for (int k = 0; k < 6; ++k) comm->allreduce(warmup, ReduceOp::kSum);
+    std::vector<float> data(r == 0 ? 999 : 1000, 1.0f);
+    const auto start = Clock::now();
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": the mismatched collective should have failed");
+    } catch (const gradsync::PeerError& e) {
+      MESSAGE("rank " << r << ": " << std::string(e.what()));
+      if (r == 1) {
+        CHECK(std::string(e.what()).find(
+                  "desync: rank 1 is in collective #7 allreduce of 1000 floats but rank 0 sent "
+                  "collective #7 allreduce of 999 floats") != std::string::npos);
+      }
+    }
+    CHECK(ms_since(start) < 3000);
+  });
+}
+
+TEST_CASE("tcp ring: Work::wait gives up at its timeout, and destruction never hangs") {
+  gradsync::InMemoryStore store;
+  Latch waited(1);
+  run_ranks(2, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, 2, ring_options(20s));
+    if (r == 1) {
+      CHECK(waited.wait(10s));  // never joins rank 0's collective
+      return;
+    }
+    std::vector<float> data(1000, 1.0f);
+    auto work = comm->allreduce_async(data, ReduceOp::kSum);
+    auto queued = comm->barrier_async();
+    auto start = Clock::now();
+    CHECK_THROWS_AS(work->wait(100ms), gradsync::TimeoutError);
+    CHECK(ms_since(start) < 1000);
+    CHECK_FALSE(work->completed());
+    start = Clock::now();
+    comm.reset();  // with one collective running and one queued
+    CHECK(ms_since(start) < 1000);
+    CHECK(work->completed());
+    CHECK(queued->completed());
+    CHECK_THROWS_AS(work->wait(0ms), gradsync::Error);
+    CHECK_THROWS_AS(queued->wait(0ms), gradsync::Error);
+    waited.count_down();
+  });
+}
+
+TEST_CASE("tcp ring: setup fails naming a rank that never starts, or one of another world size") {
+  {
+    gradsync::InMemoryStore store;
+    run_ranks(2, [&](int r) {  // ranks 0 and 1 of 3; rank 2 never starts
+      const auto start = Clock::now();
+      try {
+        gradsync::make_tcp_ring(store, r, 3, ring_options(500ms));
+        FAIL_CHECK("setup should have timed out");
+      } catch (const gradsync::TimeoutError& e) {
+        MESSAGE("rank " << r << ": " << std::string(e.what()));
+        CHECK(e.rank() == 2);
+        CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
+      }
+      CHECK(ms_since(start) < 2000);
+    });
+  }
+  {
+    gradsync::InMemoryStore store;
+    run_ranks(2, [&](int r) {  // rank 0 believes in 3 ranks, rank 1 in 2
+      try {
+        gradsync::make_tcp_ring(store, r, r == 0 ? 3 : 2, ring_options(1s));
+        FAIL_CHECK("setup should have failed");
+      } catch (const gradsync::PeerError& e) {
+        MESSAGE("rank " << r << ": " << std::string(e.what()));
+        if (r == 1) CHECK(std::string(e.what()).find("of 3") != std::string::npos);
+      }
+    });
+  }
+}
