@@ -10,7 +10,6 @@
 
 #include "common/error.h"
 #include "experiments/preset.h"
-#include "experiments/sweep.h"
 #include "tests/support/preset_text.h"
 #include "tests/support/temp_dir.h"
 
