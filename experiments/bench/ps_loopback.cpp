@@ -208,6 +208,7 @@ class ZmqEchoLoopback::Impl {
         pieces_.push_back({piece.shard, piece.keys});
       }
     }
+    for (const Piece& piece : pieces_) payload_bytes_ += piece.range.size() * sizeof(float);
     for (int k = 0; k < connections; ++k) {
       servers_.push_back(std::make_unique<EchoServer>());
       dealers_.emplace_back(client_context_, zmq::socket_type::dealer);
@@ -235,7 +236,7 @@ class ZmqEchoLoopback::Impl {
                       server_failures());
         }
       }
-      std::size_t received = 0;
+      std::size_t received = 0, bytes = 0;
       const auto deadline = std::chrono::steady_clock::now() + kTimeout;
       while (received < pieces_.size()) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -247,8 +248,15 @@ class ZmqEchoLoopback::Impl {
         }
         for (zmq::socket_t& dealer : dealers_) {
           zmq::message_t back;
-          while (dealer.recv(back, zmq::recv_flags::dontwait)) ++received;
+          while (dealer.recv(back, zmq::recv_flags::dontwait)) {
+            ++received;
+            bytes += back.size();
+          }
         }
+      }
+      if (bytes != payload_bytes_) {
+        throw Error("bench ps: the raw ZeroMQ echo returned " + std::to_string(bytes) +
+                    " bytes of " + std::to_string(payload_bytes_));
       }
     }
   }
@@ -271,6 +279,7 @@ class ZmqEchoLoopback::Impl {
 
   std::vector<float> payload_;
   std::vector<Piece> pieces_;
+  std::size_t payload_bytes_ = 0;  // what one round trip must bring back
   std::vector<std::unique_ptr<EchoServer>> servers_;
   // One client context (one I/O thread), as a worker's PsClient has; its sockets close first.
   zmq::context_t client_context_{1};

@@ -58,7 +58,9 @@ with tempfile.TemporaryDirectory() as tmp:
     shard = subprocess.Popen([gradsync, "server", "--config", config, "--run-dir", run_dir,
                               "--shard", "0", "--port", str(port)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    # The shard prints its endpoint once it listens: only then can the intruder be refused.
+    ready = shard.stdout.readline()
+    check(ready.startswith("endpoint "), f"the shard says where it listens: {ready!r}")
     intruder_config = os.path.join(tmp, "intruder.yaml")
     with open(config) as src, open(intruder_config, "w") as dst:
         # The intruder gives up after 1 s, well inside the shard's 3 s wait for its workers.

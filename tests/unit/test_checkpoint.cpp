@@ -196,14 +196,22 @@ TEST_CASE("checkpoints: the model description names the layer widths or the synt
 }
 
 TEST_CASE("checkpoints: ps in async or ssp mode is refused, naming the key") {
-  gradsync::Config config;
-  config.name = "ps-async";
-  config.strategy = "ps";
-  config.ps.mode = "async";
-  config.checkpoint.every = 10;
-  CHECK_THROWS_AS(gradsync::validate_checkpointing(config), gradsync::ConfigError);
-  config.ps.mode = "sync";
-  CHECK_NOTHROW(gradsync::validate_checkpointing(config));
+  for (const char* mode : {"async", "ssp"}) {
+    CAPTURE(mode);
+    gradsync::Config config;
+    config.name = "ps-async";
+    config.strategy = "ps";
+    config.ps.mode = mode;
+    config.checkpoint.every = 10;
+    CHECK_THROWS_WITH_AS(gradsync::validate_checkpointing(config),
+                         doctest::Contains("checkpoint.every"), gradsync::ConfigError);
+    config.checkpoint.every = 0;
+    config.checkpoint.resume = "results/latest";
+    CHECK_THROWS_WITH_AS(gradsync::validate_checkpointing(config),
+                         doctest::Contains("checkpoint.resume"), gradsync::ConfigError);
+    config.ps.mode = "sync";
+    CHECK_NOTHROW(gradsync::validate_checkpointing(config));
+  }
 }
 
 TEST_CASE("checkpoints: ranks that resolved --resume to different steps stop before training") {

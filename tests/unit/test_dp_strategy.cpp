@@ -131,5 +131,5 @@ TEST_CASE("dp: the replicas' waits use comm.timeout_s from the preset") {
   std::vector<float> params(4, 0.f);
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(replicas[0]->init(params), gradsync::TimeoutError);
-  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));  // not 60 s
 }

@@ -4,6 +4,9 @@
 // cases say so.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "allreduce/in_memory_store.h"
@@ -53,11 +56,39 @@ TEST_CASE("gpu refusals: device gpu without CUDA or without a GPU is a one-line 
     CHECK(error.find("not available in this build") != std::string::npos);
   }
   // An explicit ordinal changes nothing about the refusal.
-  CHECK(!config_error_of([&] { gradsync::make_model(config, {4, 3}, 8, 3); }).empty());
+  CHECK(config_error_of([&] { gradsync::make_model(config, {4, 3}, 8, 3); }) == error);
   // And cpu still builds the host MLP.
   config.device = "cpu";
   CHECK(gradsync::make_model(config, {4, 3}, 8)->device() == -1);
 }
+
+namespace {
+
+// Sets environment variables for one scope, then puts back what was there.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::map<std::string, std::string> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* before = std::getenv(name.c_str());
+      saved_[name] = before ? std::optional<std::string>(before) : std::nullopt;
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, before] : saved_) {
+      if (before) {
+        ::setenv(name.c_str(), before->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+}  // namespace
 
 TEST_CASE("gpu refusals: model_device follows dp replicas and LOCAL_RANK") {
   gradsync::Config config;
@@ -65,6 +96,11 @@ TEST_CASE("gpu refusals: model_device follows dp replicas and LOCAL_RANK") {
   config.device = "gpu";
   config.strategy = "dp";
   CHECK(gradsync::model_device(config, 2) == 2);
+  // One process per GPU: LOCAL_RANK names it, unless the launcher left only one visible.
+  config.strategy = "allreduce";
+  const ScopedEnv env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"},
+                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  CHECK(gradsync::model_device(config) == (gradsync::visible_gpus() == 1 ? 0 : 3));
 }
 
 TEST_CASE("gpu refusals: dp on gpu needs NCCL and one GPU per replica") {

@@ -195,12 +195,12 @@ TEST_CASE("preset: to_yaml round-trips through load_preset_text") {
   CHECK(c.train.steps == 123);
   CHECK(c.train.epochs == 7);
   CHECK(c.train.batch == 17);
-  CHECK(c.train.lr == original.train.lr);
+  CHECK(c.train.lr == 0.0123);
   CHECK(c.train.momentum == 0.5);
-  CHECK(c.train.weight_decay == original.train.weight_decay);
+  CHECK(c.train.weight_decay == 1e-05);
   CHECK(c.train.seed == 99);
   CHECK(c.train.eval_every == 11);
-  CHECK(c.train.target_accuracy == original.train.target_accuracy);
+  CHECK(c.train.target_accuracy == 0.9);
   CHECK(c.data.kind == "idx");
   CHECK(c.data.dir == dir.str());
   CHECK(c.data.train_samples == 100);

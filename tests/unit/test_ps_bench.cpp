@@ -35,7 +35,7 @@ TEST_CASE("the ps side of the bench ends where a local replay of its steps ends"
 TEST_CASE("the raw sides echo the payload in one message or in the ps's chunks") {
   for (const auto layout : {ZmqEchoLoopback::kOneMessage, ZmqEchoLoopback::kAsPs}) {
     ZmqEchoLoopback echo(kFloats, layout, 3);
-    // Returns only once every message came back; a lost chunk would end in its timeout error.
+    // Returns once every message came back with every byte: a short one throws.
     CHECK_NOTHROW(echo.round_trips(3));
   }
 }

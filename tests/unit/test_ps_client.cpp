@@ -406,7 +406,7 @@ TEST_CASE("ps client: a sync worker that goes silent ends the run, its peer hear
   }
   release = true;
   silent.get();
-  CHECK(Clock::now() - t0 < 2s);
+  CHECK(Clock::now() - t0 < 10s);  // the timeout given, far from a hang
   CHECK(error.find("during push_pull step 3 with shard 0: worker 1 (last seen 0.") !=
         std::string::npos);
   CHECK(error.find("stopped sending: ending the run") != std::string::npos);

@@ -117,7 +117,7 @@ TEST_CASE("store: tcp get and wait time out naming the missing key and the store
   client->set("present", "1");
   const auto start = Clock::now();
   std::string message = timeout_message([&] { client->get("absent", 200ms); });
-  CHECK(ms_since(start) < 1500);
+  CHECK(ms_since(start) < 8000);  // the 200 ms given, not the minute-long default
   CHECK(message.find("absent") != std::string::npos);
   CHECK(message.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
   message = timeout_message([&] { client->wait({"present", "missing/1", "missing/2"}, 200ms); });

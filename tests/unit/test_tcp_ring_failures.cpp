@@ -46,7 +46,7 @@ TEST_CASE("tcp ring: a rank that never calls the collective makes the others tim
     others_failed.count_down();
     MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
     CHECK(elapsed >= 500);
-    CHECK(elapsed < 600 + 600 + 1500);  // timeout + report grace + slack
+    CHECK(elapsed < 600 + 600 + 5000);  // timeout + report grace + slack for a loaded machine
     CHECK(message.find("timed out after 600 ms") != std::string::npos);
     CHECK(message.find("collective #2 allreduce") != std::string::npos);
     CHECK(message.find("rank 1 no report") != std::string::npos);
@@ -82,7 +82,7 @@ TEST_CASE("tcp ring: a rank that destroys its communicator fails its neighbours 
       message = e.what();
     }
     MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
-    CHECK(ms_since(start) < 3000);  // long before the 10 s timeout
+    CHECK(ms_since(start) < 8000);  // before the 10 s timeout
     CHECK(message.find("rank 2 closed the connection") != std::string::npos);
     CHECK(message.find("collective #2 allreduce") != std::string::npos);
   });
@@ -108,7 +108,7 @@ TEST_CASE("tcp ring: a rank issuing a different size fails with a desync naming 
                   "collective #7 allreduce of 999 floats") != std::string::npos);
       }
     }
-    CHECK(ms_since(start) < 3000);
+    CHECK(ms_since(start) < 8000);  // before the 10 s timeout
   });
 }
 
@@ -126,11 +126,11 @@ TEST_CASE("tcp ring: Work::wait gives up at its timeout, and destruction never h
     auto queued = comm->barrier_async();
     auto start = Clock::now();
     CHECK_THROWS_AS(work->wait(100ms), gradsync::TimeoutError);
-    CHECK(ms_since(start) < 1000);
+    CHECK(ms_since(start) < 5000);  // the 100 ms wait, not the ring's 20 s
     CHECK_FALSE(work->completed());
     start = Clock::now();
     comm.reset();  // with one collective running and one queued
-    CHECK(ms_since(start) < 1000);
+    CHECK(ms_since(start) < 5000);  // at once, not after the ring's 20 s
     CHECK(work->completed());
     CHECK(queued->completed());
     CHECK_THROWS_AS(work->wait(0ms), gradsync::Error);
@@ -152,7 +152,7 @@ TEST_CASE("tcp ring: setup fails naming a rank that never starts, or one of anot
         CHECK(e.rank() == 2);
         CHECK(std::string(e.what()).find("rank 2") != std::string::npos);
       }
-      CHECK(ms_since(start) < 2000);
+      CHECK(ms_since(start) < 8000);  // the 500 ms given, not a hang
     });
   }
   {

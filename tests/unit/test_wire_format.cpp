@@ -299,7 +299,6 @@ TEST_CASE("wire format: random frames decode losslessly or throw WireError, noth
   }
   CHECK(other_exceptions == 0);
   CHECK(lossy == 0);
-  CHECK(decoded + rejected == 100000);
   CHECK(decoded > 10000);  // the accepting path really ran
   CHECK(rejected > 25000);
 }
