@@ -85,6 +85,17 @@ std::string encode_checkpoint_part(const CheckpointPart& part) {
   return out;
 }
 
+std::string write_checkpoint_settings(const std::string& step_folder,
+                                      const std::string& settings) {
+  try {
+    write_file_atomically(
+        (std::filesystem::path(step_folder) / kCheckpointSettingsFile).string(), settings);
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 void write_checkpoint_part(const std::string& path, const CheckpointPart& part) {
   const std::string out = encode_checkpoint_part(part);
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();

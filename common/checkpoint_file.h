@@ -58,6 +58,11 @@ std::string checkpoint_part_name(int part, int parts);
 // naming the file on any failure; an existing file of that name is left as it was then.
 void write_checkpoint_part(const std::string& path, const CheckpointPart& part);
 
+// Writes `settings` as the step folder's kCheckpointSettingsFile. The settings only serve a
+// note on resume, so a failure is returned as its reason ("" when written), not thrown: the
+// checkpoint is complete without them.
+std::string write_checkpoint_settings(const std::string& step_folder, const std::string& settings);
+
 // Reads and validates a part. Throws gradsync::DataError(path, problem). With `header_only`, only
 // the fixed fields and the description are read and checked (no payload, no CRC): enough to
 // learn a checkpoint's step without reading the model.

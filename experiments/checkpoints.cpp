@@ -10,7 +10,6 @@
 #include <regex>
 #include <sstream>
 
-#include "common/atomic_file.h"
 #include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "experiments/model_factory.h"
@@ -267,7 +266,8 @@ void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std
   throw ConfigError("rank " + std::to_string(rank), "checkpoint.resume",
                     "resumes from " + folder + " (step " + std::to_string(step) +
                         ") but rank 0 from " + store.get(folder_key, timeout) + " (step " +
-                        rank0_step + "): name one step folder, so that every rank reads the same one");
+                        rank0_step +
+                        "): name one step folder, so that every rank reads the same one");
 }
 
 namespace {
@@ -303,17 +303,22 @@ std::string training_settings(const Config& config) {
 std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config) {
   std::ifstream file(fs::path(step_folder) / kCheckpointSettingsFile);
   if (!file) return {};
-  std::map<std::string, std::string> now;
+  // "key value" lines, in order; a line without a space is not ours and is skipped: the note
+  // is a courtesy, not a check.
+  auto read = [](std::istream& in) {
+    std::vector<std::pair<std::string, std::string>> settings;
+    for (std::string line; std::getline(in, line);) {
+      const auto space = line.find(' ');
+      if (space == std::string::npos) continue;
+      settings.emplace_back(line.substr(0, space), line.substr(space + 1));
+    }
+    return settings;
+  };
   std::istringstream current(training_settings(config));
-  for (std::string line; std::getline(current, line);) {
-    const auto space = line.find(' ');
-    now[line.substr(0, space)] = line.substr(space + 1);
-  }
+  const auto now_list = read(current);
+  const std::map<std::string, std::string> now(now_list.begin(), now_list.end());
   std::vector<std::string> changed;
-  for (std::string line; std::getline(file, line);) {
-    const auto space = line.find(' ');
-    if (space == std::string::npos) continue;  // not ours; the note is a courtesy, not a check
-    const std::string key = line.substr(0, space), then = line.substr(space + 1);
+  for (const auto& [key, then] : read(file)) {
     const auto it = now.find(key);
     const std::string value = it == now.end() ? "(not used)" : it->second;
     if (value != then) changed.push_back(key + " " + then + " -> " + value);
@@ -321,11 +326,10 @@ std::vector<std::string> changed_settings(const std::string& step_folder, const 
   return changed;
 }
 
-void note_changed_settings(const Config& config) {
-  if (config.checkpoint.resume.empty()) return;
-  const std::vector<std::string> changed = changed_settings(config.checkpoint.resume, config);
+void note_changed_settings(const Config& config, const std::string& step_folder) {
+  const std::vector<std::string> changed = changed_settings(step_folder, config);
   if (changed.empty()) return;
-  std::string line = "gradsync: run " + config.name + " resumes " + config.checkpoint.resume +
+  std::string line = "gradsync: run " + config.name + " resumes " + step_folder +
                      " with other settings: ";
   for (std::size_t i = 0; i < changed.size(); ++i) line += (i ? ", " : "") + changed[i];
   std::cerr << line << " (it goes on with the new ones)\n";
@@ -355,13 +359,10 @@ void Checkpointer::save(std::int64_t steps_done, Model& model, const Optimizer& 
   part.momentum.resize(part.total);
   model.copy_params_to_host(part.params);
   optimizer.save_state(part.momentum);
-  const fs::path folder = checkpoint_step_folder(root_, part.step);
-  write_checkpoint_part((folder / checkpoint_part_name(0, 1)).string(), part);
-  // The settings only serve a note on resume: failing to write them must not fail the run.
-  try {
-    write_file_atomically((folder / kCheckpointSettingsFile).string(), settings_);
-  } catch (const std::exception& e) {
-    std::cerr << "gradsync: warning: " << e.what() << " (the checkpoint itself is complete)\n";
+  const std::string folder = checkpoint_step_folder(root_, part.step);
+  write_checkpoint_part((fs::path(folder) / checkpoint_part_name(0, 1)).string(), part);
+  if (const std::string problem = write_checkpoint_settings(folder, settings_); !problem.empty()) {
+    std::cerr << "gradsync: warning: " << problem << " (the checkpoint itself is complete)\n";
   }
 }
 

@@ -69,9 +69,9 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 void validate_checkpointing(const Config& config);
 
 // What shapes a run's trajectory besides the model, as "key value" lines (strategy, workers,
-// data kind, batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode). Written beside
-// a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say what it
-// changed. A checkpoint resumes under other settings (another strategy, worker count or lr is
+// data kind, batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode).
+// Written beside a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say
+// what it changed. A checkpoint resumes under other settings (another strategy, worker count or lr is
 // a use, not a mistake); the note only makes sure it is not a surprise.
 std::string training_settings(const Config& config);
 
@@ -80,10 +80,11 @@ std::string training_settings(const Config& config);
 // settings file (checkpoints written before it existed).
 std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config);
 
-// When config resumes a checkpoint whose settings differ, says so on stderr in one line:
+// When the checkpoint in `step_folder` was trained under settings other than config's, says so
+// on stderr in one line:
 // "gradsync: run dp-2 resumes .../step-00000050 with other settings: train.lr 0.1 -> 0.05
 // (it goes on with the new ones)".
-void note_changed_settings(const Config& config);
+void note_changed_settings(const Config& config, const std::string& step_folder);
 
 // Writes rank 0's checkpoints (single, dp, allreduce): after step `steps_done` when it is a
 // multiple of `every` or the last one, its part and the run's training_settings().

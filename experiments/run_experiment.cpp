@@ -181,7 +181,10 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   for (const Config& given : preset.runs) {
     configs.push_back(with_resolved_checkpoint(given));
     claim_checkpoint_root(configs.back());
-    note_changed_settings(configs.back());
+    // checkpoint.resume is the resolved step folder now.
+    if (!configs.back().checkpoint.resume.empty()) {
+      note_changed_settings(configs.back(), configs.back().checkpoint.resume);
+    }
   }
   const fs::path dir = fresh_folder(root, preset.name);
   point_latest_at(root, dir);

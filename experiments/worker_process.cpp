@@ -148,9 +148,7 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
       prepare_checkpoints(config, plan.widths, plan.steps, run_dir, env.rank);
   // Under `gradsync run` the launcher said it already.
   if (!launched_by_gradsync && env.rank == 0 && checkpoints.resume) {
-    Config resumed = config;
-    resumed.checkpoint.resume = checkpoints.resumed_from;
-    note_changed_settings(resumed);
+    note_changed_settings(config, checkpoints.resumed_from);
   }
   LoopOptions loop = loop_options(config, plan, origin);
   if (checkpoints.resume) loop.resume = &*checkpoints.resume;

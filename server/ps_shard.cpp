@@ -75,8 +75,7 @@ class PsShard::Impl {
                        std::max<std::int64_t>(kMaxErrorFrame, range.size() * sizeof(float)));
     // Replying to a worker that has gone must fail loudly (EHOSTUNREACH), not vanish.
     router_.set(zmq::sockopt::router_mandatory, 1);
-    // Per worker, a few steps' worth of this range's chunks may wait each way.
-    set_queue_room(router_, 4 * chunk_ranges(range).size());
+    set_queue_room(router_, range);  // per worker, a few requests' chunks may wait each way
     if (options_.curve) make_curve_server(router_, *options_.curve);
     // Handshake failures (a client without the key, a stranger speaking another protocol)
     // never reach the handler as messages; the monitor is how the shard gets to log them.

@@ -18,8 +18,7 @@ ShardLink::ShardLink(zmq::context_t& context, int shard, std::string endpoint, K
   // Linger 0 until close(): a client that failed must not wait on a dead shard. The frame cap
   // keeps a hostile "shard" from making the worker buffer more than a shard's whole range.
   set_common_options(socket_, std::chrono::milliseconds(0), max_frame_bytes);
-  // A few requests' worth of chunks: a push_pull queues all of its range's chunks at once.
-  set_queue_room(socket_, 4 * chunk_ranges(range_).size());
+  set_queue_room(socket_, range_);  // a push_pull queues all of its range's chunks at once
   if (curve) make_curve_client(socket_, *curve);
   try {
     socket_.connect(endpoint_);

@@ -6,7 +6,6 @@
 
 #include <filesystem>
 
-#include "common/atomic_file.h"
 #include "common/checkpoint_file.h"
 
 namespace gradsync {
@@ -225,18 +224,16 @@ void ShardState::write_checkpoint() const {
   part.params.assign(store_.values().begin(), store_.values().end());
   part.momentum.resize(range_.size());
   part.optimizer_steps = store_.save_optimizer(part.momentum);
-  const std::filesystem::path folder =
-      checkpoint_step_folder(options_.checkpoint_root, version_);
-  write_checkpoint_part((folder / checkpoint_part_name(options_.shard, options_.shards)).string(),
-                        part);
+  const std::string folder = checkpoint_step_folder(options_.checkpoint_root, version_);
+  write_checkpoint_part(
+      (std::filesystem::path(folder) / checkpoint_part_name(options_.shard, options_.shards))
+          .string(),
+      part);
   // The run's settings, once per step (experiments/checkpoints.h: training_settings).
-  // It only serves a note on resume: failing to write it must not fail the run.
   if (options_.shard == 0 && !options_.checkpoint_settings.empty()) {
-    try {
-      write_file_atomically((folder / kCheckpointSettingsFile).string(),
-                            options_.checkpoint_settings);
-    } catch (const std::exception& e) {
-      log(name() + ": " + e.what() + " (the checkpoint part itself is complete)");
+    const std::string problem = write_checkpoint_settings(folder, options_.checkpoint_settings);
+    if (!problem.empty()) {
+      log(name() + ": " + problem + " (the checkpoint part itself is complete)");
     }
   }
 }

@@ -81,8 +81,10 @@ void set_common_options(zmq::socket_t& socket, std::chrono::milliseconds linger,
   socket.set(zmq::sockopt::maxmsgsize, max_frame_bytes + kCurveFrameSlack);
 }
 
-void set_queue_room(zmq::socket_t& socket, std::size_t messages) {
+void set_queue_room(zmq::socket_t& socket, KeyRange range) {
   constexpr std::size_t kZeroMqDefault = 1000;
+  constexpr std::size_t kRequests = 4;
+  const std::size_t messages = kRequests * chunk_ranges(range).size();
   const int room = static_cast<int>(std::min<std::size_t>(std::max(kZeroMqDefault, messages),
                                                           std::numeric_limits<int>::max()));
   socket.set(zmq::sockopt::sndhwm, room);

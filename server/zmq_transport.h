@@ -42,10 +42,10 @@ std::string peer_address(const zmq::message_t& frame);
 void set_common_options(zmq::socket_t& socket, std::chrono::milliseconds linger,
                         std::int64_t max_frame_bytes);
 
-// Room for `messages` queued messages each way on this socket (ZeroMQ's high-water marks,
-// 1000 by default). A push_pull queues one message per chunk of the range at once, so a range
-// of more than 1000 chunks (512 MiB) would find the queue full with the default.
-void set_queue_room(zmq::socket_t& socket, std::size_t messages);
+// Room on this socket, each way, for four requests' chunks of `range` (ZeroMQ's high-water
+// marks, 1000 messages by default). A push_pull queues one message per chunk of the range at
+// once, so a range of more than 1000 chunks (512 MiB) would find the queue full by default.
+void set_queue_room(zmq::socket_t& socket, KeyRange range);
 
 // CURVE on a shard's ROUTER (server with the shared secret key) and on a worker's DEALER
 // (client whose own key pair is the shared pair, so the shard's ZAP handler recognises it).

@@ -24,6 +24,11 @@ struct DpGpuGroup {
   std::atomic<bool> aborted{false};
   std::mutex reason_mutex;
   std::string reason;
+
+  std::string read_reason() {
+    std::lock_guard lock(reason_mutex);
+    return reason;
+  }
 };
 
 // The CUDA device that holds `data`; throws when it is host memory: the GPU dp needs every
@@ -48,13 +53,7 @@ class DpGpuReplica final : public SyncStrategy {
     // A replica that finished while another failed (after the last collective: a checkpoint
     // or the final evaluation) must not finalise: that waits for the failed replica's
     // communicator, which was aborted. Abort this one too.
-    if (!comm_ || !group_->aborted) return;
-    std::string reason;
-    {
-      std::lock_guard lock(group_->reason_mutex);
-      reason = group_->reason;
-    }
-    comm_->abort("dp replica " + std::to_string(rank_) + ": " + reason);
+    if (comm_ && group_->aborted) abort_comm(group_->read_reason());
   }
 
   std::string_view name() const override { return "dp"; }
@@ -107,12 +106,16 @@ class DpGpuReplica final : public SyncStrategy {
     }
     g.aborted = true;
     // Only this replica's thread uses its communicator, and it is here, not in a collective.
-    // Aborted, not finalised: finalising waits for the other replicas' communicators.
-    if (comm_) comm_->abort("dp replica " + std::to_string(rank_) + ": " + reason);
+    if (comm_) abort_comm(reason);
     comm_.reset();
   }
 
  private:
+  // Aborted, not finalised: finalising waits for the other replicas' communicators.
+  void abort_comm(const std::string& reason) {
+    comm_->abort("dp replica " + std::to_string(rank_) + ": " + reason);
+  }
+
   // Work::wait, but woken by a peer's abort: NCCL would otherwise keep this replica waiting
   // for a contribution that will never come, until the timeout.
   void wait(const std::shared_ptr<Work>& work) {
@@ -121,8 +124,7 @@ class DpGpuReplica final : public SyncStrategy {
     while (!work->completed()) {
       std::string problem;
       if (g.aborted) {
-        std::lock_guard lock(g.reason_mutex);
-        problem = g.reason;
+        problem = g.read_reason();
       } else if (std::chrono::steady_clock::now() > deadline) {
         problem = "the step's reduce/broadcast did not complete within " +
                   std::to_string(g.timeout.count()) + " ms (NCCL cannot tell which of the " +

@@ -167,10 +167,6 @@ class NcclWork final : public Work {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
 
-}  // namespace
-
-namespace {
-
 // Releases what create() made, whichever part of it was made. The communicator is finalised
 // only when idle (bounded by the timeout) and aborted otherwise: destroying one with
 // collectives in flight would wait for peers that may be gone.
@@ -178,8 +174,6 @@ void release(NcclCommunicator::State& s) noexcept {
   try {
     OnDevice on(s.device);
     if (!s.aborted && s.comm != nullptr) {
-      // Destroying a communicator with collectives in flight would wait for peers that may be
-      // gone; aborting does not. An idle one is finalised (bounded) and destroyed.
       if (s.stream != nullptr && cudaStreamQuery(s.stream) != cudaSuccess) {
         cudaGetLastError();
         s.abort_comm();

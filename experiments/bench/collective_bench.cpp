@@ -4,7 +4,6 @@
 #include <array>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 #include <limits>
 #include <mutex>
@@ -24,6 +23,7 @@
 #include "experiments/bench/gloo_ring.h"
 #endif
 #include "experiments/bench/nccl_bench.h"
+#include "experiments/bench/sprint.h"
 
 namespace gradsync {
 namespace {
@@ -77,12 +77,6 @@ std::vector<std::size_t> sweep_sizes(const CollectiveBenchOptions& o) {
 
 double gb_per_s(std::size_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
-}
-
-std::string sprint(const char* fmt, auto... args) {
-  char text[1024];
-  std::snprintf(text, sizeof text, fmt, args...);
-  return text;
 }
 
 // The table, or with o.json one JSON object per row. Table columns are as wide as their

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 
 #include "common/error.h"
 #include "experiments/bench/ps_loopback.h"
+#include "experiments/bench/sprint.h"
 
 namespace gradsync {
 namespace {
@@ -70,12 +70,6 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   row.wrong = ps.check();
   ps.finish();
   return row;
-}
-
-std::string sprint(const char* fmt, auto... args) {
-  char text[768];
-  std::snprintf(text, sizeof text, fmt, args...);
-  return text;
 }
 
 // GB/s of a round trip: the payload goes out and comes back.

@@ -17,8 +17,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr auto kTimeout = 60s;
-// Messages each echo socket may queue: 4 x the chunks of the largest payload (1 GiB).
-constexpr std::size_t kQueueRoom = 4 * 2048;
 const SgdOptions kSgd{0.01, 0.9, 0.0};
 
 }  // namespace
@@ -60,12 +58,7 @@ class PsLoopback::Impl {
       client_->wait(client_->init(params_));
     } catch (const std::exception& e) {
       stop_shards();
-      // A shard that failed says why the client could not connect or initialise; otherwise
-      // the client's own error (a TimeoutError or PeerError) goes on as it is.
-      if (const std::string failed = shard_failure(); !failed.empty()) {
-        throw Error(std::string(e.what()) + failed);
-      }
-      throw;
+      rethrow_with_shard_failure(e);
     }
   }
 
@@ -81,10 +74,7 @@ class PsLoopback::Impl {
         ++steps_;
       }
     } catch (const std::exception& e) {
-      if (const std::string failed = shard_failure(); !failed.empty()) {
-        throw Error(std::string(e.what()) + failed);
-      }
-      throw;
+      rethrow_with_shard_failure(e);
     }
   }
 
@@ -114,6 +104,16 @@ class PsLoopback::Impl {
   }
 
  private:
+  // Called from a catch block. A shard that failed says why the client failed (it could not
+  // connect, or its request went unanswered); otherwise the client's own error (a TimeoutError
+  // or PeerError) goes on as it is.
+  [[noreturn]] void rethrow_with_shard_failure(const std::exception& e) {
+    if (const std::string failed = shard_failure(); !failed.empty()) {
+      throw Error(std::string(e.what()) + failed);
+    }
+    throw;
+  }
+
   std::string shard_failure() {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     return failure_.empty() ? "" : "; a shard failed: " + failure_;
@@ -148,9 +148,9 @@ namespace {
 // One raw echo server: a ROUTER in a context of its own, echoing every message on its thread.
 class EchoServer {
  public:
-  EchoServer() {
+  explicit EchoServer(KeyRange whole) {
     router_.set(zmq::sockopt::linger, 0);
-    set_queue_room(router_, kQueueRoom);  // as the shard's: a whole payload's chunks fit
+    set_queue_room(router_, whole);  // as a shard's: room for a few payloads' chunks
     router_.bind("tcp://127.0.0.1:*");
     endpoint_ = router_.get(zmq::sockopt::last_endpoint);
     thread_ = std::jthread([this](std::stop_token stop) {
@@ -195,26 +195,24 @@ class EchoServer {
 class ZmqEchoLoopback::Impl {
  public:
   Impl(std::uint64_t floats, Layout layout, int connections) : payload_(floats, 0.5f) {
+    const KeyRange whole{0, floats};  // sizes every queue: no connection carries more
     if (layout == Layout::kOneMessage) {
       connections = 1;
-      pieces_.push_back({0, {0, floats}});
+      pieces_.push_back({0, whole});
     } else {
       // Exactly what PsClient sends for rank 0: the same chunks, in the same order.
       std::vector<std::vector<KeyRange>> chunks;
       for (const KeyRange& range : balanced_ranges(floats, connections)) {
         chunks.push_back(chunk_ranges(range));
       }
-      for (const ShardPiece& piece : send_order(chunks, 0)) {
-        pieces_.push_back({piece.shard, piece.keys});
-      }
+      pieces_ = send_order(chunks, 0);
     }
-    for (const Piece& piece : pieces_) payload_bytes_ += piece.range.size() * sizeof(float);
     for (int k = 0; k < connections; ++k) {
-      servers_.push_back(std::make_unique<EchoServer>());
+      servers_.push_back(std::make_unique<EchoServer>(whole));
       dealers_.emplace_back(client_context_, zmq::socket_type::dealer);
       dealers_.back().set(zmq::sockopt::linger, 0);
       dealers_.back().set(zmq::sockopt::sndtimeo, static_cast<int>(kTimeout / 1ms));
-      set_queue_room(dealers_.back(), kQueueRoom);
+      set_queue_room(dealers_.back(), whole);
       dealers_.back().connect(servers_.back()->endpoint());
     }
   }
@@ -226,12 +224,12 @@ class ZmqEchoLoopback::Impl {
     std::vector<zmq::pollitem_t> items;
     for (zmq::socket_t& dealer : dealers_) items.push_back({dealer.handle(), 0, ZMQ_POLLIN, 0});
     for (int i = 0; i < count; ++i) {
-      for (const Piece& piece : pieces_) {
+      for (const ShardPiece& piece : pieces_) {
         // The caller's buffer itself, as PsClient sends a gradient: no copy, nothing to free.
         zmq::message_t out(
-            payload_.data() + piece.range.begin, piece.range.size() * sizeof(float),
+            payload_.data() + piece.keys.begin, piece.keys.size() * sizeof(float),
             [](void*, void*) {}, nullptr);
-        if (!dealers_[piece.connection].send(out, zmq::send_flags::none)) {
+        if (!dealers_[piece.shard].send(out, zmq::send_flags::none)) {
           throw Error("bench ps: the raw ZeroMQ echo took no message within 60 s" +
                       server_failures());
         }
@@ -254,19 +252,15 @@ class ZmqEchoLoopback::Impl {
           }
         }
       }
-      if (bytes != payload_bytes_) {
+      // The pieces tile the payload: every byte of it must have come back.
+      if (const std::size_t sent = payload_.size() * sizeof(float); bytes != sent) {
         throw Error("bench ps: the raw ZeroMQ echo returned " + std::to_string(bytes) +
-                    " bytes of " + std::to_string(payload_bytes_));
+                    " bytes of " + std::to_string(sent));
       }
     }
   }
 
  private:
-  struct Piece {
-    int connection;
-    KeyRange range;
-  };
-
   std::string server_failures() {
     std::string text;
     for (auto& server : servers_) {
@@ -278,8 +272,7 @@ class ZmqEchoLoopback::Impl {
   }
 
   std::vector<float> payload_;
-  std::vector<Piece> pieces_;
-  std::size_t payload_bytes_ = 0;  // what one round trip must bring back
+  std::vector<ShardPiece> pieces_;  // connection (as "shard") and keys of each message
   std::vector<std::unique_ptr<EchoServer>> servers_;
   // One client context (one I/O thread), as a worker's PsClient has; its sockets close first.
   zmq::context_t client_context_{1};
