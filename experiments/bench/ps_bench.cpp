@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 #include "common/error.h"
 #include "experiments/bench/ps_loopback.h"
@@ -17,11 +18,23 @@ constexpr std::uint64_t kMaxFloats = std::uint64_t{1} << 28;  // 1 GiB a payload
 constexpr int kWarmupRoundTrips = 3;
 constexpr int kMaxRoundTrips = 1000;  // per side per round
 
+// CPU time of every thread of this process: the side being timed, its I/O threads and its
+// servers. The sides not being timed wait in poll() meanwhile, at a few wake-ups a second.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// Wall-clock seconds per round trip; with `cpu`, also appends the CPU seconds per round trip.
 template <typename Side>
-double seconds_per_round_trip(Side& side, int count) {
+double seconds_per_round_trip(Side& side, int count, std::vector<double>* cpu = nullptr) {
+  const double cpu_start = process_cpu_seconds();
   const auto start = Clock::now();
   side.round_trips(count);
-  return std::chrono::duration<double>(Clock::now() - start).count() / count;
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count() / count;
+  if (cpu != nullptr) cpu->push_back((process_cpu_seconds() - cpu_start) / count);
+  return wall;
 }
 
 void validate(const PsBenchOptions& o) {
@@ -54,10 +67,12 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   const double guess = seconds_per_round_trip(ps, kWarmupRoundTrips);
   const int count = static_cast<int>(
       std::clamp(o.round_seconds / std::max(guess, 1e-9), 1.0, double{kMaxRoundTrips}));
-  const auto times = paired_rounds({[&] { return seconds_per_round_trip(ps, count); },
-                                    [&] { return seconds_per_round_trip(chunked, count); },
-                                    [&] { return seconds_per_round_trip(one_message, count); }},
-                                   o.rounds);
+  std::vector<double> ps_cpu, chunked_cpu;
+  const auto times =
+      paired_rounds({[&] { return seconds_per_round_trip(ps, count, &ps_cpu); },
+                     [&] { return seconds_per_round_trip(chunked, count, &chunked_cpu); },
+                     [&] { return seconds_per_round_trip(one_message, count); }},
+                    o.rounds);
   PsBenchRow row;
   row.floats = floats;
   row.rounds = o.rounds;
@@ -67,6 +82,9 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   row.one_message_ms = median(times[2]) * 1e3;
   row.vs_chunked = speed_ratio(times[0], times[1]);
   row.vs_one_message = speed_ratio(times[0], times[2]);
+  row.ps_cpu_ms = median(ps_cpu) * 1e3;
+  row.chunked_cpu_ms = median(chunked_cpu) * 1e3;
+  row.cpu_ratio = speed_ratio(ps_cpu, chunked_cpu);
   row.wrong = ps.check();
   ps.finish();
   return row;
@@ -126,11 +144,14 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
         "order reversed every other round. times: median over rounds of the mean\n# round "
         "trip; GB/s: payload out and back; vs: median over rounds of raw time / ps time (100%%: "
         "as fast\n# as raw), lowest and highest round beside it; #wrong: parameters != a "
-        "local replay of the steps\n",
+        "local replay of the steps;\n# cpu(ms): CPU time of all threads per round trip; cpu "
+        "ratio: raw cpu / ps cpu, the most 'vs\n# chunked' can be where raw ZeroMQ already keeps "
+        "every core busy\n",
         o.shards, o.shards == 1 ? "" : "s", o.shards, o.shards == 1 ? "" : "s", o.rounds);
-    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %7s\n", "floats", "bytes",
-                  "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)", "ps(GB/s)", "vs chunked",
-                  "min", "max", "vs 1msg", "#wrong");
+    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %11s %16s %9s %7s\n",
+                  "floats", "bytes", "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)",
+                  "ps(GB/s)", "vs chunked", "min", "max", "vs 1msg", "ps cpu(ms)",
+                  "chunked cpu(ms)", "cpu ratio", "#wrong");
   }
   for (const PsBenchRow& r : rows) {
     const auto floats = static_cast<unsigned long long>(r.floats);
@@ -141,17 +162,20 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
           "\"round_trips_per_round\": %d, \"ps_ms\": %.4f, \"raw_chunked_ms\": %.4f, "
           "\"raw_one_message_ms\": %.4f, \"ps_speed_vs_raw_chunked\": %.4f, "
           "\"ps_speed_vs_raw_chunked_min\": %.4f, \"ps_speed_vs_raw_chunked_max\": %.4f, "
-          "\"ps_speed_vs_raw_one_message\": %.4f, \"wrong\": %llu}\n",
+          "\"ps_speed_vs_raw_one_message\": %.4f, \"ps_cpu_ms\": %.4f, "
+          "\"raw_chunked_cpu_ms\": %.4f, \"cpu_ratio\": %.4f, \"wrong\": %llu}\n",
           floats, floats * sizeof(float), o.shards, r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
           r.one_message_ms, r.vs_chunked.median, r.vs_chunked.min, r.vs_chunked.max,
-          r.vs_one_message.median, wrong);
+          r.vs_one_message.median, r.ps_cpu_ms, r.chunked_cpu_ms, r.cpu_ratio.median, wrong);
       continue;
     }
     out += sprint(
-        " %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %7llu\n",
+        " %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %11.3f "
+        "%16.3f %8.0f%% %7llu\n",
         floats, floats * sizeof(float), r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
         r.one_message_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
-        r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100, wrong);
+        r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100, r.ps_cpu_ms,
+        r.chunked_cpu_ms, r.cpu_ratio.median * 100, wrong);
   }
   return out;
 }

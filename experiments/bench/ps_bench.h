@@ -22,6 +22,10 @@
 // round times a batch of each side right after each other (the order reversed every other
 // round), and a ratio is the median over rounds of each round's own ratio.
 //
+// CPU: each side's process CPU time per round trip is measured with its wall time. Where the
+// ps is slower than raw ZeroMQ, it tells extra work (the ps spends more CPU) from waiting
+// (the same CPU, spread worse over the round trip).
+//
 // Correctness: after the rounds, the client's parameters must equal a local Sgd replaying every
 // step on the same gradients, element for element ("#wrong"); the ps is not allowed to be fast
 // by skipping work.
@@ -61,6 +65,12 @@ struct PsBenchRow {
   double one_message_ms = 0;
   SpeedRatio vs_chunked;      // ps speed as a fraction of raw ZeroMQ in the ps's layout
   SpeedRatio vs_one_message;  // ... and of raw ZeroMQ sending one message
+  // CPU time per round trip (every thread of the process, median over rounds), and per round
+  // chunked cpu / ps cpu: the work the ps adds, whatever the cores. On a machine where the raw
+  // side already keeps every core busy, vs_chunked cannot exceed it.
+  double ps_cpu_ms = 0;
+  double chunked_cpu_ms = 0;
+  SpeedRatio cpu_ratio;
   std::uint64_t wrong = 0;    // parameters that differ from the local replay
 };
 

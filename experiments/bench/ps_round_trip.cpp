@@ -22,18 +22,30 @@ void BM_PsPushPull(benchmark::State& state) {
                           static_cast<std::int64_t>(sizeof(float)));
 }
 
-void BM_ZmqEcho(benchmark::State& state) {
-  gradsync::ZmqEchoLoopback echo(static_cast<std::uint64_t>(state.range(0)),
-                                 gradsync::ZmqEchoLoopback::kOneMessage, 1);
+void echo_round_trips(benchmark::State& state, gradsync::ZmqEchoLoopback::Layout layout) {
+  gradsync::ZmqEchoLoopback echo(static_cast<std::uint64_t>(state.range(0)), layout, 1);
   echo.round_trips(3);
   for (auto _ : state) echo.round_trips(1);
   state.SetBytesProcessed(state.iterations() * 2 * state.range(0) *
                           static_cast<std::int64_t>(sizeof(float)));
 }
 
+void BM_ZmqEcho(benchmark::State& state) {
+  echo_round_trips(state, gradsync::ZmqEchoLoopback::kOneMessage);
+}
+
+void BM_ZmqEchoChunked(benchmark::State& state) {
+  echo_round_trips(state, gradsync::ZmqEchoLoopback::kAsPs);
+}
+
 // 1M and 16M floats (4 MiB and 64 MiB), in wall-clock time: the work is on other threads.
 BENCHMARK(BM_PsPushPull)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZmqEcho)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ZmqEchoChunked)
+    ->Arg(1 << 20)
+    ->Arg(1 << 24)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -83,11 +83,16 @@ TEST_CASE("bench ps reports every side and the replay check for every size") {
     CHECK(row.wrong == 0);
     CHECK(row.vs_chunked.median > 0);
     CHECK(row.vs_one_message.median > 0);
+    // The ps updates and copies what raw ZeroMQ only echoes: each side spends CPU of its own.
+    CHECK(row.ps_cpu_ms > 0);
+    CHECK(row.chunked_cpu_ms > 0);
+    CHECK(row.cpu_ratio.median > 0);
   }
   options.json = true;
   const std::string json = render_ps_bench(options, rows);
   CHECK(json.find("\"floats\": 1000,") != std::string::npos);
   CHECK(json.find("\"ps_speed_vs_raw_chunked\": ") != std::string::npos);
+  CHECK(json.find("\"cpu_ratio\": ") != std::string::npos);
 }
 
 TEST_CASE("bench ps refuses options that cannot run, naming the flag") {
