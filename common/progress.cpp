@@ -12,8 +12,6 @@
 namespace gradsync {
 namespace {
 
-// How often a terminal line is redrawn: smooth enough to watch, cheap enough not to matter.
-constexpr double kTerminalRedrawS = 0.25;
 // Terminal lines are padded to this width so a shorter line hides the tail of a longer one.
 // 79 rather than 80 so an 80-column terminal never wraps onto a new line.
 constexpr std::size_t kTerminalPadWidth = 79;
@@ -67,15 +65,14 @@ ProgressMode parse_progress_mode(const std::string& name) {
 
 ProgressReporter::ProgressReporter(std::string label, std::int64_t total_steps, std::int64_t epochs,
                                    std::int64_t samples_per_step, ProgressMode mode, std::FILE* out,
-                                   double quiet_for_s, double plain_interval_s)
+                                   ProgressTiming timing)
     : label_(std::move(label)),
       total_steps_(total_steps),
       epochs_(epochs),
       samples_per_step_(samples_per_step),
       mode_(resolve(mode, out)),
       out_(out),
-      quiet_for_s_(quiet_for_s),
-      plain_interval_s_(plain_interval_s) {}
+      timing_(timing) {}
 
 std::string ProgressReporter::format_line(std::int64_t step, std::int64_t epoch, double loss,
                                           double elapsed_s) const {
@@ -101,18 +98,18 @@ std::string ProgressReporter::format_line(std::int64_t step, std::int64_t epoch,
 void ProgressReporter::update(std::int64_t step, std::int64_t epoch, double loss) {
   if (mode_ == ProgressMode::kOff) return;
   const double now = clock_.seconds();
-  if (now < quiet_for_s_) return;  // short runs and tests stay silent
+  if (now < timing_.quiet_for_s) return;  // short runs and tests stay silent
   const double since_last = now - last_print_s_;
 
   if (mode_ == ProgressMode::kTerminal) {
     // The final step is always drawn so the line left on screen shows the run completed.
     const bool final_step = step + 1 >= total_steps_;
-    if (since_last < kTerminalRedrawS && !(final_step && drew_)) return;
+    if (since_last < timing_.redraw_interval_s && !(final_step && drew_)) return;
     std::string line = format_line(step, epoch, loss, now);
     if (line.size() < kTerminalPadWidth) line.resize(kTerminalPadWidth, ' ');
     std::fprintf(out_, "\r%s", line.c_str());
   } else {
-    if (since_last < plain_interval_s_) return;
+    if (since_last < timing_.plain_interval_s) return;
     std::fprintf(out_, "%s\n", format_line(step, epoch, loss, now).c_str());
   }
   // Progress is cosmetic: a failed write (closed pipe) is not worth stopping a run for.

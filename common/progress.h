@@ -1,10 +1,11 @@
 // The progress line a person watches during a run.
 //
-// On a terminal (stderr is a tty) it redraws one line in place ("\r") at most every 0.25 s:
+// On a terminal (stderr is a tty) it redraws one line in place ("\r") at most every
+// `redraw_interval_s` (0.25 s):
 //   [dp] step 1200/9370  epoch 2/10  loss 0.4312  61.2k samples/s  ETA 0:41
 // When stderr is not a terminal (CI, a pipe, a log file) it prints a plain line every
-// `plain_interval_s` seconds instead. Nothing is printed for runs shorter than `quiet_for_s`
-// seconds, so short runs and tests stay silent. Mode "off" prints nothing.
+// `plain_interval_s` (10 s) instead. Nothing is printed for runs shorter than `quiet_for_s`
+// (2 s), so short runs and tests stay silent. Mode "off" prints nothing.
 // Not thread-safe: only one rank (rank 0) reports.
 #pragma once
 
@@ -18,6 +19,13 @@ namespace gradsync {
 
 enum class ProgressMode { kAuto, kTerminal, kPlain, kOff };
 
+// When lines are printed, in seconds since the reporter was made.
+struct ProgressTiming {
+  double quiet_for_s = 2.0;         // nothing before this
+  double plain_interval_s = 10.0;   // between plain lines
+  double redraw_interval_s = 0.25;  // between terminal redraws: smooth enough to watch
+};
+
 // "auto" | "terminal" | "plain" | "off"; throws gradsync::Error listing the valid names.
 ProgressMode parse_progress_mode(const std::string& name);
 
@@ -25,7 +33,7 @@ class ProgressReporter {
  public:
   ProgressReporter(std::string label, std::int64_t total_steps, std::int64_t epochs,
                    std::int64_t samples_per_step, ProgressMode mode, std::FILE* out = stderr,
-                   double quiet_for_s = 2.0, double plain_interval_s = 10.0);
+                   ProgressTiming timing = {});
 
   // Called after every step (0-based `step` just finished). Cheap when nothing is printed.
   void update(std::int64_t step, std::int64_t epoch, double loss);
@@ -43,8 +51,7 @@ class ProgressReporter {
   std::int64_t samples_per_step_;
   ProgressMode mode_;
   std::FILE* out_;
-  double quiet_for_s_;
-  double plain_interval_s_;
+  ProgressTiming timing_;
   Stopwatch clock_;
   double last_print_s_ = -1e9;
   bool drew_ = false;

@@ -63,7 +63,8 @@ TEST_CASE("progress: rates and ETAs pick their units") {
 
 TEST_CASE("progress: nothing is printed during the quiet period") {
   CapturedOutput out;
-  ProgressReporter progress("dp", 10, 1, 32, ProgressMode::kPlain, out.file(), 60.0, 0.0);
+  ProgressReporter progress("dp", 10, 1, 32, ProgressMode::kPlain, out.file(),
+                            {.quiet_for_s = 60.0, .plain_interval_s = 0.0});
   for (int step = 0; step < 10; ++step) progress.update(step, 0, 1.0);
   progress.finish();
   CHECK(out.text().empty());
@@ -71,7 +72,8 @@ TEST_CASE("progress: nothing is printed during the quiet period") {
 
 TEST_CASE("progress: mode off prints nothing") {
   CapturedOutput out;
-  ProgressReporter progress("dp", 10, 1, 32, ProgressMode::kOff, out.file(), 0.0, 0.0);
+  ProgressReporter progress("dp", 10, 1, 32, ProgressMode::kOff, out.file(),
+                            {.quiet_for_s = 0.0, .plain_interval_s = 0.0});
   for (int step = 0; step < 10; ++step) progress.update(step, 0, 1.0);
   progress.finish();
   CHECK(out.text().empty());
@@ -79,7 +81,8 @@ TEST_CASE("progress: mode off prints nothing") {
 
 TEST_CASE("progress: plain mode writes whole lines") {
   CapturedOutput out;
-  ProgressReporter progress("local", 4, 2, 32, ProgressMode::kPlain, out.file(), 0.0, 0.0);
+  ProgressReporter progress("local", 4, 2, 32, ProgressMode::kPlain, out.file(),
+                            {.quiet_for_s = 0.0, .plain_interval_s = 0.0});
   for (int step = 0; step < 4; ++step) progress.update(step, step / 2, 0.5);
   progress.finish();  // plain lines already end in "\n": nothing more
   const std::string text = out.text();
@@ -92,17 +95,19 @@ TEST_CASE("progress: plain mode writes whole lines") {
 
 TEST_CASE("progress: plain mode honours its interval") {
   CapturedOutput out;
-  ProgressReporter progress("local", 100, 1, 32, ProgressMode::kPlain, out.file(), 0.0, 60.0);
+  ProgressReporter progress("local", 100, 1, 32, ProgressMode::kPlain, out.file(),
+                            {.quiet_for_s = 0.0, .plain_interval_s = 60.0});
   for (int step = 0; step < 100; ++step) progress.update(step, 0, 0.5);
   CHECK(count(out.text(), "\n") == 1);  // the first eligible step only
 }
 
 TEST_CASE("progress: terminal mode redraws in place and ends the line") {
   CapturedOutput out;
-  ProgressReporter progress("dp", 50, 1, 32, ProgressMode::kTerminal, out.file(), 0.0, 0.0);
+  ProgressReporter progress("dp", 50, 1, 32, ProgressMode::kTerminal, out.file(),
+                            {.quiet_for_s = 0.0, .plain_interval_s = 0.0, .redraw_interval_s = 60.0});
   for (int step = 0; step < 50; ++step) progress.update(step, 0, 0.5);
   std::string text = out.text();
-  // Drawn at the first step, then rate-limited, then always at the final step.
+  // Drawn at the first step, then not within the redraw interval, then always at the final step.
   CHECK(count(text, "\r") == 2);
   CHECK(count(text, "\n") == 0);
   CHECK(text.find("step 1/50") != std::string::npos);
@@ -118,9 +123,22 @@ TEST_CASE("progress: terminal mode redraws in place and ends the line") {
   CHECK(text.back() == '\n');
 }
 
+TEST_CASE("progress: terminal mode redraws every step once its interval has passed") {
+  CapturedOutput out;
+  ProgressReporter progress("dp", 5, 1, 32, ProgressMode::kTerminal, out.file(),
+                            {.quiet_for_s = 0.0, .redraw_interval_s = 0.0});
+  for (int step = 0; step < 5; ++step) progress.update(step, 0, 0.5);
+  const std::string text = out.text();
+  CHECK(count(text, "\r") == 5);
+  for (const char* step : {"step 1/5", "step 2/5", "step 3/5", "step 4/5", "step 5/5"}) {
+    CHECK(text.find(step) != std::string::npos);
+  }
+}
+
 TEST_CASE("progress: terminal finish prints nothing when nothing was drawn") {
   CapturedOutput out;
-  ProgressReporter progress("dp", 5, 1, 32, ProgressMode::kTerminal, out.file(), 60.0, 0.0);
+  ProgressReporter progress("dp", 5, 1, 32, ProgressMode::kTerminal, out.file(),
+                            {.quiet_for_s = 60.0, .plain_interval_s = 0.0});
   for (int step = 0; step < 5; ++step) progress.update(step, 0, 0.5);
   progress.finish();
   CHECK(out.text().empty());
@@ -129,7 +147,8 @@ TEST_CASE("progress: terminal finish prints nothing when nothing was drawn") {
 TEST_CASE("progress: auto mode on a file (not a tty) prints plain lines") {
   std::FILE* file = std::tmpfile();
   REQUIRE(file != nullptr);
-  ProgressReporter progress("dp", 2, 1, 32, ProgressMode::kAuto, file, 0.0, 0.0);
+  ProgressReporter progress("dp", 2, 1, 32, ProgressMode::kAuto, file,
+                            {.quiet_for_s = 0.0, .plain_interval_s = 0.0});
   progress.update(0, 0, 1.0);
   progress.update(1, 0, 1.0);
   progress.finish();
