@@ -19,11 +19,11 @@ namespace gradsync {
 
 enum class ProgressMode { kAuto, kTerminal, kPlain, kOff };
 
-// When lines are printed, in seconds since the reporter was made.
+// When lines are printed, in seconds.
 struct ProgressTiming {
-  double quiet_for_s = 2.0;         // nothing before this
-  double plain_interval_s = 10.0;   // between plain lines
-  double redraw_interval_s = 0.25;  // between terminal redraws: smooth enough to watch
+  double quiet_for_s = 2.0;         // nothing before this long after the reporter was made
+  double plain_interval_s = 10.0;   // at least this long between plain lines
+  double redraw_interval_s = 0.25;  // ... and between terminal redraws: smooth enough to watch
 };
 
 // "auto" | "terminal" | "plain" | "off"; throws gradsync::Error listing the valid names.

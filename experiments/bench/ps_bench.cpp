@@ -19,7 +19,9 @@ constexpr int kWarmupRoundTrips = 3;
 constexpr int kMaxRoundTrips = 1000;  // per side per round
 
 // CPU time of every thread of this process: the side being timed, its I/O threads and its
-// servers. The sides not being timed wait in poll() meanwhile, at a few wake-ups a second.
+// servers. The sides not being timed idle meanwhile: each echo server and shard wakes from
+// poll() 10-20 times a second, the ps client's heartbeat once; microseconds each. Loopback work
+// the kernel defers to ksoftirqd is not counted, on either side.
 double process_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -85,6 +87,8 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   row.ps_cpu_ms = median(ps_cpu) * 1e3;
   row.chunked_cpu_ms = median(chunked_cpu) * 1e3;
   row.cpu_ratio = speed_ratio(ps_cpu, chunked_cpu);
+  row.ps_cores_busy = row.ps_cpu_ms / row.ps_ms;
+  row.chunked_cores_busy = row.chunked_cpu_ms / row.chunked_ms;
   row.wrong = ps.check();
   ps.finish();
   return row;
@@ -144,14 +148,15 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
         "order reversed every other round. times: median over rounds of the mean\n# round "
         "trip; GB/s: payload out and back; vs: median over rounds of raw time / ps time (100%%: "
         "as fast\n# as raw), lowest and highest round beside it; #wrong: parameters != a "
-        "local replay of the steps;\n# cpu(ms): CPU time of all threads per round trip; cpu "
-        "ratio: raw cpu / ps cpu, the most 'vs\n# chunked' can be where raw ZeroMQ already keeps "
-        "every core busy\n",
+        "local replay of the steps;\n# cpu(ms): median CPU time of all threads per round trip; "
+        "cores: cpu / time, ps/chunked; cpu ratio:\n# median over rounds of chunked cpu / ps cpu. "
+        "Where both sides keep the cores equally busy,\n# 'vs chunked' is about the cpu ratio: "
+        "the ps is as far behind as the work it adds\n",
         o.shards, o.shards == 1 ? "" : "s", o.shards, o.shards == 1 ? "" : "s", o.rounds);
-    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %11s %16s %9s %7s\n",
+    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %11s %16s %9s %9s %7s\n",
                   "floats", "bytes", "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)",
                   "ps(GB/s)", "vs chunked", "min", "max", "vs 1msg", "ps cpu(ms)",
-                  "chunked cpu(ms)", "cpu ratio", "#wrong");
+                  "chunked cpu(ms)", "cores", "cpu ratio", "#wrong");
   }
   for (const PsBenchRow& r : rows) {
     const auto floats = static_cast<unsigned long long>(r.floats);
@@ -163,19 +168,22 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
           "\"raw_one_message_ms\": %.4f, \"ps_speed_vs_raw_chunked\": %.4f, "
           "\"ps_speed_vs_raw_chunked_min\": %.4f, \"ps_speed_vs_raw_chunked_max\": %.4f, "
           "\"ps_speed_vs_raw_one_message\": %.4f, \"ps_cpu_ms\": %.4f, "
-          "\"raw_chunked_cpu_ms\": %.4f, \"cpu_ratio\": %.4f, \"wrong\": %llu}\n",
+          "\"raw_chunked_cpu_ms\": %.4f, \"ps_cores_busy\": %.3f, \"raw_chunked_cores_busy\": "
+          "%.3f, \"raw_chunked_cpu_vs_ps\": %.4f, \"raw_chunked_cpu_vs_ps_min\": %.4f, "
+          "\"raw_chunked_cpu_vs_ps_max\": %.4f, \"wrong\": %llu}\n",
           floats, floats * sizeof(float), o.shards, r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
           r.one_message_ms, r.vs_chunked.median, r.vs_chunked.min, r.vs_chunked.max,
-          r.vs_one_message.median, r.ps_cpu_ms, r.chunked_cpu_ms, r.cpu_ratio.median, wrong);
+          r.vs_one_message.median, r.ps_cpu_ms, r.chunked_cpu_ms, r.ps_cores_busy,
+          r.chunked_cores_busy, r.cpu_ratio.median, r.cpu_ratio.min, r.cpu_ratio.max, wrong);
       continue;
     }
     out += sprint(
         " %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %11.3f "
-        "%16.3f %8.0f%% %7llu\n",
+        "%16.3f %4.1f/%-4.1f %8.0f%% %7llu\n",
         floats, floats * sizeof(float), r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
         r.one_message_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
         r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100, r.ps_cpu_ms,
-        r.chunked_cpu_ms, r.cpu_ratio.median * 100, wrong);
+        r.chunked_cpu_ms, r.ps_cores_busy, r.chunked_cores_busy, r.cpu_ratio.median * 100, wrong);
   }
   return out;
 }

@@ -22,9 +22,9 @@
 // round times a batch of each side right after each other (the order reversed every other
 // round), and a ratio is the median over rounds of each round's own ratio.
 //
-// CPU: each side's process CPU time per round trip is measured with its wall time. Where the
-// ps is slower than raw ZeroMQ, it tells extra work (the ps spends more CPU) from waiting
-// (the same CPU, spread worse over the round trip).
+// CPU: the ps's and the chunked echo's process CPU time per round trip is measured with their
+// wall time. Where the ps is slower than raw ZeroMQ, it tells extra work (the ps spends more
+// CPU) from waiting (the same CPU, spread worse over the round trip: fewer cores busy).
 //
 // Correctness: after the rounds, the client's parameters must equal a local Sgd replaying every
 // step on the same gradients, element for element ("#wrong"); the ps is not allowed to be fast
@@ -65,11 +65,14 @@ struct PsBenchRow {
   double one_message_ms = 0;
   SpeedRatio vs_chunked;      // ps speed as a fraction of raw ZeroMQ in the ps's layout
   SpeedRatio vs_one_message;  // ... and of raw ZeroMQ sending one message
-  // CPU time per round trip (every thread of the process, median over rounds), and per round
-  // chunked cpu / ps cpu: the work the ps adds, whatever the cores. On a machine where the raw
-  // side already keeps every core busy, vs_chunked cannot exceed it.
+  // CPU time per round trip (every thread of the process, median over rounds); cores busy:
+  // that CPU time over the wall time; and, round by round, chunked cpu / ps cpu (below 1: the
+  // ps spends more CPU on a round trip). Where both sides keep the same number of cores busy,
+  // vs_chunked is about cpu_ratio.
   double ps_cpu_ms = 0;
   double chunked_cpu_ms = 0;
+  double ps_cores_busy = 0;
+  double chunked_cores_busy = 0;
   SpeedRatio cpu_ratio;
   std::uint64_t wrong = 0;    // parameters that differ from the local replay
 };

@@ -1,10 +1,9 @@
 // push_pull round trips against raw ZeroMQ, on loopback, as Google Benchmark rows: one shard
-// (K = 1), one worker (N = 1), momentum SGD on the shard, versus a DEALER/ROUTER echo of the
-// same payload as one message (ps_loopback.h). Bytes = the payload out and back, so
-// bytes_per_second is the GB/s of a round trip. The two rows run one after the other, so a machine
-// whose speed drifts moves their ratio. `gradsync bench ps` alternates its sides round by round
-// instead and adds raw ZeroMQ in the ps's own chunk layout; its `vs chunked` is the figure to
-// quote.
+// (K = 1), one worker (N = 1), momentum SGD on the shard, versus DEALER/ROUTER echoes of the
+// same payload (ps_loopback.h): as one message, and in the ps's own chunks. Bytes = the payload
+// out and back, so bytes_per_second is the GB/s of a round trip. The rows run one after the
+// other, so a machine whose speed drifts moves their ratios. `gradsync bench ps` alternates
+// its sides round by round instead; its `vs chunked` is the figure to quote.
 //   build/bin/gradsync_ps_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 

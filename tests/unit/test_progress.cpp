@@ -104,7 +104,7 @@ TEST_CASE("progress: plain mode honours its interval") {
 TEST_CASE("progress: terminal mode redraws in place and ends the line") {
   CapturedOutput out;
   ProgressReporter progress("dp", 50, 1, 32, ProgressMode::kTerminal, out.file(),
-                            {.quiet_for_s = 0.0, .plain_interval_s = 0.0, .redraw_interval_s = 60.0});
+                            {.quiet_for_s = 0.0, .redraw_interval_s = 60.0});
   for (int step = 0; step < 50; ++step) progress.update(step, 0, 0.5);
   std::string text = out.text();
   // Drawn at the first step, then not within the redraw interval, then always at the final step.
@@ -138,7 +138,7 @@ TEST_CASE("progress: terminal mode redraws every step once its interval has pass
 TEST_CASE("progress: terminal finish prints nothing when nothing was drawn") {
   CapturedOutput out;
   ProgressReporter progress("dp", 5, 1, 32, ProgressMode::kTerminal, out.file(),
-                            {.quiet_for_s = 60.0, .plain_interval_s = 0.0});
+                            {.quiet_for_s = 60.0});
   for (int step = 0; step < 5; ++step) progress.update(step, 0, 0.5);
   progress.finish();
   CHECK(out.text().empty());

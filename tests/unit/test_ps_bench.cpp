@@ -3,8 +3,10 @@
 // right way, and a half-finished side leaves without waiting for a timeout.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 #include "common/wire_format.h"
@@ -83,16 +85,25 @@ TEST_CASE("bench ps reports every side and the replay check for every size") {
     CHECK(row.wrong == 0);
     CHECK(row.vs_chunked.median > 0);
     CHECK(row.vs_one_message.median > 0);
-    // The ps updates and copies what raw ZeroMQ only echoes: each side spends CPU of its own.
+    // CPU per round trip is the round trip's own: no more than every core for its whole time
+    // (a little slack for the clocks being read one after the other).
+    const double cores = std::max(1u, std::thread::hardware_concurrency());
     CHECK(row.ps_cpu_ms > 0);
+    CHECK(row.ps_cpu_ms <= row.ps_ms * cores * 1.1 + 0.05);
     CHECK(row.chunked_cpu_ms > 0);
-    CHECK(row.cpu_ratio.median > 0);
+    CHECK(row.chunked_cpu_ms <= row.chunked_ms * cores * 1.1 + 0.05);
+    CHECK(row.ps_cores_busy == doctest::Approx(row.ps_cpu_ms / row.ps_ms));
+    // The ratio is chunked over ps, not ps over chunked: the ratio of the medians lies within
+    // the rounds' own ratios.
+    const double of_medians = row.chunked_cpu_ms / row.ps_cpu_ms;
+    CHECK(row.cpu_ratio.min <= of_medians * 1.000001);
+    CHECK(of_medians <= row.cpu_ratio.max * 1.000001);
   }
   options.json = true;
   const std::string json = render_ps_bench(options, rows);
   CHECK(json.find("\"floats\": 1000,") != std::string::npos);
   CHECK(json.find("\"ps_speed_vs_raw_chunked\": ") != std::string::npos);
-  CHECK(json.find("\"cpu_ratio\": ") != std::string::npos);
+  CHECK(json.find("\"raw_chunked_cpu_vs_ps\": ") != std::string::npos);
 }
 
 TEST_CASE("bench ps refuses options that cannot run, naming the flag") {
