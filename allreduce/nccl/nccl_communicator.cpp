@@ -9,6 +9,14 @@
 #include "common/error.h"
 
 namespace gradsync {
+namespace {
+
+// The oldest NCCL the communicator runs on. CMake refuses older headers; this refuses an older
+// library found at run time (LD_LIBRARY_PATH, another CUDA install): 2.14 has the non-blocking
+// ncclCommInitRankConfig that joining with a deadline needs, and ncclCommFinalize.
+constexpr int kMinimumNcclCode = 21400;
+
+}  // namespace
 
 struct NcclCommunicator::State {
   int rank = 0;
@@ -214,6 +222,12 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
     throw Error(state->where() + ": device " + std::to_string(options.device) +
                 " is not visible to rank " + std::to_string(rank) + " (" +
                 std::to_string(visible) + " device(s))");
+  }
+  if (int code = 0; ncclGetVersion(&code) != ncclSuccess || code < kMinimumNcclCode) {
+    throw Error(state->where() + ": the NCCL library loaded is " + version() +
+                " (built against " + std::to_string(NCCL_MAJOR) + "." +
+                std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) +
+                "); gradsync needs 2.14 or newer");
   }
   OnDevice on(options.device);
 
