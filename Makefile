@@ -37,8 +37,11 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-bench: build
+# The peers first, then the build: configuring after libgloo-dev is in puts Gloo's columns into
+# `gradsync bench allreduce`.
+bench: deps
 	@scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory build
 	@scripts/bench-mlp-vs-pytorch.sh --gradsync $(GRADSYNC)
 
 # Fuzz targets need clang's libFuzzer, so they get their own build folder and compiler; each runs
