@@ -22,6 +22,23 @@ namespace {
 
 constexpr const char* kPresetsDir = GRADSYNC_SOURCE_DIR "/experiments/presets";
 
+// "gradsync bench ps": the deepest subcommand the command line reached, for the help hint.
+std::string command_path(const CLI::App& app) {
+  std::string path = "gradsync";
+  for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    path += " " + at->get_name();
+  }
+  return path;
+}
+
+// A command-line mistake: one line, exit 2 (a failure while running exits 1).
+int usage_error(const CLI::App& app, const std::string& what) {
+  std::cerr << "gradsync: error: " << what << " (`" << command_path(app)
+            << " --help` lists the options)\n";
+  return 2;
+}
+
 int run_command(const std::string& preset_arg, const std::vector<std::string>& overrides,
                 const std::string& output_dir, const std::vector<std::string>& only) {
   const std::string path = gradsync::find_preset(preset_arg, kPresetsDir);
@@ -177,7 +194,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --help-all are not errors: CLI11 prints the help and exits 0.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    return usage_error(app, e.what());
   }
 
   try {
@@ -187,8 +206,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (preset.empty()) {
-        std::cerr << "gradsync run: name a preset (e.g. `gradsync run quickstart`)\n";
-        return 2;
+        return usage_error(app, "name a preset, e.g. `gradsync run quickstart`");
       }
       // --resume is checkpoint.resume for every run; each run finds its own checkpoint in it.
       if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
@@ -213,8 +231,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (server_config.empty() || server_run_dir.empty()) {
-        std::cerr << "gradsync server: --config and --run-dir are required\n";
-        return 2;
+        return usage_error(app, "--config and --run-dir are required (or --gen-keys FILE)");
       }
       gradsync::run_server_process(server_config, server_run_dir, shard, shard_port, shard_bind);
       return 0;

@@ -1,0 +1,40 @@
+"""A command-line mistake fails with one line on stderr naming it, exit code 2, and nothing run.
+
+Exit 2 tells a script "you called it wrong" from 1, "it failed while running"
+(docs/errors.md); --help is not a mistake and exits 0.
+"""
+import subprocess
+import sys
+import tempfile
+
+gradsync = sys.argv[1]
+CASES = [
+    # (arguments, what the one line must contain besides "gradsync: error: ")
+    ([], ["subcommand", "`gradsync --help`"]),
+    (["run", "--bogus"], ["--bogus", "`gradsync run --help`"]),
+    (["run"], ["name a preset"]),
+    (["run", "quickstart", "--set"], ["--set"]),
+    (["server"], ["--config and --run-dir"]),
+    (["bench", "allreduce", "--op", "sum"], ["--op", "sum", "`gradsync bench allreduce --help`"]),
+    (["bench", "ps", "--rounds", "many"], ["--rounds", "many"]),
+    (["model", "--workers"], ["--workers"]),
+]
+
+failures = 0
+with tempfile.TemporaryDirectory() as tmp:
+    for args, needles in CASES:
+        proc = subprocess.run([gradsync] + args, capture_output=True, text=True, timeout=60, cwd=tmp)
+        lines = proc.stderr.strip().splitlines()
+        ok = (proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("gradsync: error: ")
+              and all(n in lines[0] for n in needles))
+        print(("ok   " if ok else "FAIL ") + f"{args}: exit {proc.returncode}: {proc.stderr.strip()}")
+        failures += not ok
+    proc = subprocess.run([gradsync, "bench", "ps", "--help"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp)
+    ok = proc.returncode == 0 and "--floats" in proc.stdout and proc.stderr == ""
+    print(("ok   " if ok else "FAIL ") + f"--help: exit {proc.returncode}")
+    failures += not ok
+
+total = len(CASES) + 1
+print(f"{total - failures} passed, {failures} failed")
+sys.exit(1 if failures else 0)
