@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,12 @@ nlohmann::json read_json(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed: " + e.what());
   }
+}
+
+// JSON has no NaN: nlohmann writes a NaN (a diverged run's loss) as null. Read back, null is
+// that NaN again, so a run that diverged still reports, with its loss shown as nan.
+double number_or_nan(const nlohmann::json& value) {
+  return value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>();
 }
 
 }  // namespace
@@ -59,14 +66,16 @@ LoopResult read_rank_result(const std::string& path) {
     LoopResult r;
     r.steps = j.at("steps");
     r.train_seconds = j.at("train_seconds");
-    r.final_loss = j.at("final_loss");
+    r.final_loss = number_or_nan(j.at("final_loss"));
     r.parameters = j.at("parameters");
     r.totals.compute_s = j.at("compute_s");
     r.totals.communicate_s = j.at("communicate_s");
     r.totals.wait_s = j.at("wait_s");
     r.totals.bytes_sent = j.at("bytes_sent");
     r.totals.bytes_received = j.at("bytes_received");
-    for (const auto& e : j.at("evals")) r.evals.push_back({e.at(0), e.at(1), e.at(2), e.at(3)});
+    for (const auto& e : j.at("evals")) {
+      r.evals.push_back({e.at(0), e.at(1), number_or_nan(e.at(2)), number_or_nan(e.at(3))});
+    }
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": malformed rank result: " + e.what());
