@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "apps/model_command.h"
+#include "apps/size_options.h"
 #include "apps/teach_command.h"
 #include "common/error.h"
 #include "experiments/bench/collective_bench.h"
@@ -144,8 +145,11 @@ int main(int argc, char** argv) {
       "allreduce",
       "collective bandwidth of TcpRing (and Gloo) on loopback, or of NCCL on GPUs, as nccl-tests");
   bench_allreduce->add_option("-b,--minbytes", min_size, "smallest size: 512, 4K, 64M, 1G")
+      ->check(gradsync::byte_size())
       ->capture_default_str();
-  bench_allreduce->add_option("-e,--maxbytes", max_size, "largest size")->capture_default_str();
+  bench_allreduce->add_option("-e,--maxbytes", max_size, "largest size")
+      ->check(gradsync::byte_size())
+      ->capture_default_str();
   bench_allreduce->add_option("-f,--stepfactor", collective_options.factor,
                               "each size is the previous one times this")
       ->capture_default_str();
@@ -177,6 +181,7 @@ int main(int argc, char** argv) {
       "ps", "parameter-server push+pull round trip against raw ZeroMQ on loopback, paired");
   bench_ps->add_option("--floats", ps_bench_sizes, "payload sizes in floats: 1M, 16M, 4096")
       ->delimiter(',')
+      ->check(gradsync::float_count())
       ->capture_default_str();
   bench_ps->add_option("--shards", ps_bench_options.shards, "parameter-server shards (K)")
       ->capture_default_str();
@@ -259,13 +264,7 @@ int main(int argc, char** argv) {
     if (bench_ps->parsed()) {
       ps_bench_options.floats.clear();
       for (const std::string& size : ps_bench_sizes) {
-        // parse_size reads a trailing B as bytes; here the unit is floats, so "4MB" is refused
-        // rather than read as 4M floats (16 MiB).
-        if (!size.empty() && (size.back() == 'B' || size.back() == 'b')) {
-          throw gradsync::ConfigError("gradsync bench ps", "--floats",
-                                      "'" + size + "': sizes count floats (1M, 16M), not bytes");
-        }
-        ps_bench_options.floats.push_back(gradsync::parse_size(size));
+        ps_bench_options.floats.push_back(gradsync::parse_size(size));  // checked: float_count
       }
       const auto rows = gradsync::run_ps_bench_rows(ps_bench_options);
       std::cout << gradsync::render_ps_bench(ps_bench_options, rows);

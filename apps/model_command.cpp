@@ -1,4 +1,5 @@
 #include "apps/model_command.h"
+#include "apps/size_options.h"
 
 #include <algorithm>
 #include <cmath>
@@ -82,12 +83,7 @@ std::string render_table(const std::vector<std::string>& header,
 
 double model_bytes(const ModelOptions& o) {
   if (o.bytes.empty()) return kResNet50Bytes;
-  try {
-    return static_cast<double>(parse_size(o.bytes));
-  } catch (const ConfigError&) {
-    throw ConfigError("gradsync model", "--bytes",
-                      "'" + o.bytes + "' is not a size (examples: 102228128, 512K, 100M, 1G)");
-  }
+  return static_cast<double>(parse_size(o.bytes));  // checked while parsing: byte_size()
 }
 
 // The number of all-reduces per step: DDP starts a new bucket every bucket_mb MiB.
@@ -206,7 +202,8 @@ ModelCommand add_model_command(CLI::App& parent) {
       "model", "alpha-beta cost of dp, ps and the ring per step, or --calibrate on measured runs");
   app->add_option("--bytes", options->bytes,
                   "model size S: 102228128, 512K, 100M, 1G (default: ResNet-50's 25,557,032 "
-                  "float32 parameters, 102.2 MB)");
+                  "float32 parameters, 102.2 MB)")
+      ->check(byte_size());
   app->add_option("--gbps", options->gbps, "link bandwidth, Gbit/s")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

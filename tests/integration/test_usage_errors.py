@@ -18,6 +18,10 @@ CASES = [
     (["bench", "allreduce", "--op", "sum"], ["--op", "sum", "`gradsync bench allreduce --help`"]),
     (["bench", "ps", "--rounds", "many"], ["--rounds", "many"]),
     (["model", "--workers"], ["--workers"]),
+    # Sizes are checked while parsing, naming the flag.
+    (["model", "--bytes", "lots"], ["--bytes", "'lots' is not a size"]),
+    (["bench", "ps", "--floats", "1M,4MB"], ["--floats", "'4MB'", "not bytes"]),
+    (["bench", "allreduce", "-b", "4Q"], ["--minbytes", "'4Q'"]),
 ]
 
 failures = 0

@@ -1,0 +1,15 @@
+// Sizes on the command line ("512", "4K", "64M", "1G", parse_size's syntax), checked while the
+// command line is parsed: a bad one is a usage error naming its flag (one line, exit 2), not a
+// failure after the command started.
+//
+//   app->add_option("-b,--minbytes", text)->check(byte_size());
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace gradsync {
+
+CLI::Validator byte_size();    // a size in bytes ("4MB" and "4M" alike)
+CLI::Validator float_count();  // a count of floats: a trailing B is refused, not read as bytes
+
+}  // namespace gradsync
