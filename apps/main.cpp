@@ -3,6 +3,7 @@
 // exit code 1 (2 for command-line usage errors).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <limits>
 #include <iostream>
 
 #include "apps/model_command.h"
@@ -31,6 +32,15 @@ std::string command_path(const CLI::App& app) {
     path += " " + at->get_name();
   }
   return path;
+}
+
+// "run, sweep, worker, ...": what `gradsync` itself accepts first.
+std::string subcommand_names(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return names;
 }
 
 // A command-line mistake: one line, exit 2 (a failure while running exits 1).
@@ -112,7 +122,7 @@ int main(int argc, char** argv) {
   server->add_option("--config", server_config, "the run's resolved config.yaml");
   server->add_option("--run-dir", server_run_dir, "the run's results folder");
   server->add_option("--shard", shard, "which of ps.servers key ranges to serve")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()));
   server->add_option("--port", shard_port, "port on ps.bind (0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
   std::string shard_bind;
@@ -184,12 +194,15 @@ int main(int argc, char** argv) {
       ->check(gradsync::float_count())
       ->capture_default_str();
   bench_ps->add_option("--shards", ps_bench_options.shards, "parameter-server shards (K)")
+      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   bench_ps->add_option("--rounds", ps_bench_options.rounds,
                        "paired rounds per size (the ratio is their median)")
+      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   bench_ps->add_option("--round-seconds", ps_bench_options.round_seconds,
                        "each side's share of one round")
+      ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   bench_ps->add_flag("--json", ps_bench_options.json, "one JSON object per size");
 
@@ -199,8 +212,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help and --help-all are not errors: CLI11 prints the help and exits 0.
+    // --help is not an error: CLI11 prints the help and exits 0.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    // "A subcommand is required" for `gradsync nope` or `gradsync --bogus`: name the word.
+    const std::vector<std::string> left = app.remaining();
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && !left.empty()) {
+      return usage_error(app, "'" + left.front() + "' is not a command (" +
+                                  subcommand_names(app) + ") or an option of this one");
+    }
     return usage_error(app, e.what());
   }
 

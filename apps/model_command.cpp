@@ -222,16 +222,15 @@ ModelCommand add_model_command(CLI::App& parent) {
                   "ring bucket size in MiB (B = ceil(S / bucket), DDP's default 25)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app->add_option("--calibrate", options->calibrate_dir,
-                  "fit alpha and beta to the runs of a results folder (of `gradsync run` or "
-                  "`gradsync sweep`, or one run folder)");
-  app->add_flag("--json", options->json, "with --calibrate: print one JSON object");
+  CLI::Option* calibrate =
+      app->add_option("--calibrate", options->calibrate_dir,
+                      "fit alpha and beta to the runs of a results folder (of `gradsync run` or "
+                      "`gradsync sweep`, or one run folder)");
+  app->add_flag("--json", options->json, "with --calibrate: print one JSON object")
+      ->needs(calibrate);
 
   return {app, [options]() -> int {
             if (!options->calibrate_dir.empty()) return print_calibration(*options);
-            if (options->json) {
-              throw ConfigError("gradsync model", "--json", "only with --calibrate");
-            }
             return print_model(*options);
           }};
 }

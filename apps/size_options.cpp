@@ -8,6 +8,8 @@
 namespace gradsync {
 namespace {
 
+constexpr std::size_t kMaxFloats = std::size_t{1} << 28;  // 1 GiB of payload
+
 // CLI11 puts the flag in front of what a validator returns: "--floats: '1X' is not a size".
 std::string size_problem(const std::string& text) {
   try {
@@ -30,7 +32,12 @@ CLI::Validator float_count() {
         if (!text.empty() && (text.back() == 'B' || text.back() == 'b')) {
           return "'" + text + "': sizes count floats (1M, 16M), not bytes";
         }
-        return size_problem(text);
+        if (std::string problem = size_problem(text); !problem.empty()) return problem;
+        const std::size_t floats = parse_size(text);
+        if (floats == 0 || floats > kMaxFloats) {
+          return "'" + text + "': from 1 float to 256M (1 GiB)";
+        }
+        return "";
       },
       "FLOATS");
 }

@@ -10,6 +10,7 @@
 namespace gradsync {
 
 CLI::Validator byte_size();    // a size in bytes ("4MB" and "4M" alike)
-CLI::Validator float_count();  // a count of floats: a trailing B is refused, not read as bytes
+// A count of floats, 1 to 256M: a trailing B is refused, not read as bytes.
+CLI::Validator float_count();
 
 }  // namespace gradsync

@@ -27,8 +27,8 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-// JSON has no NaN: nlohmann writes a NaN (a diverged run's loss) as null. Read back, null is
-// that NaN again, so a run that diverged still reports, with its loss shown as nan.
+// JSON has no NaN or infinity: nlohmann writes either (a diverged run's loss) as null. Read
+// back, null is NaN, so a run that diverged still reports, with its loss shown as nan.
 double number_or_nan(const nlohmann::json& value) {
   return value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>();
 }

@@ -309,9 +309,11 @@ void NcclCommunicator::set_producer_stream(cudaStream_t producer) { state_->prod
 std::string NcclCommunicator::version() {
   int code = 0;
   if (ncclGetVersion(&code) != ncclSuccess) return "unknown";
-  // Since 2.9 the code is major*10000 + minor*100 + patch.
-  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
-         std::to_string(code % 100);
+  // Since 2.9 the code is major*10000 + minor*100 + patch; before, major*1000 + minor*100 +
+  // patch (2.8.4 is 2804), the libraries the minimum check exists to name.
+  const bool old = code < 10000;
+  return std::to_string(code / (old ? 1000 : 10000)) + "." +
+         std::to_string(code / 100 % (old ? 10 : 100)) + "." + std::to_string(code % 100);
 }
 
 std::shared_ptr<Work> NcclCommunicator::issue(

@@ -60,7 +60,7 @@ check(proc.returncode == 0 and rows == [["4", "600.0", "202.1", "150.0", "600.0"
 
 # One-line errors: exit 2 for what the command line itself refuses (a malformed or
 # out-of-range value), 1 for what fails once the command runs.
-for args, needle, code in [(["--bytes", "lots"], "--bytes", 2), (["--json"], "--calibrate", 1),
+for args, needle, code in [(["--bytes", "lots"], "--bytes", 2), (["--json"], "--calibrate", 2),
                            (["--calibrate", "/nonexistent/results"], "/nonexistent/results", 1),
                            (["--workers", "0"], "--workers", 2)]:
     proc = run(*args)

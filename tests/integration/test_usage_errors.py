@@ -11,6 +11,8 @@ gradsync = sys.argv[1]
 CASES = [
     # (arguments, what the one line must contain besides "gradsync: error: ")
     ([], ["subcommand", "`gradsync --help`"]),
+    (["nope"], ["'nope' is not a command", "run, sweep"]),
+    (["--bogus"], ["'--bogus'"]),
     (["run", "--bogus"], ["--bogus", "`gradsync run --help`"]),
     (["run"], ["name a preset"]),
     (["run", "quickstart", "--set"], ["--set"]),
@@ -22,6 +24,9 @@ CASES = [
     (["model", "--bytes", "lots"], ["--bytes", "'lots' is not a size"]),
     (["bench", "ps", "--floats", "1M,4MB"], ["--floats", "'4MB'", "not bytes"]),
     (["bench", "allreduce", "-b", "4Q"], ["--minbytes", "'4Q'"]),
+    (["bench", "ps", "--floats", "0"], ["--floats", "'0'"]),
+    (["bench", "ps", "--shards", "0"], ["--shards"]),
+    (["server", "--shard", "-1"], ["--shard"]),
 ]
 
 failures = 0
@@ -29,16 +34,18 @@ with tempfile.TemporaryDirectory() as tmp:
     for args, needles in CASES:
         proc = subprocess.run([gradsync] + args, capture_output=True, text=True, timeout=60, cwd=tmp)
         lines = proc.stderr.strip().splitlines()
-        ok = (proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("gradsync: error: ")
-              and all(n in lines[0] for n in needles))
+        # Nothing ran: nothing on stdout, one line on stderr.
+        ok = (proc.returncode == 2 and proc.stdout == "" and len(lines) == 1
+              and lines[0].startswith("gradsync: error: ") and all(n in lines[0] for n in needles))
         print(("ok   " if ok else "FAIL ") + f"{args}: exit {proc.returncode}: {proc.stderr.strip()}")
         failures += not ok
-    proc = subprocess.run([gradsync, "bench", "ps", "--help"], capture_output=True, text=True,
-                          timeout=60, cwd=tmp)
-    ok = proc.returncode == 0 and "--floats" in proc.stdout and proc.stderr == ""
-    print(("ok   " if ok else "FAIL ") + f"--help: exit {proc.returncode}")
-    failures += not ok
+    for args, needle in [(["--help"], "bench"), (["bench", "ps", "--help"], "--floats")]:
+        proc = subprocess.run([gradsync] + args, capture_output=True, text=True, timeout=60,
+                              cwd=tmp)
+        ok = proc.returncode == 0 and needle in proc.stdout and proc.stderr == ""
+        print(("ok   " if ok else "FAIL ") + f"{args}: exit {proc.returncode}")
+        failures += not ok
 
-total = len(CASES) + 1
+total = len(CASES) + 2
 print(f"{total - failures} passed, {failures} failed")
 sys.exit(1 if failures else 0)
