@@ -3,8 +3,8 @@
 // exit code 1 (2 for command-line usage errors).
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <limits>
 #include <iostream>
+#include <limits>
 
 #include "apps/model_command.h"
 #include "apps/size_options.h"
