@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
       "ps", "parameter-server push+pull round trip against raw ZeroMQ on loopback, paired");
   bench_ps->add_option("--floats", ps_bench_sizes, "payload sizes in floats: 1M, 16M, 4096")
       ->delimiter(',')
-      ->check(gradsync::float_count())
+      ->check(gradsync::float_count(gradsync::kPsBenchMaxFloats))
       ->capture_default_str();
   bench_ps->add_option("--shards", ps_bench_options.shards, "parameter-server shards (K)")
       ->check(CLI::Range(1, 1 << 16))

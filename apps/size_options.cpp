@@ -1,5 +1,6 @@
 #include "apps/size_options.h"
 
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -8,34 +9,39 @@
 namespace gradsync {
 namespace {
 
-constexpr std::size_t kMaxFloats = std::size_t{1} << 28;  // 1 GiB of payload
+// parse_size's value, or nothing when the text is not a size.
+std::optional<std::size_t> parsed_size(const std::string& text) {
+  try {
+    return parse_size(text);
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
 
 // CLI11 puts the flag in front of what a validator returns: "--floats: '1X' is not a size".
-std::string size_problem(const std::string& text) {
-  try {
-    parse_size(text);
-    return "";
-  } catch (const ConfigError&) {
-    return "'" + text + "' is not a size (examples: 512, 4K, 64M, 1G)";
-  }
+std::string not_a_size(const std::string& text) {
+  return "'" + text + "' is not a size (examples: 512, 4K, 64M, 1G)";
 }
 
 }  // namespace
 
-CLI::Validator byte_size() { return CLI::Validator(size_problem, "SIZE"); }
-
-CLI::Validator float_count() {
+CLI::Validator byte_size() {
   return CLI::Validator(
-      [](const std::string& text) -> std::string {
+      [](const std::string& text) { return parsed_size(text) ? "" : not_a_size(text); }, "SIZE");
+}
+
+CLI::Validator float_count(std::uint64_t max_floats) {
+  return CLI::Validator(
+      [max_floats](const std::string& text) -> std::string {
         // parse_size reads a trailing B as bytes; here the unit is floats, so "4MB" is refused
         // rather than read as 4M floats (16 MiB).
         if (!text.empty() && (text.back() == 'B' || text.back() == 'b')) {
           return "'" + text + "': sizes count floats (1M, 16M), not bytes";
         }
-        if (std::string problem = size_problem(text); !problem.empty()) return problem;
-        const std::size_t floats = parse_size(text);
-        if (floats == 0 || floats > kMaxFloats) {
-          return "'" + text + "': from 1 float to 256M (1 GiB)";
+        const std::optional<std::size_t> floats = parsed_size(text);
+        if (!floats) return not_a_size(text);
+        if (*floats == 0 || *floats > max_floats) {
+          return "'" + text + "': from 1 float to " + std::to_string(max_floats);
         }
         return "";
       },

@@ -6,11 +6,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 
 namespace gradsync {
 
-CLI::Validator byte_size();    // a size in bytes ("4MB" and "4M" alike)
-// A count of floats, 1 to 256M: a trailing B is refused, not read as bytes.
-CLI::Validator float_count();
+CLI::Validator byte_size();  // a size in bytes ("4MB" and "4M" alike)
+// A count of floats, 1 to `max_floats`: a trailing B is refused, not read as bytes.
+CLI::Validator float_count(std::uint64_t max_floats);
 
 }  // namespace gradsync

@@ -14,7 +14,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kWhere = "gradsync bench ps";
-constexpr std::uint64_t kMaxFloats = std::uint64_t{1} << 28;  // 1 GiB a payload
 constexpr int kWarmupRoundTrips = 3;
 constexpr int kMaxRoundTrips = 1000;  // per side per round
 
@@ -45,10 +44,10 @@ void validate(const PsBenchOptions& o) {
   if (o.rounds < 1) throw ConfigError(kWhere, "--rounds", "must be at least 1");
   if (!(o.round_seconds > 0)) throw ConfigError(kWhere, "--round-seconds", "must be positive");
   for (const std::uint64_t n : o.floats) {
-    if (n == 0 || n > kMaxFloats) {
+    if (n == 0 || n > kPsBenchMaxFloats) {
       throw ConfigError(kWhere, "--floats",
                         std::to_string(n) + " floats: sizes go from 1 to " +
-                            std::to_string(kMaxFloats) + " (1 GiB)");
+                            std::to_string(kPsBenchMaxFloats) + " (1 GiB)");
     }
     if (static_cast<std::uint64_t>(o.shards) > n) {
       throw ConfigError(kWhere, "--shards",

@@ -41,6 +41,8 @@
 
 namespace gradsync {
 
+constexpr std::uint64_t kPsBenchMaxFloats = std::uint64_t{1} << 28;  // 1 GiB a payload
+
 struct PsBenchOptions {
   std::vector<std::uint64_t> floats = {std::uint64_t{1} << 20, std::uint64_t{1} << 24};
   int shards = 1;
