@@ -15,6 +15,7 @@
 
 #include "server/ps_client.h"
 #include "server/shard_state.h"
+#include "tests/support/shard_options.h"
 
 namespace gradsync::testing {
 
@@ -47,13 +48,7 @@ struct Log {
 };
 
 inline PsShardOptions options_for(int world, std::uint64_t model, Mode mode, Log& log, int s = 0) {
-  PsShardOptions o;
-  o.world_size = world;
-  o.model_size = model;
-  o.mode = mode;
-  o.staleness = s;
-  o.sgd = {0.1, 0.0, 0.0};
-  o.timeout = 500ms;
+  PsShardOptions o = test_shard_options(world, model, mode, s, 500ms);
   o.log = log.sink();
   return o;
 }

@@ -16,6 +16,7 @@
 #include "common/wire_format.h"
 #include "server/ps_client.h"
 #include "server/ps_shard.h"
+#include "tests/support/shard_options.h"
 
 using namespace gradsync;
 using namespace std::chrono_literals;
@@ -64,15 +65,9 @@ struct Shards {
   }
 };
 
+// Real shards on threads: a timeout that a loaded machine does not reach by accident.
 PsShardOptions shard_options(int world, std::uint64_t model, Mode mode, int staleness = 0) {
-  PsShardOptions o;
-  o.world_size = world;
-  o.model_size = model;
-  o.mode = mode;
-  o.staleness = staleness;
-  o.sgd = {0.1, 0.0, 0.0};
-  o.timeout = 4s;
-  return o;
+  return gradsync::testing::test_shard_options(world, model, mode, staleness, 4s);
 }
 
 // Runs fn(rank) on N threads and rethrows the first failure on the test's thread.
