@@ -104,7 +104,7 @@ NamespaceNetwork::NamespaceNetwork(int processes, double gbps)
     for (int i = 0; i < processes; ++i) {
       const std::string ns = namespace_name(i);
       const std::string inside = prefix_ + "v" + std::to_string(i);   // the process's NIC
-      const std::string outside = prefix_ + "p" + std::to_string(i);  // its port on the bridge
+      const std::string outside = bridge_port(i);
       must({"ip", "netns", "add", ns});
       ++made_;
       must({"ip", "link", "add", inside, "type", "veth", "peer", "name", outside});
@@ -127,7 +127,11 @@ NamespaceNetwork::NamespaceNetwork(int processes, double gbps)
 NamespaceNetwork::~NamespaceNetwork() { tear_down(); }
 
 void NamespaceNetwork::tear_down() noexcept {
-  // Deleting a namespace deletes the veth end in it, and so the pair.
+  // Deleting a namespace destroys the veth end inside it only once the kernel frees the
+  // namespace, which can come after `ip netns del` returns; the pair's outer end lingers until
+  // then. Deleting that end first removes the pair at once, so nothing is left when the run is
+  // over. (Ends never made are refused, quietly.)
+  for (int i = 0; i < made_; ++i) quietly({"ip", "link", "del", bridge_port(i)});
   for (int i = 0; i < made_; ++i) quietly({"ip", "netns", "del", namespace_name(i)});
   made_ = 0;
   quietly({"ip", "link", "del", bridge_});
@@ -135,6 +139,10 @@ void NamespaceNetwork::tear_down() noexcept {
 
 std::string NamespaceNetwork::address(int process) const {
   return "10.99.0." + std::to_string(process + 1);
+}
+
+std::string NamespaceNetwork::bridge_port(int process) const {
+  return prefix_ + "p" + std::to_string(process);
 }
 
 std::string NamespaceNetwork::namespace_name(int process) const {

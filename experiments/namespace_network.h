@@ -36,6 +36,7 @@ class NamespaceNetwork {
 
  private:
   void tear_down() noexcept;
+  std::string bridge_port(int process) const;  // the outer end of the process's veth pair
 
   std::string prefix_;  // "gs<pid>"
   std::string bridge_;

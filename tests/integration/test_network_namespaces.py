@@ -79,6 +79,8 @@ with tempfile.TemporaryDirectory() as tmp:
         measured = step["communicate"] + step["wait"]
         check(abs(measured / model - 1) < 0.3,
               f"{run}: {measured * 1e3:.1f} ms of communication a step, model {model * 1e3:.1f} ms")
-check(ours() == before, f"nothing left behind: {sorted(ours() - before)}")
+after = ours()
+check(after == before,
+      f"nothing left behind: {sorted(after - before)}, nothing of before gone: {sorted(before - after)}")
 
 check.finish()
