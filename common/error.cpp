@@ -1,5 +1,17 @@
 #include "common/error.h"
 
+#include <cstdio>
+
+namespace gradsync {
+
+std::string seconds_text(std::chrono::duration<double> d) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g s", d.count());
+  return text;
+}
+
+}  // namespace gradsync
+
 namespace gradsync::detail {
 
 void check_failed(const char* file, int line, const char* condition, const std::string& message) {

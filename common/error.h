@@ -10,6 +10,7 @@
 //   TimeoutError   a PeerError raised when a wait ran past its deadline
 #pragma once
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -60,6 +61,9 @@ class TimeoutError : public PeerError {
  public:
   using PeerError::PeerError;
 };
+
+// A timeout or an age as an error message says it: "0.5 s", "10.2 s", "60 s".
+std::string seconds_text(std::chrono::duration<double> d);
 
 namespace detail {
 [[noreturn]] void check_failed(const char* file, int line, const char* condition,

@@ -59,16 +59,6 @@ std::string hex32(std::uint32_t value) {
   return buffer;
 }
 
-std::string range_text(std::uint64_t begin, std::uint64_t end) {
-  // Appended, not `"[" + ...`: GCC 12 warns falsely (-Wrestrict) on the prepend at -O3.
-  std::string text = "[";
-  text += std::to_string(begin);
-  text += ", ";
-  text += std::to_string(end);
-  text += ")";
-  return text;
-}
-
 [[noreturn]] void reject(const std::string& message) { throw WireError(message); }
 
 // PUSHPULL, REPLY and INIT carry one float per key. The expected size is compared by division, not
@@ -120,6 +110,16 @@ void check_payload_for_type(const Header& header) {
 }
 
 }  // namespace
+
+std::string range_text(std::uint64_t begin, std::uint64_t end) {
+  // Appended, not `"[" + ...`: GCC 12 warns falsely (-Wrestrict) on the prepend at -O3.
+  std::string text = "[";
+  text += std::to_string(begin);
+  text += ", ";
+  text += std::to_string(end);
+  text += ")";
+  return text;
+}
 
 const char* type_name(MessageType type) {
   switch (type) {

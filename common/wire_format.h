@@ -93,4 +93,7 @@ Header make_header(MessageType type, std::uint32_t sender, std::uint64_t step,
 
 const char* type_name(MessageType type);
 
+// "[begin, end)": a key range as every message about one writes it.
+std::string range_text(std::uint64_t begin, std::uint64_t end);
+
 }  // namespace gradsync::wire

@@ -1,7 +1,6 @@
 #include "server/ps_client.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -21,19 +20,6 @@ using wire::MessageType;
 constexpr auto kByeLinger = std::chrono::milliseconds(1000);  // the destructor's last BYEs
 constexpr std::int64_t kMaxErrorFrame = 4096;
 
-std::string range_text(const KeyRange& r) {
-  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "[" + std::to_string(...).
-  std::string text("[");
-  text.append(std::to_string(r.begin)).append(", ").append(std::to_string(r.end)).append(")");
-  return text;
-}
-
-std::string seconds_text(std::chrono::milliseconds d) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.3g s", d.count() / 1000.0);
-  return text;
-}
-
 }  // namespace
 
 class PsClient::Impl {
@@ -47,16 +33,17 @@ class PsClient::Impl {
       throw Error("PsClient: rank " + std::to_string(options_.rank) + " is not in world size " +
                   std::to_string(options_.world_size));
     }
-    const auto expected = balanced_ranges(options_.model_size, shards);
+    expected_ = balanced_ranges(options_.model_size, shards);
     // Replies come in chunks (wire_format.h), so one chunk bounds what this client accepts.
     const auto max_frame =
         std::max<std::int64_t>(kMaxErrorFrame, wire::kChunkKeys * sizeof(float));
     try {
       for (int k = 0; k < shards; ++k) {
-        links_.emplace_back(context_, k, options_.endpoints[k], expected[k], options_.curve,
+        links_.emplace_back(context_, k, options_.endpoints[k], expected_[k], options_.curve,
                             max_frame);
       }
-      handshake();
+      say_hello(links_, options_.rank, options_.world_size, options_.model_size,
+                options_.timeout);
     } catch (const std::exception& e) {
       shut_down(e.what(), std::chrono::milliseconds(0));
       throw;
@@ -85,7 +72,7 @@ class PsClient::Impl {
     shut_down("closed", kByeLinger);
   }
 
-  const std::vector<KeyRange>& ranges() const { return ranges_; }
+  const std::vector<KeyRange>& ranges() const { return expected_; }
 
   Ticket send(Kind kind, std::uint64_t step, std::span<const float> out, std::span<float> in) {
     check_usable();
@@ -204,67 +191,6 @@ class PsClient::Impl {
     return "push_pull step " + std::to_string(r.step) + with;
   }
 
-  // Polls the links in `which` until `deadline`; false when nothing arrived in time.
-  bool poll(const std::vector<int>& which, Clock::time_point deadline,
-            std::vector<zmq::pollitem_t>& items) {
-    items.clear();
-    for (int k : which) items.push_back({links_[k].socket().handle(), 0, ZMQ_POLLIN, 0});
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    return left.count() > 0 && zmq::poll(items, left) > 0;
-  }
-
-  // HELLO to every shard, then each one's HELLO_ACK (or its reason to refuse).
-  void handshake() {
-    const auto hello = wire::make_header(MessageType::kHello, options_.rank, 0, 0,
-                                         options_.model_size, 0, options_.world_size);
-    for (ShardLink& link : links_) link.send(hello, {}, "HELLO");
-    ranges_.assign(links_.size(), KeyRange{});
-    std::vector<int> waiting(links_.size());
-    for (std::size_t k = 0; k < links_.size(); ++k) waiting[k] = static_cast<int>(k);
-    const auto deadline = Clock::now() + options_.timeout;
-    std::vector<zmq::pollitem_t> items;
-    while (!waiting.empty()) {
-      if (!poll(waiting, deadline, items)) {
-        const ShardLink& link = links_[waiting[0]];
-        // A CURVE mismatch looks exactly like a shard that is not there: ZeroMQ retries the
-        // handshake silently. Name both possibilities.
-        throw TimeoutError(link.shard(), link.endpoint(), hello_operation(link),
-                           "shard " + std::to_string(link.shard()) + " (" + link.endpoint() +
-                               ") did not answer the handshake within " +
-                               seconds_text(options_.timeout) +
-                               ": is it running? wrong or missing CURVE key?");
-      }
-      std::vector<int> still;
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        ShardLink& link = links_[waiting[i]];
-        if (!(items[i].revents & ZMQ_POLLIN)) {
-          still.push_back(waiting[i]);
-          continue;
-        }
-        const auto [header, payload] = link.read(hello_operation(link));
-        const KeyRange got{header.key_begin, header.key_end};
-        // The ack names the range: a shard started with another shard count or at another
-        // position in the endpoint list would otherwise receive the wrong keys.
-        if (header.type != MessageType::kHelloAck ||
-            header.sender != static_cast<std::uint32_t>(link.shard()) || got != link.range()) {
-          throw PeerError(link.shard(), link.endpoint(), hello_operation(link),
-                          "answered " + header.to_string() + ", this worker expects shard " +
-                              std::to_string(link.shard()) + " of " +
-                              std::to_string(links_.size()) + " serving " +
-                              range_text(link.range()) +
-                              ": do all processes agree on the shard count and endpoint order?");
-        }
-        ranges_[link.shard()] = got;
-      }
-      waiting = std::move(still);
-    }
-  }
-
-  std::string hello_operation(const ShardLink& link) const {
-    return "HELLO handshake with shard " + std::to_string(link.shard());
-  }
-
   // Requests complete in order: the oldest first, even if a later one was answered sooner.
   void complete_in_order() {
     while (!pending_.empty() && pending_.front().remaining == 0) {
@@ -368,7 +294,7 @@ class PsClient::Impl {
     if (!fits) {
       throw PeerError(k, link.endpoint(), op,
                       "expected a REPLY for keys from " + std::to_string(at) + " within " +
-                          range_text(r) + ", got " + h.to_string());
+                          wire::range_text(r.begin, r.end) + ", got " + h.to_string());
     }
     if (message.payload.size() > 0) {
       std::memcpy(request.dest.data() + h.key_begin, message.payload.data(),
@@ -402,7 +328,7 @@ class PsClient::Impl {
   PsClientOptions options_;
   zmq::context_t context_{1};
   std::deque<ShardLink> links_;
-  std::vector<KeyRange> ranges_;
+  std::vector<KeyRange> expected_;  // shard k's key range; each shard's HELLO_ACK confirmed it
   std::deque<Request> pending_;
   std::map<Ticket, PushPullStats> done_;
   Ticket next_ticket_ = 1;

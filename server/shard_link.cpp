@@ -5,6 +5,7 @@
 
 namespace gradsync {
 namespace {
+using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kHeartbeatMaxFrame = 4096;  // a heartbeat socket never receives data
 constexpr int kHeartbeatQueue = 4;  // beats waiting for a shard that is not reading: stale
 }  // namespace
@@ -68,6 +69,52 @@ std::optional<ShardLink::Message> ShardLink::try_read(const std::string& operati
 void ShardLink::close(std::chrono::milliseconds linger) {
   socket_.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
   socket_.close();
+}
+
+void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint64_t model_size,
+               std::chrono::milliseconds timeout) {
+  const auto hello = wire::make_header(wire::MessageType::kHello, rank, 0, 0, model_size, 0,
+                                       world_size);
+  for (ShardLink& link : links) link.send(hello, {}, "HELLO");
+  std::vector<ShardLink*> waiting;
+  for (ShardLink& link : links) waiting.push_back(&link);
+  const auto deadline = Clock::now() + timeout;
+  std::vector<zmq::pollitem_t> items;
+  while (!waiting.empty()) {
+    items.clear();
+    for (ShardLink* link : waiting) items.push_back({link->socket().handle(), 0, ZMQ_POLLIN, 0});
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 || zmq::poll(items, left) == 0) {
+      const ShardLink& link = *waiting[0];
+      throw TimeoutError(link.shard(), link.endpoint(),
+                         "HELLO handshake with shard " + std::to_string(link.shard()),
+                         "shard " + std::to_string(link.shard()) + " (" + link.endpoint() +
+                             ") did not answer the handshake within " + seconds_text(timeout) +
+                             ": is it running? wrong or missing CURVE key?");
+    }
+    std::vector<ShardLink*> still;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      ShardLink& link = *waiting[i];
+      if (!(items[i].revents & ZMQ_POLLIN)) {
+        still.push_back(&link);
+        continue;
+      }
+      const std::string operation = "HELLO handshake with shard " + std::to_string(link.shard());
+      const wire::Header header = link.read(operation).header;
+      const KeyRange range = link.range();
+      if (header.type != wire::MessageType::kHelloAck ||
+          header.sender != static_cast<std::uint32_t>(link.shard()) ||
+          KeyRange{header.key_begin, header.key_end} != range) {
+        throw PeerError(link.shard(), link.endpoint(), operation,
+                        "answered " + header.to_string() + ", this worker expects shard " +
+                            std::to_string(link.shard()) + " of " + std::to_string(links.size()) +
+                            " serving " + wire::range_text(range.begin, range.end) +
+                            ": do all processes agree on the shard count and endpoint order?");
+      }
+    }
+    waiting = std::move(still);
+  }
 }
 
 HeartbeatSender::HeartbeatSender(zmq::context_t& context, std::vector<std::string> endpoints,

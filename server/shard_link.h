@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -59,6 +60,15 @@ class ShardLink {
   KeyRange range_;
   zmq::socket_t socket_;
 };
+
+// The HELLO handshake over every link: HELLO (rank, world size, model size) to each shard, then
+// each one's HELLO_ACK, all within `timeout`. An ack must come from the link's shard and name
+// the link's range: a shard started with another shard count, or at another position in the
+// endpoint list, would otherwise receive the wrong keys. Throws PeerError with the shard's
+// reason when it refuses (or acks the wrong range), TimeoutError naming the first shard that did
+// not answer (not running, or a CURVE key that does not match: both look the same to ZeroMQ).
+void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint64_t model_size,
+               std::chrono::milliseconds timeout);
 
 // HeartbeatSender: HEARTBEAT to every shard every `interval`, from its own thread and its own
 // DEALERs (ZeroMQ sockets are not thread-safe), so a worker busy computing still looks alive.

@@ -13,19 +13,6 @@ constexpr std::uint64_t kLoggedRejections = 100;    // then every 1000th, so a f
 constexpr std::uint64_t kRejectionLogEvery = 1000;  // bury the log or slow the shard down
 constexpr long kMaxDeferredPerWorker = 8;           // requests held for INIT, per worker
 
-std::string range_text(std::uint64_t begin, std::uint64_t end) {
-  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "[" + std::to_string(...).
-  std::string text("[");
-  text.append(std::to_string(begin)).append(", ").append(std::to_string(end)).append(")");
-  return text;
-}
-
-std::string seconds_text(std::chrono::steady_clock::duration d) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f s", std::chrono::duration<double>(d).count());
-  return text;
-}
-
 // decode_header() refuses a frame of another wire version before reading its type, but a
 // HELLO of another version deserves an answer saying so, or that worker would only time out.
 // Reads the two fields straight from the layout in wire_format.h.
@@ -131,7 +118,7 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
   const bool whole_range = type == MessageType::kPull || type == MessageType::kInit;
   if (whole_range && (header.key_begin != range_.begin || header.key_end != range_.end)) {
     reject(peer, header.to_string() + ": keys are not this shard's range " +
-                     range_text(range_.begin, range_.end));
+                     wire::range_text(range_.begin, range_.end));
     return;
   }
   std::size_t chunk = 0;
@@ -139,7 +126,7 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     const auto found = chunk_of(header);
     if (!found) {
       reject(peer, header.to_string() + ": keys are not a chunk of this shard's range " +
-                       range_text(range_.begin, range_.end) + " (chunks of " +
+                       wire::range_text(range_.begin, range_.end) + " (chunks of " +
                        std::to_string(wire::kChunkKeys) + " keys from its start)");
       return;
     }
