@@ -1,64 +1,112 @@
 #include "experiments/namespace_network.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <filesystem>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <thread>
 
 #include "common/error.h"
 
 namespace gradsync {
 namespace {
 
+std::string command_text(const std::vector<std::string>& argv) {
+  std::string command;
+  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
+  return command;
+}
+
 // Runs `argv` (no shell), returns its exit status and what it printed on stdout and stderr.
-int run_command(const std::vector<std::string>& argv, std::string& output) {
+// Throws Error naming the command when it does not finish within `timeout` (it is killed then):
+// `ip` and `tc` answer in milliseconds, so one that takes seconds is stuck (a wedged netlink).
+int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                std::string& output) {
+  // Everything the child needs is built before fork(): the run may already have threads (an
+  // in-process run before this one), and between fork and exec only async-signal-safe calls
+  // are allowed, so no allocation and no stdio there.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const std::string cannot_run = "cannot run " + argv.at(0) + "\n";
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = ::fork();
-  if (pid < 0) throw Error(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) {
+    const int error = errno;
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    throw Error(std::string("fork: ") + std::strerror(error));
+  }
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed mid-set-up takes it along
     ::dup2(pipe_fds[1], STDOUT_FILENO);
     ::dup2(pipe_fds[1], STDERR_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    [[maybe_unused]] const ssize_t written =
+        ::write(STDERR_FILENO, cannot_run.data(), cannot_run.size());
     ::_exit(127);
   }
   ::close(pipe_fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = false;
   std::array<char, 512> buffer;
-  ssize_t n;
-  while ((n = ::read(pipe_fds[0], buffer.data(), buffer.size())) > 0 || (n < 0 && errno == EINTR)) {
-    if (n > 0) output.append(buffer.data(), static_cast<std::size_t>(n));
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd item{pipe_fds[0], POLLIN, 0};
+    const int ready = left.count() > 0 ? ::poll(&item, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      timed_out = true;
+      break;
+    }
+    const ssize_t n = ::read(pipe_fds[0], buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of output: the command exited (or closed both streams)
+    output.append(buffer.data(), static_cast<std::size_t>(n));
   }
   ::close(pipe_fds[0]);
+  // The output's end almost always means the command is exiting; a command that closed its
+  // streams and went on gets the rest of the deadline, then SIGKILL.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (true) {
+    if (timed_out) ::kill(pid, SIGKILL);
+    const pid_t reaped = ::waitpid(pid, &status, timed_out ? 0 : WNOHANG);
+    if (reaped == pid) break;
+    if (reaped < 0 && errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
+    if (reaped == 0 && std::chrono::steady_clock::now() >= deadline) timed_out = true;
+    if (reaped == 0 && !timed_out) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (timed_out) {
+    throw Error("network.namespaces: `" + command_text(argv) + "` did not finish within " +
+                seconds_text(timeout) + "; killed it");
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-void must(const std::vector<std::string>& argv) {
+void must(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   std::string output;
-  if (run_command(argv, output) == 0) return;
-  std::string command;
-  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
+  if (run_command(argv, timeout, output) == 0) return;
   while (!output.empty() && (output.back() == '\n' || output.back() == '\r')) output.pop_back();
-  throw Error("network.namespaces: `" + command + "` failed: " + output);
+  throw Error("network.namespaces: `" + command_text(argv) + "` failed: " + output);
 }
 
-void quietly(const std::vector<std::string>& argv) noexcept {
+void quietly(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) noexcept {
   try {
     std::string ignored;
-    run_command(argv, ignored);
+    run_command(argv, timeout, ignored);
   } catch (...) {
   }
 }
@@ -83,8 +131,12 @@ std::vector<std::string> tbf(const std::vector<std::string>& tc, const std::stri
 
 }  // namespace
 
-NamespaceNetwork::NamespaceNetwork(int processes, double gbps)
-    : prefix_("gs" + std::to_string(::getpid())), bridge_(prefix_ + "br"), processes_(processes) {
+NamespaceNetwork::NamespaceNetwork(int processes, double gbps,
+                                   std::chrono::milliseconds command_timeout)
+    : prefix_("gs" + std::to_string(::getpid())),
+      bridge_(prefix_ + "br"),
+      processes_(processes),
+      command_timeout_(command_timeout) {
   // wrap()'s commands are exec'd by the launcher as a path, without a PATH search.
   for (const char* candidate : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
     if (std::filesystem::exists(candidate)) {
@@ -99,23 +151,24 @@ NamespaceNetwork::NamespaceNetwork(int processes, double gbps)
   }
   GRADSYNC_CHECK(processes >= 1 && processes < 250, "namespace network: 1..249 processes");
   try {
-    must({"ip", "link", "add", bridge_, "type", "bridge"});
-    must({"ip", "link", "set", bridge_, "up"});
+    must({"ip", "link", "add", bridge_, "type", "bridge"}, command_timeout_);
+    must({"ip", "link", "set", bridge_, "up"}, command_timeout_);
     for (int i = 0; i < processes; ++i) {
       const std::string ns = namespace_name(i);
-      const std::string inside = prefix_ + "v" + std::to_string(i);   // the process's NIC
+      const std::string inside = prefix_ + "v" + std::to_string(i);  // the process's NIC
       const std::string outside = bridge_port(i);
-      must({"ip", "netns", "add", ns});
+      must({"ip", "netns", "add", ns}, command_timeout_);
       ++made_;
-      must({"ip", "link", "add", inside, "type", "veth", "peer", "name", outside});
-      must({"ip", "link", "set", inside, "netns", ns});
-      must({"ip", "link", "set", outside, "master", bridge_, "up"});
-      must({"ip", "-n", ns, "addr", "add", address(i) + "/24", "dev", inside});
-      must({"ip", "-n", ns, "link", "set", inside, "up"});
-      must({"ip", "-n", ns, "link", "set", "lo", "up"});
+      must({"ip", "link", "add", inside, "type", "veth", "peer", "name", outside},
+           command_timeout_);
+      must({"ip", "link", "set", inside, "netns", ns}, command_timeout_);
+      must({"ip", "link", "set", outside, "master", bridge_, "up"}, command_timeout_);
+      must({"ip", "-n", ns, "addr", "add", address(i) + "/24", "dev", inside}, command_timeout_);
+      must({"ip", "-n", ns, "link", "set", inside, "up"}, command_timeout_);
+      must({"ip", "-n", ns, "link", "set", "lo", "up"}, command_timeout_);
       if (gbps > 0) {
-        must(tbf({"tc", "-n", ns}, inside, gbps));  // what the process sends
-        must(tbf({"tc"}, outside, gbps));           // what it receives
+        must(tbf({"tc", "-n", ns}, inside, gbps), command_timeout_);  // what the process sends
+        must(tbf({"tc"}, outside, gbps), command_timeout_);           // what it receives
       }
     }
   } catch (...) {
@@ -131,10 +184,11 @@ void NamespaceNetwork::tear_down() noexcept {
   // namespace, which can come after `ip netns del` returns; the pair's outer end lingers until
   // then. Deleting that end first removes the pair at once, so nothing is left when the run is
   // over. (Ends never made are refused, quietly.)
-  for (int i = 0; i < made_; ++i) quietly({"ip", "link", "del", bridge_port(i)});
-  for (int i = 0; i < made_; ++i) quietly({"ip", "netns", "del", namespace_name(i)});
+  for (int i = 0; i < made_; ++i) quietly({"ip", "link", "del", bridge_port(i)}, command_timeout_);
+  for (int i = 0; i < made_; ++i)
+    quietly({"ip", "netns", "del", namespace_name(i)}, command_timeout_);
   made_ = 0;
-  quietly({"ip", "link", "del", bridge_});
+  quietly({"ip", "link", "del", bridge_}, command_timeout_);
 }
 
 std::string NamespaceNetwork::address(int process) const {

@@ -13,9 +13,11 @@
 // The namespaces have no route out: the run's processes see only each other. Names carry the
 // launcher's pid, so concurrent runs do not collide, and the addresses live only inside the
 // namespaces. Every `ip` / `tc` command is checked: a failure throws gradsync::Error with the
-// command and what it printed, after undoing what was made.
+// command and what it printed, after undoing what was made; so does a command that has not
+// finished within `command_timeout` (it is killed), so a wedged `ip` cannot hang the run.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -24,8 +26,9 @@ namespace gradsync {
 class NamespaceNetwork {
  public:
   // gbps <= 0: no tbf (separate namespaces, unshaped veth). Throws ConfigError (key
-  // network.namespaces) when not root, Error when a command fails.
-  NamespaceNetwork(int processes, double gbps);
+  // network.namespaces) when not root, Error when a command fails or times out.
+  NamespaceNetwork(int processes, double gbps,
+                   std::chrono::milliseconds command_timeout = std::chrono::seconds(10));
   ~NamespaceNetwork();
   NamespaceNetwork(const NamespaceNetwork&) = delete;
   NamespaceNetwork& operator=(const NamespaceNetwork&) = delete;
@@ -42,6 +45,7 @@ class NamespaceNetwork {
   std::string bridge_;
   std::string ip_path_ = "ip";  // the `ip` executable wrap() names
   int processes_ = 0;
+  std::chrono::milliseconds command_timeout_;
   int made_ = 0;  // namespaces created so far
 };
 
