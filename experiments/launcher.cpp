@@ -26,8 +26,8 @@ namespace {
 struct Child {
   const ProcessSpec* spec;
   pid_t pid = -1;
-  int output = -1;          // read end of the child's stdout + stderr
-  std::string partial;      // an unfinished line
+  int output = -1;      // read end of the child's stdout + stderr
+  std::string partial;  // an unfinished line
   std::optional<int> status;
 };
 
@@ -41,6 +41,8 @@ std::string describe_status(int status) {
 }
 
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+constexpr double kDrainSeconds = 1.0;  // output still arriving after every process exited
 
 extern "C" char** environ;
 
@@ -140,13 +142,17 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     for (const ProcessSpec& spec : processes) children.push_back(start(spec));
   } catch (...) {
     signal_all(children, SIGKILL);
-    for (Child& c : children) waitpid(c.pid, nullptr, 0);
+    for (Child& c : children) {
+      close(c.output);
+      waitpid(c.pid, nullptr, 0);  // SIGKILL on a process that has only just exec'd: prompt
+    }
     throw;
   }
 
   const Child* first_failure = nullptr;
   std::optional<Stopwatch> terminating;  // since the first failure
-  bool killed = false;
+  std::optional<Stopwatch> killed;       // since SIGKILL
+  std::optional<Stopwatch> draining;     // since the last process exited
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Child*> owners;
@@ -176,12 +182,36 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
       }
     }
     if (all_done && fds.empty()) break;
-    if (all_done && !fds.empty()) continue;  // drain what is left in the pipes
-    if (fds.empty()) usleep(20000);          // outputs closed, processes still exiting
-    if (terminating && !killed &&
-        terminating->seconds() * 1000 > static_cast<double>(options.grace.count())) {
+    if (all_done) {
+      // Drain what is left in the pipes, for a moment: a process's own children (a shell's
+      // background job) can hold its output open long after it exited.
+      if (!draining) draining.emplace();
+      if (draining->seconds() < kDrainSeconds) continue;
+      for (Child& c : children) {
+        if (c.output >= 0) close(c.output);
+        c.output = -1;
+      }
+      break;
+    }
+    if (fds.empty()) usleep(20000);  // outputs closed, processes still exiting
+    const double grace = std::chrono::duration<double>(options.grace).count();
+    if (terminating && !killed && terminating->seconds() > grace) {
       signal_all(children, SIGKILL);
-      killed = true;
+      killed.emplace();
+    }
+    if (killed && killed->seconds() > grace) {
+      // SIGKILL cannot end a process stuck in the kernel (a hung driver call): say who, rather
+      // than wait for ever.
+      std::string stuck;
+      for (const Child& c : children) {
+        if (c.status) continue;
+        stuck +=
+            (stuck.empty() ? "" : ", ") + c.spec->name + " (pid " + std::to_string(c.pid) + ")";
+      }
+      throw Error(first_failure->spec->name + " (pid " + std::to_string(first_failure->pid) + ") " +
+                  describe_status(*first_failure->status) + "; " + stuck + " still running " +
+                  seconds_text(options.grace) +
+                  " after SIGKILL (stuck in the kernel?); gave up waiting");
     }
   }
   if (first_failure != nullptr) {

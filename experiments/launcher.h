@@ -6,7 +6,9 @@
 // SIGTERM, then SIGKILL after `grace`; launch() then throws gradsync::Error naming the first
 // process that failed and its exit code or signal. Children are tied to the launcher with
 // PR_SET_PDEATHSIG, so even a launcher killed with SIGKILL leaves no orphans. Blocks until all
-// processes have exited.
+// processes have exited, and their output for at most 1 s more (a background job of a process
+// may hold it open). A process that outlives SIGKILL by another `grace` (stuck in the kernel)
+// is named in the Error instead of waited for.
 #pragma once
 
 #include <chrono>
