@@ -19,6 +19,10 @@ using wire::MessageType;
 
 constexpr auto kByeLinger = std::chrono::milliseconds(1000);  // the destructor's last BYEs
 constexpr std::int64_t kMaxErrorFrame = 4096;
+// A shard times the same waits and names whom it waits for (a worker that is alive but does not
+// push: shard_state.h, liveness). Replies get this much longer here, so that its verdict arrives
+// before this client's own timeout, which could only name the shard.
+constexpr auto kShardVerdictSlack = std::chrono::seconds(1);
 
 }  // namespace
 
@@ -35,15 +39,13 @@ class PsClient::Impl {
     }
     expected_ = balanced_ranges(options_.model_size, shards);
     // Replies come in chunks (wire_format.h), so one chunk bounds what this client accepts.
-    const auto max_frame =
-        std::max<std::int64_t>(kMaxErrorFrame, wire::kChunkKeys * sizeof(float));
+    const auto max_frame = std::max<std::int64_t>(kMaxErrorFrame, wire::kChunkKeys * sizeof(float));
     try {
       for (int k = 0; k < shards; ++k) {
         links_.emplace_back(context_, k, options_.endpoints[k], expected_[k], options_.curve,
                             max_frame);
       }
-      say_hello(links_, options_.rank, options_.world_size, options_.model_size,
-                options_.timeout);
+      say_hello(links_, options_.rank, options_.world_size, options_.model_size, options_.timeout);
     } catch (const std::exception& e) {
       shut_down(e.what(), std::chrono::milliseconds(0));
       throw;
@@ -134,7 +136,7 @@ class PsClient::Impl {
       throw Error("PsClient::wait: ticket " + std::to_string(ticket) +
                   " was never issued or was already waited for");
     }
-    auto deadline = Clock::now() + options_.timeout;
+    auto deadline = Clock::now() + reply_timeout();
     try {
       while (true) {
         complete_in_order();
@@ -228,7 +230,7 @@ class PsClient::Impl {
       const Request* request = owing.empty() ? nullptr : next_request_for(link.shard());
       throw TimeoutError(link.shard(), link.endpoint(),
                          request ? operation(*request, link.shard()) : "push_pull",
-                         "no reply within " + seconds_text(options_.timeout));
+                         "no reply within " + seconds_text(reply_timeout()));
     }
     for (std::size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
@@ -251,10 +253,12 @@ class PsClient::Impl {
       shaper_.release_received(at, [&](Arrived&& a) { file_reply(a.shard, a.message); });
       shaper_.release_sent(at, [&](Queued&& q) {
         transmit(std::move(q));
-        deadline = std::max(deadline, at + options_.timeout);
+        deadline = std::max(deadline, at + reply_timeout());
       });
     }
   }
+
+  std::chrono::milliseconds reply_timeout() const { return options_.timeout + kShardVerdictSlack; }
 
   std::string pending_operation(int shard) {
     const Request* request = next_request_for(shard);

@@ -33,8 +33,9 @@
 // Failures: a shard that refuses the handshake (model size, world size, rank, wire version)
 // fails the constructor with PeerError and the shard's reason; a shard that does not answer the
 // handshake within `timeout` (not running, or a CURVE key that does not match: both look the
-// same to ZeroMQ) throws TimeoutError; a reply that does not arrive within `timeout` of wait()
-// throws TimeoutError naming the shard and its endpoint; an ERROR from a shard throws PeerError
+// same to ZeroMQ) throws TimeoutError; a reply that does not arrive within `timeout` + 1 s of
+// wait() throws TimeoutError naming the shard and its endpoint (the extra second lets a shard
+// that timed the same wait say first whom it waits for); an ERROR from a shard throws PeerError
 // with its reason (e.g. "worker 2 (last seen 10.2 s ago) stopped sending: ending the run").
 // PeerError::rank() is then the shard's index. After any failure the client is closed: every
 // later call throws.

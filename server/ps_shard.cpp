@@ -152,7 +152,7 @@ class PsShard::Impl {
           });
           shaper_.release_sent(now, [&](Outgoing&& message) { transmit(std::move(message)); });
         }
-        state.on_tick(Clock::now(), send_);
+        state.on_tick(Clock::now(), send_, !shaper_.idle());
         if (const auto& failure = state.failure()) {
           const std::string address =
               failure->address.empty() ? "address unknown" : failure->address;

@@ -166,6 +166,7 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     return;
   }
   w.last_seen = now;
+  if (type == MessageType::kPushPull) w.last_push = now;
   switch (type) {
     case MessageType::kInit:
       return init(rank, payload);
@@ -181,7 +182,7 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
         if (mine >= limit) {
           return reject(peer, header.to_string() + ": too many requests before INIT");
         }
-        before_init_.push_back({rank, header, payload, chunk});
+        before_init_.push_back({rank, header, payload, chunk, now});
         return;
       }
       if (type == MessageType::kPull) return reply(rank, 0);
@@ -223,6 +224,7 @@ void ShardState::hello(const std::string& peer, const wire::Header& header, Cloc
   w.peer = peer;
   w.address = address;
   w.last_seen = now;
+  w.last_push = now;  // a worker's first push follows its HELLO by a step's compute
   rank_of_peer_[peer] = static_cast<int>(rank);
   // The ack carries the range this shard serves, so a worker with another shard layout fails
   // at the handshake instead of pushing the wrong keys.
@@ -244,43 +246,6 @@ void ShardState::bye(int rank) {
                  false});
   }
   release_held();  // the slowest may just have left
-}
-
-void ShardState::on_tick(Clock::time_point now, const Sink& send) {
-  send_ = &send;
-  if (failure_) return;
-  const auto timeout = options_.timeout;
-  std::string absent;
-  int first_absent = -1;
-  for (std::size_t r = 0; r < workers_.size(); ++r) {
-    if (workers_[r].presence != Presence::kAbsent) continue;
-    absent += (absent.empty() ? "" : ", ") + std::to_string(r);
-    if (first_absent < 0) first_absent = r;
-  }
-  if (first_absent >= 0 && now - started_ > timeout) {
-    return fail({first_absent, "", name() + " waiting for HELLO",
-                 "worker(s) " + absent + " did not say HELLO within " + seconds_text(timeout),
-                 true});
-  }
-  for (std::size_t r = 0; r < workers_.size(); ++r) {
-    Worker& w = workers_[r];
-    if (w.presence != Presence::kConnected || now - w.last_seen <= timeout) continue;
-    const std::string what = "worker " + std::to_string(r) + " (last seen " +
-                             seconds_text(now - w.last_seen) + " ago) stopped sending";
-    const bool live_left = std::any_of(workers_.begin(), workers_.end(), [&](const Worker& o) {
-      return &o != &w && o.presence == Presence::kConnected;
-    });
-    if (!options_.continue_without_dead_workers || !live_left) {
-      return fail(
-          {static_cast<int>(r), w.address,
-           name() + " step " + std::to_string(options_.mode == Mode::kSync ? version_ : w.clock),
-           what + ": ending the run", true});
-    }
-    w.presence = Presence::kDropped;
-    w.held_staleness.reset();
-    log(name() + ": " + what + ": dropped, the run goes on without it");
-    release_held();
-  }
 }
 
 void ShardState::on_stop(const std::string& reason, const Sink& send) {

@@ -48,7 +48,10 @@
 // (ERROR to every connected worker, failure() set), except in async or ssp mode with
 // continue_without_dead_workers, where it is dropped and the others carry on. Workers that
 // have not said HELLO within options.timeout of construction end the run the same way, and so
-// does a worker leaving (BYE) a sync run that still needs its gradient.
+// does a worker leaving (BYE) a sync run that still needs its gradient. A worker alive (its
+// heartbeats arrive) but not taking part ends the run too, named, once others have waited on it
+// for options.timeout with no push from it: rank 0's INIT that PULLs wait for, a sync step's
+// missing pushes, or the slowest worker an ssp reply is held for.
 //
 // Not thread-safe: one thread drives it. Reply payloads share the parameter array (see
 // ParamStore); received Buffers are kept (sync mode holds a step's pushes) until used.
@@ -90,7 +93,10 @@ class ShardState {
   // `address` is the peer's network address when the transport knows it (for messages).
   void on_message(const std::string& peer, std::span<const Buffer> frames, Clock::time_point now,
                   const std::string& address, const Sink& send);
-  void on_tick(Clock::time_point now, const Sink& send);
+  // `in_transit`: messages are still queued on an emulated link (PsShard's), in or out. A worker
+  // that seems to hold the others up may then only be waiting behind them, so the progress
+  // checks (see Liveness) wait until the queues are empty.
+  void on_tick(Clock::time_point now, const Sink& send, bool in_transit = false);
   // A clean stop (PsShard::stop): ERROR "<reason>" to every connected worker.
   void on_stop(const std::string& reason, const Sink& send);
 
@@ -124,12 +130,15 @@ class ShardState {
     bool streaming = false;                       // async, ssp: answer each chunk as applied
     std::uint32_t staleness = 0;                  // async, ssp: of the step being pushed
     std::optional<std::uint32_t> held_staleness;  // ssp: a reply waiting for the slowest
+    Clock::time_point held_since;                 // ssp: when that reply began to wait
+    Clock::time_point last_push;                  // its last PUSHPULL (or HELLO) arrived
   };
   struct Deferred {  // a PULL or PUSHPULL that came before INIT
     int rank;
     wire::Header header;
     Buffer payload;
     std::size_t chunk;  // PUSHPULL: which of the range's chunks
+    Clock::time_point since;
   };
 
   // Message intake and liveness (shard_state.cpp).
@@ -139,6 +148,12 @@ class ShardState {
              const std::string& address);
   void bye(int rank);
   void fail(ShardFailure failure);
+
+  // Liveness (shard_liveness.cpp), from on_tick.
+  void check_silence(Clock::time_point now);
+  void check_progress(Clock::time_point now);
+  std::string laggards(const std::function<bool(const Worker&)>& owes, Clock::time_point now,
+                       int& first) const;
   void refuse(const std::string& peer, const std::string& address, const std::string& why);
 
   // Parameters and updates (shard_updates.cpp).

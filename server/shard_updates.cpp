@@ -1,12 +1,10 @@
 // ShardState's parameter side: INIT, the three update rules chunk by chunk, and the replies.
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 
-#include "server/shard_state.h"
-
-#include <filesystem>
-
 #include "common/checkpoint_file.h"
+#include "server/shard_state.h"
 
 namespace gradsync {
 
@@ -173,6 +171,7 @@ void ShardState::push_async(int rank, const wire::Header& header, const Buffer& 
     const bool hold = w.clock > slowest_clock(w.clock) + options_.staleness;
     if (hold) {
       w.held_staleness = w.staleness;
+      w.held_since = w.last_push;  // this push's arrival
     } else {
       reply(rank, w.staleness);
     }

@@ -169,3 +169,66 @@ TEST_CASE("ps shard: a silent worker ends a sync run, async may drop it and go o
   CHECK((lonely.failure() &&
          lonely.failure()->problem == "worker(s) 1 did not say HELLO within 0.5 s"));
 }
+
+// A worker whose training thread is stuck still heartbeats: the shard names it once the others
+// waited on it for the timeout (500 ms here), instead of letting each of them time out alone.
+TEST_CASE("ps shard: a worker alive but not pushing is named once the others waited too long") {
+  Log log;
+  const auto t0 = Clock::now();
+  auto heartbeat = [](Driver& d, int rank, Clock::time_point at) {
+    d.now = at;
+    CHECK(d.send(rank, wire::make_header(MessageType::kHeartbeat, rank, 0, 0, 0, 0)).empty());
+  };
+
+  SUBCASE("sync: the step's missing push") {
+    ShardState state(options_for(2, 4, Mode::kSync, log), t0);
+    Driver d{state, 4, t0};
+    d.start(2, 0.f);
+    d.now = t0 + 100ms;
+    CHECK(d.push(0, 0, 1.f).empty());  // waits for worker 1
+    heartbeat(d, 1, t0 + 400ms);
+    CHECK(state.on_tick(t0 + 450ms).empty());
+    heartbeat(d, 1, t0 + 550ms);
+    const auto out = state.on_tick(t0 + 600ms);  // worker 1: HELLO at t0, no push since
+    REQUIRE(out.size() == 2);                    // both workers hear why
+    CHECK(error_text(out[1]) ==
+          "step 0 waits for worker(s) 1, alive but with no push for over 0.5 s: ending the run");
+    REQUIRE(state.failure());
+    CHECK((state.failure()->rank == 1 && state.failure()->timeout));
+  }
+  SUBCASE("rank 0's INIT, unless it may still be queued on an emulated link") {
+    ShardState state(options_for(2, 4, Mode::kSync, log), t0);
+    Driver d{state, 4, t0};
+    REQUIRE(d.hello(0, 2, 4).size() == 1);
+    REQUIRE(d.hello(1, 2, 4).size() == 1);
+    d.now = t0 + 100ms;
+    CHECK(d.pull(1).empty());  // held until INIT
+    heartbeat(d, 0, t0 + 550ms);
+    heartbeat(d, 1, t0 + 550ms);
+    std::vector<Outgoing> out;
+    state.on_tick(t0 + 700ms, [&](Outgoing&& o) { out.push_back(std::move(o)); }, true);
+    CHECK((out.empty() && !state.failure()));
+    out = state.on_tick(t0 + 700ms);
+    REQUIRE(out.size() == 2);
+    CHECK(error_text(out[0]) ==
+          "worker 0 did not send the initial parameters (INIT) within 0.5 s of the first "
+          "request waiting for them: ending the run");
+    CHECK((state.failure() && state.failure()->rank == 0));
+  }
+  SUBCASE("ssp: the slowest worker a held reply waits for") {
+    ShardState state(options_for(2, 4, Mode::kSsp, log, 0), t0);
+    Driver d{state, 4, t0};
+    d.start(2, 0.f);
+    d.now = t0 + 100ms;
+    CHECK(d.push(0, 0, 1.f).empty());  // staleness 0: held until worker 1 pushes step 0
+    heartbeat(d, 0, t0 + 550ms);
+    heartbeat(d, 1, t0 + 550ms);
+    CHECK(state.on_tick(t0 + 580ms).empty());  // held for 480 ms only
+    const auto out = state.on_tick(t0 + 650ms);
+    REQUIRE(out.size() == 2);
+    CHECK(error_text(out[0]) ==
+          "worker 0 waits at step 1 (staleness bound 0) for worker(s) 1, alive but with no push "
+          "for over 0.5 s: ending the run");
+    CHECK((state.failure() && state.failure()->rank == 1));
+  }
+}
