@@ -51,6 +51,10 @@ class PeerError : public Error {
       : Error("rank " + std::to_string(rank) + " (" + endpoint + ") during " + operation + ": " +
               problem),
         rank_(rank) {}
+  // A peer that is not a rank: `who` names it ("shard 2"), `index` is what rank() returns.
+  PeerError(const std::string& who, int index, const std::string& endpoint,
+            const std::string& operation, const std::string& problem)
+      : Error(who + " (" + endpoint + ") during " + operation + ": " + problem), rank_(index) {}
   int rank() const { return rank_; }
 
  private:

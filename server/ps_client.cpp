@@ -116,7 +116,7 @@ class PsClient::Impl {
           const std::size_t bytes = payload.size();
           shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)});
         } else {
-          link.send(header, payload, operation(request, link.shard()));
+          link.send(header, payload, operation(request));
         }
       }
       // What the link lets go at once (a PULL on an idle link) leaves now, not at wait().
@@ -164,16 +164,16 @@ class PsClient::Impl {
     ShardLink::Message message;
   };
 
-  std::string operation_of(const wire::Header& h, int shard) const {
-    const std::string with = " with shard " + std::to_string(shard);
-    if (h.type == MessageType::kInit) return "init" + with;
-    if (h.type == MessageType::kPull) return "pull" + with;
-    return "push_pull step " + std::to_string(h.step) + with;
+  // What a request is, in errors (the shard is named before it: see ShardLink::name).
+  static std::string operation_of(const wire::Header& h) {
+    if (h.type == MessageType::kInit) return "init";
+    if (h.type == MessageType::kPull) return "pull";
+    return "push_pull step " + std::to_string(h.step);
   }
 
   void transmit(Queued&& q) {
     ShardLink& link = links_[q.shard];
-    link.send(q.header, q.payload, operation_of(q.header, q.shard));
+    link.send(q.header, q.payload, operation_of(q.header));
   }
 
   struct Request {
@@ -186,11 +186,10 @@ class PsClient::Impl {
     PushPullStats stats;
   };
 
-  std::string operation(const Request& r, int shard) const {
-    const std::string with = " with shard " + std::to_string(shard);
-    if (r.kind == Kind::kInit) return "init" + with;
-    if (r.kind == Kind::kPull) return "pull" + with;
-    return "push_pull step " + std::to_string(r.step) + with;
+  static std::string operation(const Request& r) {
+    if (r.kind == Kind::kInit) return "init";
+    if (r.kind == Kind::kPull) return "pull";
+    return "push_pull step " + std::to_string(r.step);
   }
 
   // Requests complete in order: the oldest first, even if a later one was answered sooner.
@@ -228,8 +227,8 @@ class PsClient::Impl {
     if (ready == 0 && shaper_.idle() && Clock::now() >= deadline) {
       const ShardLink& link = links_[owing.empty() ? 0 : owing[0]];
       const Request* request = owing.empty() ? nullptr : next_request_for(link.shard());
-      throw TimeoutError(link.shard(), link.endpoint(),
-                         request ? operation(*request, link.shard()) : "push_pull",
+      throw TimeoutError(link.name(), link.shard(), link.endpoint(),
+                         request ? operation(*request) : "push_pull",
                          "no reply within " + seconds_text(reply_timeout()));
     }
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -262,7 +261,7 @@ class PsClient::Impl {
 
   std::string pending_operation(int shard) {
     const Request* request = next_request_for(shard);
-    return request ? operation(*request, shard) : "reading from shard " + std::to_string(shard);
+    return request ? operation(*request) : "reading a reply";
   }
 
   // The oldest request `shard` has not finished answering: its next message belongs to it.
@@ -282,11 +281,11 @@ class PsClient::Impl {
     Request* pending = next_request_for(k);
     const wire::Header& h = message.header;
     if (pending == nullptr) {
-      throw PeerError(k, link.endpoint(), "reading from shard " + std::to_string(k),
+      throw PeerError(link.name(), k, link.endpoint(), "reading a reply",
                       "a reply nobody asked for: " + h.to_string());
     }
     Request& request = *pending;
-    const std::string op = operation(request, k);
+    const std::string op = operation(request);
     const KeyRange r = link.range();
     const std::uint64_t at = request.cursor[k];
     const bool init = request.kind == Kind::kInit;
@@ -296,7 +295,7 @@ class PsClient::Impl {
         h.type == MessageType::kReply && h.key_begin == at &&
         (init ? h.key_end == at : h.key_end <= r.end && (h.key_end > at || r.size() == 0));
     if (!fits) {
-      throw PeerError(k, link.endpoint(), op,
+      throw PeerError(link.name(), k, link.endpoint(), op,
                       "expected a REPLY for keys from " + std::to_string(at) + " within " +
                           wire::range_text(r.begin, r.end) + ", got " + h.to_string());
     }

@@ -32,13 +32,14 @@ ShardLink::ShardLink(zmq::context_t& context, int shard, std::string endpoint, K
 void ShardLink::send(const wire::Header& header, const Buffer& payload,
                      const std::string& operation) {
   if (!send_message(socket_, nullptr, header, payload)) {
-    throw PeerError(shard_, endpoint_, operation, "send queue full: the shard stopped reading");
+    throw PeerError(name(), shard_, endpoint_, operation,
+                    "send queue full: the shard stopped reading");
   }
 }
 
 ShardLink::Message ShardLink::read(const std::string& operation) {
   std::optional<Message> message = try_read(operation);
-  if (!message) throw PeerError(shard_, endpoint_, operation, "no message after poll");
+  if (!message) throw PeerError(name(), shard_, endpoint_, operation, "no message after poll");
   return std::move(*message);
 }
 
@@ -50,17 +51,18 @@ std::optional<ShardLink::Message> ShardLink::try_read(const std::string& operati
     message.header = wire::decode_header(
         std::span(static_cast<const std::byte*>(frames[0].data()), frames[0].size()));
   } catch (const wire::WireError& e) {
-    throw PeerError(shard_, endpoint_, operation, std::string("malformed reply: ") + e.what());
+    throw PeerError(name(), shard_, endpoint_, operation,
+                    std::string("malformed reply: ") + e.what());
   }
   const bool has_payload = frames.size() == 2;
   if (frames.size() > 2 || has_payload != (message.header.payload_bytes > 0) ||
       (has_payload && frames[1].size() != message.header.payload_bytes)) {
-    throw PeerError(shard_, endpoint_, operation,
+    throw PeerError(name(), shard_, endpoint_, operation,
                     "malformed reply: " + std::to_string(frames.size()) + " frames for " +
                         message.header.to_string());
   }
   if (message.header.type == wire::MessageType::kError) {
-    throw PeerError(shard_, endpoint_, operation, frames[1].to_string());
+    throw PeerError(name(), shard_, endpoint_, operation, frames[1].to_string());
   }
   if (has_payload) message.payload = std::move(frames[1]);
   return message;
@@ -73,8 +75,8 @@ void ShardLink::close(std::chrono::milliseconds linger) {
 
 void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint64_t model_size,
                std::chrono::milliseconds timeout) {
-  const auto hello = wire::make_header(wire::MessageType::kHello, rank, 0, 0, model_size, 0,
-                                       world_size);
+  const auto hello =
+      wire::make_header(wire::MessageType::kHello, rank, 0, 0, model_size, 0, world_size);
   for (ShardLink& link : links) link.send(hello, {}, "HELLO");
   std::vector<ShardLink*> waiting;
   for (ShardLink& link : links) waiting.push_back(&link);
@@ -87,8 +89,7 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 || zmq::poll(items, left) == 0) {
       const ShardLink& link = *waiting[0];
-      throw TimeoutError(link.shard(), link.endpoint(),
-                         "HELLO handshake with shard " + std::to_string(link.shard()),
+      throw TimeoutError(link.name(), link.shard(), link.endpoint(), "the HELLO handshake",
                          "shard " + std::to_string(link.shard()) + " (" + link.endpoint() +
                              ") did not answer the handshake within " + seconds_text(timeout) +
                              ": is it running? wrong or missing CURVE key?");
@@ -100,13 +101,13 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
         still.push_back(&link);
         continue;
       }
-      const std::string operation = "HELLO handshake with shard " + std::to_string(link.shard());
+      const std::string operation = "the HELLO handshake";
       const wire::Header header = link.read(operation).header;
       const KeyRange range = link.range();
       if (header.type != wire::MessageType::kHelloAck ||
           header.sender != static_cast<std::uint32_t>(link.shard()) ||
           KeyRange{header.key_begin, header.key_end} != range) {
-        throw PeerError(link.shard(), link.endpoint(), operation,
+        throw PeerError(link.name(), link.shard(), link.endpoint(), operation,
                         "answered " + header.to_string() + ", this worker expects shard " +
                             std::to_string(link.shard()) + " of " + std::to_string(links.size()) +
                             " serving " + wire::range_text(range.begin, range.end) +

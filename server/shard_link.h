@@ -40,6 +40,7 @@ class ShardLink {
             const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes);
 
   int shard() const { return shard_; }
+  std::string name() const { return "shard " + std::to_string(shard_); }  // in its errors
   const std::string& endpoint() const { return endpoint_; }
   const KeyRange& range() const { return range_; }
   zmq::socket_t& socket() { return socket_; }

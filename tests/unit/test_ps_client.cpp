@@ -201,9 +201,11 @@ TEST_CASE("ps client: a shard's refusal reaches the constructor with its reason"
     }
     return "no error";
   };
-  CHECK(refusal(1, 2, 99).find("during HELLO handshake with shard 0: worker 1: model has 99 "
-                               "parameters, this shard serves a model of 100") !=
-        std::string::npos);
+  // The shard is named as one, with its endpoint: "rank 0" would read as a worker.
+  const std::string model_refused = refusal(1, 2, 99);
+  CHECK(model_refused.starts_with("shard 0 (tcp://127.0.0.1:"));
+  CHECK(model_refused.ends_with(") during the HELLO handshake: worker 1: model has 99 "
+                                "parameters, this shard serves a model of 100"));
   CHECK(refusal(1, 3, 100).find("worker 1: world size 3, this shard serves world size 2") !=
         std::string::npos);
   CHECK(refusal(2, 3, 100).find("worker 2: rank out of range") != std::string::npos);
@@ -357,8 +359,8 @@ TEST_CASE("ps client: a sync worker that goes silent ends the run, its peer hear
   release = true;
   silent.get();
   CHECK(Clock::now() - t0 < 10s);  // the timeout given, far from a hang
-  CHECK(error.find("during push_pull step 3 with shard 0: worker 1 (last seen 0.") !=
-        std::string::npos);
+  CHECK(error.starts_with("shard 0 (tcp://127.0.0.1:"));
+  CHECK(error.find(") during push_pull step 3: worker 1 (last seen 0.") != std::string::npos);
   CHECK(error.find("stopped sending: ending the run") != std::string::npos);
   for (int i = 0; i < 100 && !shards.logged("serve() threw"); ++i) {
     std::this_thread::sleep_for(10ms);
