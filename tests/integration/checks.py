@@ -31,10 +31,25 @@ def children_of(pid):
     return [(int(line.split()[0]), line) for line in out.stdout.strip().splitlines()]
 
 
+def process_name(pid, args):
+    """The name `gradsync run`'s launcher gives a child (experiments/run_experiment.cpp):
+    "server K" for `gradsync server ... --shard K`, else "rank R" from its RANK variable."""
+    words = args.split()
+    if "server" in words and "--shard" in words:
+        return "server " + words[words.index("--shard") + 1]
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    except OSError:
+        return None
+    ranks = [v[len(b"RANK="):].decode() for v in env if v.startswith(b"RANK=")]
+    return "rank " + ranks[0] if ranks else None
+
+
 def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound_s):
     """Waits for `expected` children of the running `gradsync run` launcher, SIGKILLs the one
     `pick(children)` returns after `settle_s`, then checks the whole run ends within
-    `bound_s`, names the victim and its signal on its last line, and leaves nothing behind."""
+    `bound_s`, names the victim (its process name and pid) and its signal on its last line,
+    and leaves nothing behind."""
     procs = []
     deadline = time.time() + 30
     while len(procs) < expected and time.time() < deadline:
@@ -43,6 +58,9 @@ def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound
     check(len(procs) == expected, f"{expected} processes started ({procs})")
     time.sleep(settle_s)
     victim = pick(procs)
+    # Read before the kill: a dead process's environment is gone.
+    name = process_name(victim, dict(procs).get(victim, ""))
+    check(name is not None, f"the victim {victim} is a server or a rank: {procs}")
     try:
         os.kill(victim, signal.SIGKILL)
     except (ProcessLookupError, OverflowError, TypeError):
@@ -57,8 +75,9 @@ def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound
     last = err.strip().splitlines()[-1] if err.strip() else ""
     check(launcher.returncode not in (0, None), f"the run failed (exit {launcher.returncode})")
     check(elapsed < bound_s, f"the run ended {elapsed:.1f} s after the kill (bound {bound_s} s)")
-    check(f"pid {victim}" in last and "signal 9" in last,
-          f"the error names the killed process and its signal: {last!r}")
+    # experiments/launcher.cpp: "<name> (pid N) was killed by signal 9 (Killed); stopped ..."
+    said = f"{name} (pid {victim}) was killed by signal 9"
+    check(said in last, f"the error names the killed process and its signal: {said!r} in {last!r}")
     time.sleep(0.5)
     alive = [p for p, _ in procs if os.path.exists(f"/proc/{p}") and
              open(f"/proc/{p}/stat").read().split()[2] != "Z"]

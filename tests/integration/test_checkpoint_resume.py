@@ -3,8 +3,9 @@ strategy (single, dp, allreduce, ps sync):
 
 1. A run stopped after step 60 and resumed from its step-50 checkpoint ends (step 80) with the
    same parameters as an uninterrupted 80-step run (max relative difference <= 1e-6); the
-   resumed run's metrics start at step 50. `--resume` of a whole results folder finds each run's
-   newest checkpoint (step 60) and ends there too.
+   resumed run names that checkpoint in its config.yaml, its metrics, summary and trace hold
+   exactly steps 50..79. `--resume` of a whole results folder finds each run's newest checkpoint
+   (step 60), starts there and ends where the uninterrupted run does too.
 2. A checkpoint that is truncated, corrupted or of another model is refused with one line naming
    the file, a non-zero exit, and is left byte for byte as it was.
 3. A run killed with SIGKILL mid-run keeps every metrics row and checkpoint written before, and
@@ -29,6 +30,9 @@ from checks import Checks
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
 RUNS = ["single", "dp-2", "allreduce-2", "ps-2"]
+WORKERS = {"single": 1, "dp-2": 2, "allreduce-2": 2, "ps-2": 2}
+# output.trace_steps of the preset: a run traces its first that many steps, from where it starts.
+TRACE_STEPS = int(re.search(r"trace_steps:\s*(\d+)", open(preset).read()).group(1))
 
 
 def gradsync_run(*args, timeout=120):
@@ -57,7 +61,42 @@ def load_checkpoint(folder):
 
 
 def max_rel_diff(a, b):
+    """inf unless both hold the same number of values: zip alone would compare only a prefix."""
+    if len(a) != len(b) or not a:
+        return float("inf")
     return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def resumed_from(run_dir):
+    """checkpoint.resume in a run's config.yaml: the canonical step folder it resumed from
+    (experiments/run_experiment.cpp resolves --resume to it), or "" for a fresh run."""
+    config = open(os.path.join(run_dir, "config.yaml")).read()
+    m = re.search(r"^checkpoint:\n(?:  .*\n)*?  resume: (.*)$", config, re.MULTILINE)
+    return m.group(1).strip('"') if m else None
+
+
+def check_resumed(label, run_dir, workers, folder, first, last):
+    """A run that ignored --resume trains deterministically to the same parameters, so these
+    are the evidence that it resumed: config.yaml names the checkpoint's step folder, and
+    metrics.csv and summary.json hold exactly the steps first..last-1, once per rank."""
+    missing = [n for n in ("config.yaml", "metrics.csv", "summary.json")
+               if not os.path.exists(os.path.join(run_dir, n))]
+    if missing:
+        check(False, f"{label}: {run_dir} holds config.yaml, metrics.csv and summary.json; "
+                     f"missing {missing}")
+        return
+    named = resumed_from(run_dir)
+    check(named == os.path.realpath(folder),
+          f"{label}: config.yaml resumes {os.path.realpath(folder)}, found {named!r}")
+    rows = list(csv.DictReader(open(os.path.join(run_dir, "metrics.csv"))))
+    found = sorted((int(r["step"]), int(r["rank"])) for r in rows)
+    want = [(s, r) for s in range(first, last) for r in range(workers)]
+    check(found == want,
+          f"{label}: metrics.csv holds steps {first}..{last - 1} for {workers} rank(s) "
+          f"({len(want)} rows), found {len(found)} rows from step "
+          f"{found[0][0] if found else None} to {found[-1][0] if found else None}")
+    steps = json.load(open(os.path.join(run_dir, "summary.json")))["steps"]
+    check(steps == last - first, f"{label}: summary.json steps {last - first}, found {steps}")
 
 
 def digest(path):
@@ -81,18 +120,20 @@ with tempfile.TemporaryDirectory() as tmp:
         resumed = run_ok(os.path.join(tmp, "resumed-" + run), "--only", run, "--resume", step50)
         step_a, a = load_checkpoint(os.path.join(full, run, "checkpoints", "step-00000080"))
         step_b, b = load_checkpoint(os.path.join(resumed, run, "checkpoints", "step-00000080"))
-        check(step_a == step_b == 80 and len(a) == len(b) > 0, f"{run}: both end at step 80")
-        diff = max_rel_diff(a, b) if a and b else 1.0
+        check(step_a == step_b == 80 and len(a) == len(b) > 0,
+              f"{run}: both end at step 80 with the model's parameters: steps {step_a}, "
+              f"{step_b}, {len(a)} and {len(b)} values")
+        diff = max_rel_diff(a, b)
         check(diff <= 1e-6, f"{run}: resumed parameters differ from uninterrupted by {diff:g}")
-        rows = list(csv.DictReader(open(os.path.join(resumed, run, "metrics.csv"))))
-        first = min(int(r["step"]) for r in rows) if rows else -1
-        check(first == 50 and len({r["step"] for r in rows}) == 30,
-              f"{run}: resumed metrics cover steps 50..79 (first {first}, {len(rows)} rows)")
-        config = open(os.path.join(resumed, run, "config.yaml")).read()
-        check(os.path.realpath(step50) in config, f"{run}: config.yaml names the checkpoint")
+        check_resumed(run, os.path.join(resumed, run), WORKERS[run], step50, 50, 80)
+        # The trace counts its steps from where the run starts: one compute span per rank for
+        # each of steps 50..50+TRACE_STEPS-1 (each rank's track is its tid), none before.
         trace = json.load(open(os.path.join(resumed, run, "trace.json")))
-        spans = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"] == "compute"]
-        check(len(spans) > 0, f"{run}: the resumed run's trace holds its steps")
+        spans = sorted((e["tid"], e["args"]["step"]) for e in trace["traceEvents"]
+                       if e.get("ph") == "X" and e["name"] == "compute")
+        want = [(r, s) for r in range(WORKERS[run]) for s in range(50, 50 + TRACE_STEPS)]
+        check(spans == want, f"{run}: compute spans (rank, step) {want[0]}..{want[-1]}, "
+                             f"{len(want)} in all; found {len(spans)}: {spans[:3]}..{spans[-3:]}")
 
     # Resuming under other settings is allowed, and said in one line naming what changed; the
     # same settings say nothing.
@@ -115,9 +156,13 @@ with tempfile.TemporaryDirectory() as tmp:
                      os.path.join(tmp, "stopped", "latest"))
     check(resumed != stopped, "the resumed run has a results folder of its own")
     for run in RUNS:
+        step60 = os.path.join(stopped, run, "checkpoints", "step-00000060")
+        check_resumed(f"{run} from latest", os.path.join(resumed, run), WORKERS[run], step60,
+                      60, 80)
         _, a = load_checkpoint(os.path.join(full, run, "checkpoints", "step-00000080"))
         _, b = load_checkpoint(os.path.join(resumed, run, "checkpoints", "step-00000080"))
-        diff = max_rel_diff(a, b) if a and b else 1.0
+        check(len(a) == len(b) > 0, f"{run}: both hold the model's parameters ({len(a)}, {len(b)})")
+        diff = max_rel_diff(a, b)
         check(diff <= 1e-6, f"{run}: resumed from step 60, parameters differ by {diff:g}")
 
     # A named checkpoint.dir: each run below its own name; running again would overwrite them.
@@ -134,10 +179,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check(digest(os.path.join(named, "single", "step-00000060", "part-0-of-1.ckpt")) == before,
           "and the checkpoints there are left as they were")
     # Resuming from the newest there, into the same folder, is what it is for.
-    run_ok(os.path.join(tmp, "named"), "--only", "single", "--set", f"checkpoint.dir={named}",
-           "--set", "train.steps=80", "--resume", os.path.join(named, "single") + "/")
+    into = run_ok(os.path.join(tmp, "named"), "--only", "single", "--set",
+                  f"checkpoint.dir={named}", "--set", "train.steps=80", "--resume",
+                  os.path.join(named, "single") + "/")
     check("step-00000080" in os.listdir(os.path.join(named, "single")),
           "resumed into the same checkpoint.dir (a trailing slash is fine)")
+    check_resumed("named checkpoint.dir", os.path.join(into, "single"), 1,
+                  os.path.join(named, "single", "step-00000060"), 60, 80)
 
     # 2. Bad checkpoints are refused and left as they were.
     def refused(folder, file, expect, *extra):
@@ -171,7 +219,9 @@ with tempfile.TemporaryDirectory() as tmp:
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckpts = os.path.join(out, "latest", "dp-2", "checkpoints")
     deadline = time.time() + 60
-    while time.time() < deadline and len(glob.glob(os.path.join(ckpts, "step-*"))) < 2:
+    # Two complete checkpoints: a step folder exists a moment before its part is in it.
+    while (time.time() < deadline and
+           len(glob.glob(os.path.join(ckpts, "step-*", "part-0-of-1.ckpt"))) < 2):
         time.sleep(0.1)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
@@ -181,9 +231,19 @@ with tempfile.TemporaryDirectory() as tmp:
     check(len(rows) >= 2 * 200, f"metrics.csv kept the rows before the kill ({len(rows)})")
     check(all(r["bytes_received"] not in (None, "") for r in rows[:-1]),
           "every row but perhaps the last is complete")
-    newest = max(int(s.split("-")[1]) for s in os.listdir(ckpts) if s.startswith("step-"))
+    # The newest complete one: the kill may have come between a later step folder and its part,
+    # and resuming the run's folder must pass over that one.
+    complete = [int(s.split("-")[1]) for s in os.listdir(ckpts) if s.startswith("step-") and
+                os.path.exists(os.path.join(ckpts, s, "part-0-of-1.ckpt"))]
+    check(len(complete) >= 2, f"two complete checkpoints before the kill: steps {sorted(complete)}")
+    newest = max(complete, default=0)
+    # As a kill between making a step folder and renaming its part in leaves it, every time.
+    os.makedirs(os.path.join(ckpts, f"step-{newest + 100:08d}"), exist_ok=True)
     resumed = run_ok(os.path.join(tmp, "after-kill"), "--only", "dp-2", "--resume", killed,
                      "--set", f"train.steps={newest + 10}", "--set", "checkpoint.every=100")
+    # Its last step writes a checkpoint whether or not it resumed: where it started is the proof.
+    check_resumed("after the kill", os.path.join(resumed, "dp-2"), 2,
+                  os.path.join(ckpts, f"step-{newest:08d}"), newest, newest + 10)
     step, params = load_checkpoint(
         os.path.join(resumed, "dp-2", "checkpoints", f"step-{newest + 10:08d}"))
     check(step == newest + 10 and len(params) > 0,

@@ -4,6 +4,7 @@ train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
 same summary.json and trace.json as `gradsync run` would."""
 import csv
+import json
 import os
 import socket
 import subprocess
@@ -25,6 +26,7 @@ runs:
   - name: external-2
 """
 
+STEPS, WORKERS = 40, 2  # as CONFIG says
 PS_CONFIG = CONFIG.replace("strategy: allreduce", "strategy: ps\nps: {servers: 1, mode: sync}")
 
 
@@ -62,7 +64,8 @@ def run_by_hand(config_text, label):
         check(lines[0].startswith("step,rank,"), f"{label}: metrics.csv starts with its header")
         check(sum(line.startswith("step,") for line in lines) == 1, f"{label}: exactly one header")
         rows = list(csv.DictReader(lines))
-        check(len(rows) == 80, f"{label}: one row per rank per step: {len(rows)} rows, expected 80")
+        check(len(rows) == STEPS * WORKERS,
+              f"{label}: one row per rank per step: {len(rows)} rows, expected {STEPS * WORKERS}")
         check({r["rank"] for r in rows} == {"0", "1"}, f"{label}: rows from both ranks")
         check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
               f"{label}: no row torn by the other rank's writes")
@@ -71,6 +74,22 @@ def run_by_hand(config_text, label):
         names = sorted(os.listdir(run_dir))
         check("summary.json" in names and "trace.json" in names,
               f"{label}: summary and trace written: {names}")
+        if "summary.json" in names:
+            summary = json.load(open(os.path.join(run_dir, "summary.json")))
+            found = {k: summary.get(k) for k in ("run", "workers", "steps")}
+            want = {"run": "external-2", "workers": WORKERS, "steps": STEPS}
+            check(found == want, f"{label}: summary.json of the whole run {want}, found {found}")
+        if "trace.json" in names:
+            # Every rank's spans, merged: one compute span per rank per step (the default
+            # output.trace_steps, 200, covers all 40), each rank on its own track (tid).
+            events = json.load(open(os.path.join(run_dir, "trace.json")))["traceEvents"]
+            spans = sorted((e["tid"], e["args"]["step"]) for e in events
+                           if e.get("ph") == "X" and e["name"] == "compute")
+            want = [(r, s) for r in range(WORKERS) for s in range(STEPS)]
+            check(spans == want,
+                  f"{label}: trace.json holds compute spans for steps 0..{STEPS - 1} of ranks "
+                  f"0..{WORKERS - 1} ({len(want)}), found {len(spans)} of ranks "
+                  f"{sorted({t for t, _ in spans})}")
         check(not any(n.startswith(("rank", "server")) or ".rank" in n for n in names),
               f"{label}: per-process files folded and removed: {names}")
 
