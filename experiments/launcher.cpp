@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -43,6 +44,35 @@ std::string describe_status(int status) {
 bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
 
 constexpr double kDrainSeconds = 1.0;  // output still arriving after every process exited
+
+// SIGINT or SIGTERM to the launcher while it runs: the processes are stopped as after a failure,
+// and launch() throws, so the caller's cleanup runs (the network namespaces are deleted, the
+// traces merged) instead of the launcher dying with its children.
+volatile std::sig_atomic_t interrupted = 0;
+
+extern "C" void note_interrupt(int signal) { interrupted = signal; }
+
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    interrupted = 0;
+    struct sigaction action {};
+    action.sa_handler = note_interrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~InterruptGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
 
 extern "C" char** environ;
 
@@ -136,6 +166,7 @@ void signal_all(std::vector<Child>& children, int sig) {
 }  // namespace
 
 void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options) {
+  const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below
   std::vector<Child> children;
   children.reserve(processes.size());
   try {
@@ -149,8 +180,9 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     throw;
   }
 
-  const Child* first_failure = nullptr;
-  std::optional<Stopwatch> terminating;  // since the first failure
+  std::string cause;  // why the processes are being stopped: what failed first, or the signal
+  bool by_interrupt = false;
+  std::optional<Stopwatch> terminating;  // since the first failure or an interrupt
   std::optional<Stopwatch> killed;       // since SIGKILL
   std::optional<Stopwatch> draining;     // since the last process exited
   for (;;) {
@@ -166,14 +198,20 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     for (std::size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents != 0) relay(*owners[i]);
     }
+    if (interrupted != 0 && !terminating) {
+      cause = std::string("interrupted by ") + (interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+      by_interrupt = true;
+      terminating.emplace();
+      signal_all(children, SIGTERM);
+    }
     bool all_done = true;
     for (Child& c : children) {
       if (c.status) continue;
       int status = 0;
       if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
         c.status = status;
-        if (failed(status) && first_failure == nullptr) {
-          first_failure = &c;
+        if (failed(status) && !terminating) {
+          cause = c.spec->name + " (pid " + std::to_string(c.pid) + ") " + describe_status(status);
           terminating.emplace();
           signal_all(children, SIGTERM);
         }
@@ -208,16 +246,14 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
         stuck +=
             (stuck.empty() ? "" : ", ") + c.spec->name + " (pid " + std::to_string(c.pid) + ")";
       }
-      throw Error(first_failure->spec->name + " (pid " + std::to_string(first_failure->pid) + ") " +
-                  describe_status(*first_failure->status) + "; " + stuck + " still running " +
-                  seconds_text(options.grace) +
+      throw Error(cause + "; " + stuck + " still running " + seconds_text(options.grace) +
                   " after SIGKILL (stuck in the kernel?); gave up waiting");
     }
   }
-  if (first_failure != nullptr) {
-    throw Error(first_failure->spec->name + " (pid " + std::to_string(first_failure->pid) + ") " +
-                describe_status(*first_failure->status) + "; stopped the other " +
-                std::to_string(children.size() - 1) + " process(es)");
+  if (!cause.empty()) {
+    const std::size_t stopped = children.size() - (by_interrupt ? 0 : 1);
+    throw Error(cause + "; stopped the " + std::string(by_interrupt ? "" : "other ") +
+                std::to_string(stopped) + " process(es)");
   }
 }
 

@@ -4,16 +4,19 @@ network namespace on a veth shaped by tbf (experiments/namespace_network.h).
 1. The ring and a parameter server run across the namespaces (the shard listens on its
    namespace's address, not 127.0.0.1) and their communication time per step is that of the
    kernel-shaped 0.5 Gbit/s links: within 30% of the alpha-beta model with no latency.
-2. Nothing is left behind: no namespace, no veth, no bridge of the run.
+2. Nothing is left behind: no namespace, no veth, no bridge of the run, also when the run is
+   interrupted with SIGINT (which it reports, after stopping its processes).
 
 Skips (exit 77, which ctest reports as skipped, with the reason) where it cannot run: not root,
 or no network namespaces here.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from checks import Checks
 
@@ -85,5 +88,33 @@ with tempfile.TemporaryDirectory() as tmp:
 after = ours()
 check(after == before,
       f"nothing left behind: {sorted(after - before)}, nothing of before gone: {sorted(before - after)}")
+
+# Ctrl-C in the middle of a run: the launcher stops its processes, says why, and still deletes
+# the namespaces, veths and bridge it made (the kernel would keep them after the process died).
+with tempfile.TemporaryDirectory() as tmp:
+    preset = os.path.join(tmp, "long.yaml")
+    with open(preset, "w") as f:
+        f.write(PRESET.replace("steps: 6", "steps: 100000"))
+    run = subprocess.Popen([gradsync, "run", preset, "--output", tmp], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(ours() - before) < 2 * 2 + 1:  # 2 namespaces, 2 veths, bridge
+        time.sleep(0.1)
+    time.sleep(1.0)  # the ranks are training now
+    started = time.time()
+    run.send_signal(signal.SIGINT)
+    try:
+        _, err = run.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        _, err = run.communicate()
+    took = time.time() - started
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    check(run.returncode not in (0, None), f"an interrupted run fails (exit {run.returncode})")
+    check("interrupted by SIGINT; stopped the 2 process(es)" in last,
+          f"it says it was interrupted: {last!r}")
+    check(took < 10, f"it ended {took:.1f} s after SIGINT")
+left = ours()
+check(left == before, f"nothing left behind after SIGINT: {sorted(left - before)}")
 
 check.finish()

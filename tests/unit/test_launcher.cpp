@@ -1,10 +1,13 @@
 // The local launcher's teardown, on small shell processes: the first failure is named and
 // stops the others; one that ignores SIGTERM is killed after the grace; a background job that
-// keeps a process's output open does not hold the launcher.
+// keeps a process's output open does not hold the launcher; SIGINT stops them all.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <string>
+#include <thread>
 
 #include "common/error.h"
 #include "experiments/launcher.h"
@@ -57,6 +60,17 @@ TEST_CASE("launcher: a background job holding the output does not hold the launc
   const auto [error, took] = timed_launch({shell("rank 0", "sleep 60 & echo started")}, 3000ms);
   CHECK(error == "");
   CHECK(took < 10.0);  // 1 s of draining, then it returns: not the job's 60 s
+}
+
+TEST_CASE("launcher: SIGINT stops every process and launch() throws, so its caller cleans up") {
+  std::jthread interrupt([] {
+    std::this_thread::sleep_for(300ms);
+    ::kill(::getpid(), SIGINT);  // launch()'s handler takes it, whichever thread it reaches
+  });
+  const auto [error, took] =
+      timed_launch({shell("rank 0", "exec sleep 60"), shell("rank 1", "exec sleep 60")}, 3000ms);
+  CHECK(error == "interrupted by SIGINT; stopped the 2 process(es)");
+  CHECK(took < 2.5);  // at their SIGTERM, not after the grace
 }
 
 }  // namespace gradsync
