@@ -86,8 +86,8 @@ with tempfile.TemporaryDirectory() as tmp:
         check(abs(measured / model - 1) < 0.3,
               f"{run}: {measured * 1e3:.1f} ms of communication a step, model {model * 1e3:.1f} ms")
 after = ours()
-check(after == before,
-      f"nothing left behind: {sorted(after - before)}, nothing of before gone: {sorted(before - after)}")
+check(after == before, f"nothing left behind: {sorted(after - before)}, "
+                      f"nothing of before gone: {sorted(before - after)}")
 
 # Ctrl-C in the middle of a run: the launcher stops its processes, says why, and still deletes
 # the namespaces, veths and bridge it made (the kernel would keep them after the process died).
@@ -98,7 +98,8 @@ with tempfile.TemporaryDirectory() as tmp:
     run = subprocess.Popen([gradsync, "run", preset, "--output", tmp], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 30
-    while time.time() < deadline and len(ours() - before) < 2 * 2 + 1:  # 2 namespaces, 2 veths, bridge
+    made = 2 + 2 + 1  # two namespaces, the outer ends of two veths, the bridge
+    while time.time() < deadline and len(ours() - before) < made:
         time.sleep(0.1)
     time.sleep(1.0)  # the ranks are training now
     started = time.time()
