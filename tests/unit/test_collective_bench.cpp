@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -135,7 +136,10 @@ TEST_CASE("a failing rank fails the sweep instead of hanging it") {
     if (rank == 1) throw PeerError(1, "127.0.0.1", "connect", "refused");
     return std::make_unique<IdleRank>();
   };
+  const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(measure_sweep(spec, connect), doctest::Contains("refused"), PeerError);
+  // Woken by the failure, not released by the 20 s timeout.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
 
 TEST_CASE("invalid options are rejected before anything runs") {

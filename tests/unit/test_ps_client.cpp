@@ -5,7 +5,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -128,10 +130,14 @@ TEST_CASE("ps client: sync with K shards and N workers matches the closed form o
         });
         // Every worker holds the same bytes: p0 - steps * lr * mean(1..n).
         for (int r = 1; r < n; ++r) CHECK(result[r] == result[0]);
-        for (std::size_t i = 0; i < model; i += 997) {
-          const double mean = (n + 1) / 2.0;
-          CHECK(result[0][i] == doctest::Approx(0.001 * i - steps * 0.1 * mean).epsilon(1e-5));
+        // Every element, not a sample: a chunk or shard boundary off by one shows up anywhere.
+        const double mean = (n + 1) / 2.0;
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < model; ++i) {
+          const double expected = 0.001 * i - steps * 0.1 * mean;
+          wrong += std::abs(result[0][i] - expected) > 1e-5 * std::max(1.0, std::abs(expected));
         }
+        CHECK(wrong == 0);
         CHECK(!shards.logged("serve() threw"));
       }
     }
