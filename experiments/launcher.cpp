@@ -27,8 +27,9 @@ namespace {
 struct Child {
   const ProcessSpec* spec;
   pid_t pid = -1;
-  int output = -1;      // read end of the child's stdout + stderr
-  std::string partial;  // an unfinished line
+  int output = -1;        // read end of the child's stdout + stderr
+  std::string partial;    // an unfinished line
+  std::string last_line;  // the last line it printed: a failing gradsync's one-line error
   std::optional<int> status;
 };
 
@@ -127,7 +128,7 @@ Child start(const ProcessSpec& spec) {
   }
   close(fds[1]);
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  return Child{&spec, pid, fds[0], {}, std::nullopt};
+  return Child{&spec, pid, fds[0], {}, {}, std::nullopt};
 }
 
 // Relays whole lines from a child, prefixed with its name; returns false at end of stream.
@@ -137,6 +138,7 @@ bool relay(Child& child) {
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
     if (!child.partial.empty()) {
       std::fprintf(stderr, "[%s] %s\n", child.spec->name.c_str(), child.partial.c_str());
+      child.last_line = std::move(child.partial);
       child.partial.clear();
     }
     close(child.output);
@@ -151,6 +153,7 @@ bool relay(Child& child) {
     if (nl > start) {
       std::fprintf(stderr, "[%s] %.*s\n", child.spec->name.c_str(), static_cast<int>(nl - start),
                    child.partial.data() + start);
+      child.last_line.assign(child.partial, start, nl - start);
     }
   }
   child.partial.erase(0, start);
@@ -180,8 +183,20 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     throw;
   }
 
-  std::string cause;  // why the processes are being stopped: what failed first, or the signal
-  bool by_interrupt = false;
+  // Why the processes are being stopped: the process that failed first, or the signal.
+  const Child* culprit = nullptr;
+  std::string interrupt;
+  // Said at the end, when the culprit's last words have been read: its exit and its error line.
+  auto cause = [&] {
+    if (culprit == nullptr) return interrupt;
+    std::string text = culprit->spec->name + " (pid " + std::to_string(culprit->pid) + ") " +
+                       describe_status(*culprit->status);
+    // A process that exits with an error says why last; one killed by a signal said nothing.
+    if (WIFEXITED(*culprit->status) && !culprit->last_line.empty()) {
+      text += " (last said: " + culprit->last_line + ")";
+    }
+    return text;
+  };
   std::optional<Stopwatch> terminating;  // since the first failure or an interrupt
   std::optional<Stopwatch> killed;       // since SIGKILL
   std::optional<Stopwatch> draining;     // since the last process exited
@@ -199,8 +214,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
       if (fds[i].revents != 0) relay(*owners[i]);
     }
     if (interrupted != 0 && !terminating) {
-      cause = std::string("interrupted by ") + (interrupted == SIGINT ? "SIGINT" : "SIGTERM");
-      by_interrupt = true;
+      interrupt = std::string("interrupted by ") + (interrupted == SIGINT ? "SIGINT" : "SIGTERM");
       terminating.emplace();
       signal_all(children, SIGTERM);
     }
@@ -211,7 +225,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
       if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
         c.status = status;
         if (failed(status) && !terminating) {
-          cause = c.spec->name + " (pid " + std::to_string(c.pid) + ") " + describe_status(status);
+          culprit = &c;
           terminating.emplace();
           signal_all(children, SIGTERM);
         }
@@ -246,13 +260,13 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
         stuck +=
             (stuck.empty() ? "" : ", ") + c.spec->name + " (pid " + std::to_string(c.pid) + ")";
       }
-      throw Error(cause + "; " + stuck + " still running " + seconds_text(options.grace) +
+      throw Error(cause() + "; " + stuck + " still running " + seconds_text(options.grace) +
                   " after SIGKILL (stuck in the kernel?); gave up waiting");
     }
   }
-  if (!cause.empty()) {
-    const std::size_t stopped = children.size() - (by_interrupt ? 0 : 1);
-    throw Error(cause + "; stopped the " + std::string(by_interrupt ? "" : "other ") +
+  if (terminating) {
+    const std::size_t stopped = children.size() - (culprit != nullptr ? 1 : 0);
+    throw Error(cause() + "; stopped the " + std::string(culprit != nullptr ? "other " : "") +
                 std::to_string(stopped) + " process(es)");
   }
 }

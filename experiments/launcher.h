@@ -4,7 +4,8 @@
 //
 // Guarantees: when any process exits non-zero or is killed, every other process is sent
 // SIGTERM, then SIGKILL after `grace`; launch() then throws gradsync::Error naming the first
-// process that failed and its exit code or signal. SIGINT or SIGTERM to the launcher while
+// process that failed and its exit code (with the last line it printed: its one-line error) or
+// signal. SIGINT or SIGTERM to the launcher while
 // launch() runs stops the processes the same way, and launch() throws ("interrupted by SIGINT"),
 // so that the caller cleans up (network namespaces) rather than dying with them. Children are tied to the launcher with
 // PR_SET_PDEATHSIG, so even a launcher killed with SIGKILL leaves no orphans. Blocks until all

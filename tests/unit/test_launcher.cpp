@@ -36,11 +36,18 @@ std::pair<std::string, double> timed_launch(const std::vector<ProcessSpec>& proc
 
 }  // namespace
 
-TEST_CASE("launcher: the first failure is named and stops the others") {
-  const auto [error, took] = timed_launch(
-      {shell("rank 0", "exec sleep 60"), shell("rank 1", "sleep 0.2; exit 3")}, 3000ms);
+TEST_CASE("launcher: the first failure is named with its last line and stops the others") {
+  const auto [error, took] =
+      timed_launch({shell("rank 0", "exec sleep 60"),
+                    shell("rank 1",
+                          "sleep 0.2; echo training; echo 'gradsync: error: no data' >&2; "
+                          "exit 3")},
+                   3000ms);
   CHECK(error.starts_with("rank 1 (pid "));
-  CHECK(error.ends_with(") exited with code 3; stopped the other 1 process(es)"));
+  // Its own error line: the whole story in the launcher's last line.
+  CHECK(
+      error.ends_with(") exited with code 3 (last said: gradsync: error: no data); stopped "
+                      "the other 1 process(es)"));
   // rank 0 ends at its SIGTERM, not at the grace's SIGKILL, nor after its 60 s.
   CHECK(took < 2.5);
 }
