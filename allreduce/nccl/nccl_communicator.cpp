@@ -154,15 +154,19 @@ class NcclWork final : public Work {
   template <typename E>
   [[noreturn]] void fail_and_throw(const std::string& problem) {
     NcclCommunicator::State& s = *state_;
-    s.abort_comm();
+    // The failure is recorded before the abort, as abort() does: a Work waiting beside this one
+    // then stops at throw_if_failed() with this reason, rather than querying the aborted
+    // communicator and recording its "invalid argument" as the cause.
     if constexpr (std::is_same_v<E, TimeoutError>) {
       TimeoutError error(s.rank, s.where(), what_, problem);
       s.fail(error.what());
+      s.abort_comm();
       throw error;
     } else {
       const std::string message = "rank " + std::to_string(s.rank) + " (" + s.where() +
                                   ") during " + what_ + ": " + problem;
       s.fail(message);
+      s.abort_comm();
       throw Error(message);
     }
   }
