@@ -46,34 +46,22 @@ bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 
 constexpr double kDrainSeconds = 1.0;  // output still arriving after every process exited
 
-// SIGINT or SIGTERM to the launcher while it runs: the processes are stopped as after a failure,
-// and launch() throws, so the caller's cleanup runs (the network namespaces are deleted, the
-// traces merged) instead of the launcher dying with its children.
-volatile std::sig_atomic_t interrupted = 0;
+// The signal an InterruptGuard caught, 0 for none; `guards`: how many are alive (one thread).
+volatile std::sig_atomic_t caught = 0;
+int guards = 0;
 
-extern "C" void note_interrupt(int signal) { interrupted = signal; }
+extern "C" void note_interrupt(int signal) { caught = signal; }
 
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    interrupted = 0;
-    struct sigaction action {};
-    action.sa_handler = note_interrupt;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~InterruptGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
- private:
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-};
+// Catches `signal` unless it is ignored (nohup, a background job): what the user chose to
+// ignore must not stop the run.
+void catch_signal(int signal, struct sigaction& old) {
+  sigaction(signal, nullptr, &old);
+  if (old.sa_handler == SIG_IGN) return;
+  struct sigaction action {};
+  action.sa_handler = note_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal, &action, nullptr);
+}
 
 extern "C" char** environ;
 
@@ -114,7 +102,12 @@ Child start(const ProcessSpec& spec) {
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("launcher: pipe: ") + strerror(errno));
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw Error(std::string("launcher: fork: ") + strerror(errno));
+  if (pid < 0) {
+    const int error = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw Error(std::string("launcher: fork: ") + strerror(error));
+  }
   if (pid == 0) {
     // Child: die with the launcher, whatever kills it; then become the rank's executable.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -168,6 +161,21 @@ void signal_all(std::vector<Child>& children, int sig) {
 
 }  // namespace
 
+InterruptGuard::InterruptGuard() {
+  if (guards++ > 0) return;  // the outer guard catches, and keeps what it caught
+  caught = 0;
+  catch_signal(SIGINT, old_int_);
+  catch_signal(SIGTERM, old_term_);
+}
+
+InterruptGuard::~InterruptGuard() {
+  if (--guards > 0) return;
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+int InterruptGuard::caught_signal() { return caught; }
+
 void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options) {
   const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below
   std::vector<Child> children;
@@ -213,8 +221,10 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     for (std::size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents != 0) relay(*owners[i]);
     }
-    if (interrupted != 0 && !terminating) {
-      interrupt = std::string("interrupted by ") + (interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+    const bool running =
+        std::any_of(children.begin(), children.end(), [](const Child& c) { return !c.status; });
+    if (caught != 0 && !terminating && running) {
+      interrupt = std::string("interrupted by ") + (caught == SIGINT ? "SIGINT" : "SIGTERM");
       terminating.emplace();
       signal_all(children, SIGTERM);
     }
@@ -259,6 +269,9 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
         if (c.status) continue;
         stuck +=
             (stuck.empty() ? "" : ", ") + c.spec->name + " (pid " + std::to_string(c.pid) + ")";
+      }
+      for (Child& c : children) {
+        if (c.output >= 0) close(c.output);
       }
       throw Error(cause() + "; " + stuck + " still running " + seconds_text(options.grace) +
                   " after SIGKILL (stuck in the kernel?); gave up waiting");

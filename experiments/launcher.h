@@ -5,14 +5,16 @@
 // Guarantees: when any process exits non-zero or is killed, every other process is sent
 // SIGTERM, then SIGKILL after `grace`; launch() then throws gradsync::Error naming the first
 // process that failed and its exit code (with the last line it printed: its one-line error) or
-// signal. SIGINT or SIGTERM to the launcher while
-// launch() runs stops the processes the same way, and launch() throws ("interrupted by SIGINT"),
-// so that the caller cleans up (network namespaces) rather than dying with them. Children are tied to the launcher with
-// PR_SET_PDEATHSIG, so even a launcher killed with SIGKILL leaves no orphans. Blocks until all
-// processes have exited, and their output for at most 1 s more (a background job of a process
-// may hold it open). A process that outlives SIGKILL by another `grace` (stuck in the kernel)
-// is named in the Error instead of waited for.
+// its signal. SIGINT or SIGTERM to the launcher stops the processes the same way, and launch()
+// throws "interrupted by SIGINT", so that the caller cleans up (network namespaces) instead of
+// dying with them. Children are tied to the launcher with PR_SET_PDEATHSIG, so even a launcher
+// killed with SIGKILL leaves no orphans. Blocks until all processes have exited, and reads their
+// output for at most 1 s more (a background job of a process may hold it open). A process that
+// outlives SIGKILL by another `grace` (stuck in the kernel) is named in the Error instead of
+// waited for.
 #pragma once
+
+#include <signal.h>
 
 #include <chrono>
 #include <string>
@@ -22,9 +24,9 @@
 namespace gradsync {
 
 struct ProcessSpec {
-  std::string name;                                         // "rank 2", "server 0"
-  std::vector<std::string> argv;                            // argv[0] is the executable path
-  std::vector<std::pair<std::string, std::string>> env;     // added to the launcher's environment
+  std::string name;                                      // "rank 2", "server 0"
+  std::vector<std::string> argv;                         // argv[0] is the executable path
+  std::vector<std::pair<std::string, std::string>> env;  // added to the launcher's environment
 };
 
 struct LaunchOptions {
@@ -32,6 +34,25 @@ struct LaunchOptions {
 };
 
 void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options);
+
+// Catches SIGINT and SIGTERM while it lives (unless they are ignored, as under nohup), so that
+// launch() stops its processes and throws instead of the launcher dying at once. launch() holds
+// one; a caller that makes things to undo before and after launch() (network namespaces) holds
+// one around all of it, so an interrupt during its set-up is not lost either: launch() sees it
+// as soon as it starts. Guards nest (the outermost one catches); one thread only.
+class InterruptGuard {
+ public:
+  InterruptGuard();
+  ~InterruptGuard();
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+  static int caught_signal();  // SIGINT, SIGTERM, or 0
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
 
 // The path of the running executable (/proc/self/exe), to start `gradsync worker` children.
 std::string current_executable();

@@ -86,6 +86,9 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
   // network.namespaces: one namespace per process (shards first, then ranks), each with its own
   // address and port space; torn down when this function returns, however it returns.
   const int shards = config.strategy == "ps" ? config.ps.servers : 0;
+  // Before the network: Ctrl-C while it is made (or while the ranks run) must still lead to its
+  // teardown, not kill this process with the namespaces left in the kernel. launch() acts on it.
+  const InterruptGuard interrupts;
   std::optional<NamespaceNetwork> network;
   if (config.network.namespaces) network.emplace(shards + config.workers, config.network.link_gbps);
   auto host_of = [&](int process) {

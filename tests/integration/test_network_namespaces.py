@@ -95,8 +95,11 @@ with tempfile.TemporaryDirectory() as tmp:
     preset = os.path.join(tmp, "long.yaml")
     with open(preset, "w") as f:
         f.write(PRESET.replace("steps: 6", "steps: 100000"))
+    # SIGINT as a terminal sends it, also where this script runs with it ignored (a background
+    # job of a script): gradsync leaves an ignored SIGINT ignored, as it should.
     run = subprocess.Popen([gradsync, "run", preset, "--output", tmp], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 30
     made = 2 + 2 + 1  # two namespaces, the outer ends of two veths, the bridge
     while time.time() < deadline and len(ours() - before) < made:

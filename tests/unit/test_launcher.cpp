@@ -6,16 +6,19 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <string>
 #include <thread>
 
 #include "common/error.h"
 #include "experiments/launcher.h"
+#include "tests/support/temp_dir.h"
 
 namespace gradsync {
 namespace {
 
 using namespace std::chrono_literals;
+using gradsync::testing::TempDir;
 
 ProcessSpec shell(const std::string& name, const std::string& script) {
   return {name, {"/bin/sh", "-c", script}, {}};
@@ -53,31 +56,63 @@ TEST_CASE("launcher: the first failure is named with its last line and stops the
 }
 
 TEST_CASE("launcher: a process that ignores SIGTERM is killed after the grace") {
-  // The ignored SIGTERM is inherited by sleep, which also keeps the output open once sh is
-  // killed: the drain's 1 s bound ends that wait.
-  const auto [error, took] = timed_launch(
-      {shell("rank 0", "trap '' TERM; sleep 60; exit 0"), shell("rank 1", "exit 1")}, 300ms);
+  // rank 1 fails only once rank 0 ignores SIGTERM, or its SIGTERM could come first. The ignored
+  // SIGTERM is inherited by sleep, which also keeps the output open once sh is killed: the
+  // drain's 1 s bound ends that wait, long before sleep's 8 s.
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  const auto [error, took] =
+      timed_launch({shell("rank 0", "trap '' TERM; touch " + ready + "; sleep 8; exit 0"),
+                    shell("rank 1", "while [ ! -e " + ready + " ]; do sleep 0.01; done; exit 1")},
+                   300ms);
   CHECK(error.starts_with("rank 1 (pid "));
   CHECK(error.ends_with(") exited with code 1; stopped the other 1 process(es)"));
   CHECK(took >= 0.3);
-  CHECK(took < 10.0);
+  CHECK(took < 6.0);
 }
 
 TEST_CASE("launcher: a background job holding the output does not hold the launcher") {
-  const auto [error, took] = timed_launch({shell("rank 0", "sleep 60 & echo started")}, 3000ms);
+  const auto [error, took] = timed_launch({shell("rank 0", "sleep 8 & echo started")}, 3000ms);
   CHECK(error == "");
-  CHECK(took < 10.0);  // 1 s of draining, then it returns: not the job's 60 s
+  CHECK(took < 6.0);  // 1 s of draining, then it returns: not the job's 8 s
 }
 
 TEST_CASE("launcher: SIGINT stops every process and launch() throws, so its caller cleans up") {
-  std::jthread interrupt([] {
-    std::this_thread::sleep_for(300ms);
-    ::kill(::getpid(), SIGINT);  // launch()'s handler takes it, whichever thread it reaches
+  // launch() leaves an ignored SIGINT ignored (nohup; a background job of a script, as CI may
+  // run this): the test makes it a plain SIGINT first, and restores it after.
+  struct sigaction old {};
+  struct sigaction plain {};
+  plain.sa_handler = SIG_DFL;
+  sigaction(SIGINT, &plain, &old);
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  std::jthread interrupt([&] {
+    // Once a process runs, launch() catches SIGINT: its guard comes before the first start.
+    while (!std::filesystem::exists(ready)) std::this_thread::sleep_for(10ms);
+    ::kill(::getpid(), SIGINT);  // the handler takes it, whichever thread it reaches
   });
-  const auto [error, took] =
-      timed_launch({shell("rank 0", "exec sleep 60"), shell("rank 1", "exec sleep 60")}, 3000ms);
+  const auto [error, took] = timed_launch(
+      {shell("rank 0", "touch " + ready + "; exec sleep 8"), shell("rank 1", "exec sleep 8")},
+      3000ms);
+  interrupt.join();
+  sigaction(SIGINT, &old, nullptr);
   CHECK(error == "interrupted by SIGINT; stopped the 2 process(es)");
   CHECK(took < 2.5);  // at their SIGTERM, not after the grace
+}
+
+TEST_CASE("launcher: an ignored SIGINT stays ignored") {
+  struct sigaction old {};
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGINT, &ignore, &old);
+  std::jthread interrupt([] {
+    std::this_thread::sleep_for(100ms);
+    ::kill(::getpid(), SIGINT);
+  });
+  const auto [error, took] = timed_launch({shell("rank 0", "sleep 0.5; exit 0")}, 3000ms);
+  interrupt.join();
+  sigaction(SIGINT, &old, nullptr);
+  CHECK(error == "");  // the run finished as if nothing had been sent
 }
 
 }  // namespace gradsync
