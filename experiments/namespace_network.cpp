@@ -40,6 +40,7 @@ int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds 
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const std::string cannot_run = "cannot run " + argv.at(0) + "\n";
+  const pid_t parent = ::getpid();
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
   const pid_t pid = ::fork();
@@ -50,7 +51,8 @@ int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds 
     throw Error(std::string("fork: ") + std::strerror(error));
   }
   if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed mid-set-up takes it along
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // a launcher killed mid-set-up takes it along
+    if (::getppid() != parent) ::_exit(127);  // it died before prctl took effect
     ::dup2(pipe_fds[1], STDOUT_FILENO);
     ::dup2(pipe_fds[1], STDERR_FILENO);
     ::execvp(args[0], args.data());
@@ -68,7 +70,14 @@ int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds 
     pollfd item{pipe_fds[0], POLLIN, 0};
     const int ready = left.count() > 0 ? ::poll(&item, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) {
+    if (ready < 0) {
+      const int error = errno;
+      ::close(pipe_fds[0]);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);  // killed before its time: nothing holds it in the kernel
+      throw Error(std::string("network.namespaces: poll: ") + std::strerror(error));
+    }
+    if (ready == 0) {
       timed_out = true;
       break;
     }
@@ -79,15 +88,25 @@ int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds 
   }
   ::close(pipe_fds[0]);
   // The output's end almost always means the command is exiting; a command that closed its
-  // streams and went on gets the rest of the deadline, then SIGKILL.
+  // streams and went on gets the rest of the deadline, then SIGKILL, then 1 s more: a command
+  // stuck in the kernel (a wedged netlink) outlives even SIGKILL, and is left, not waited for.
   int status = 0;
+  auto last_chance = std::chrono::steady_clock::time_point::max();
   while (true) {
-    if (timed_out) ::kill(pid, SIGKILL);
-    const pid_t reaped = ::waitpid(pid, &status, timed_out ? 0 : WNOHANG);
+    const pid_t reaped = ::waitpid(pid, &status, WNOHANG);
     if (reaped == pid) break;
     if (reaped < 0 && errno != EINTR) throw Error(std::string("waitpid: ") + std::strerror(errno));
-    if (reaped == 0 && std::chrono::steady_clock::now() >= deadline) timed_out = true;
-    if (reaped == 0 && !timed_out) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto now = std::chrono::steady_clock::now();
+    if (!timed_out && now >= deadline) timed_out = true;
+    if (timed_out && last_chance == std::chrono::steady_clock::time_point::max()) {
+      ::kill(pid, SIGKILL);
+      last_chance = now + std::chrono::seconds(1);
+    }
+    if (now >= last_chance) {
+      throw Error("network.namespaces: `" + command_text(argv) + "` did not finish within " +
+                  seconds_text(timeout) + " and outlived SIGKILL (stuck in the kernel?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (timed_out) {
     throw Error("network.namespaces: `" + command_text(argv) + "` did not finish within " +
@@ -103,11 +122,14 @@ void must(const std::vector<std::string>& argv, std::chrono::milliseconds timeou
   throw Error("network.namespaces: `" + command_text(argv) + "` failed: " + output);
 }
 
-void quietly(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) noexcept {
+// Runs `argv`, whatever its exit status; false only when it could not run or did not finish.
+bool quietly(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) noexcept {
   try {
     std::string ignored;
     run_command(argv, timeout, ignored);
+    return true;
   } catch (...) {
+    return false;
   }
 }
 
@@ -183,12 +205,16 @@ void NamespaceNetwork::tear_down() noexcept {
   // Deleting a namespace destroys the veth end inside it only once the kernel frees the
   // namespace, which can come after `ip netns del` returns; the pair's outer end lingers until
   // then. Deleting that end first removes the pair at once, so nothing is left when the run is
-  // over. (Ends never made are refused, quietly.)
-  for (int i = 0; i < made_; ++i) quietly({"ip", "link", "del", bridge_port(i)}, command_timeout_);
-  for (int i = 0; i < made_; ++i)
-    quietly({"ip", "netns", "del", namespace_name(i)}, command_timeout_);
+  // over. Ends never made are refused, quietly. A command that did not finish ends the teardown:
+  // the next ones would wait for the same wedged netlink, one timeout each.
+  std::vector<std::vector<std::string>> commands;
+  for (int i = 0; i < made_; ++i) commands.push_back({"ip", "link", "del", bridge_port(i)});
+  for (int i = 0; i < made_; ++i) commands.push_back({"ip", "netns", "del", namespace_name(i)});
+  commands.push_back({"ip", "link", "del", bridge_});
   made_ = 0;
-  quietly({"ip", "link", "del", bridge_}, command_timeout_);
+  for (const auto& command : commands) {
+    if (!quietly(command, command_timeout_)) break;
+  }
 }
 
 std::string NamespaceNetwork::address(int process) const {
