@@ -6,7 +6,8 @@ namespace gradsync {
 
 std::string seconds_text(std::chrono::duration<double> d) {
   char text[32];
-  std::snprintf(text, sizeof(text), "%.3g s", d.count());
+  // Three digits below 100 s, whole seconds above: never "1.2e+03 s".
+  std::snprintf(text, sizeof(text), d.count() < 100 ? "%.3g s" : "%.0f s", d.count());
   return text;
 }
 

@@ -77,7 +77,8 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
                std::chrono::milliseconds timeout) {
   const auto hello =
       wire::make_header(wire::MessageType::kHello, rank, 0, 0, model_size, 0, world_size);
-  for (ShardLink& link : links) link.send(hello, {}, "HELLO");
+  const std::string operation = "the HELLO handshake";
+  for (ShardLink& link : links) link.send(hello, {}, operation);
   std::vector<ShardLink*> waiting;
   for (ShardLink& link : links) waiting.push_back(&link);
   const auto deadline = Clock::now() + timeout;
@@ -89,9 +90,8 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 || zmq::poll(items, left) == 0) {
       const ShardLink& link = *waiting[0];
-      throw TimeoutError(link.name(), link.shard(), link.endpoint(), "the HELLO handshake",
-                         "shard " + std::to_string(link.shard()) + " (" + link.endpoint() +
-                             ") did not answer the handshake within " + seconds_text(timeout) +
+      throw TimeoutError(link.name(), link.shard(), link.endpoint(), operation,
+                         "no answer within " + seconds_text(timeout) +
                              ": is it running? wrong or missing CURVE key?");
     }
     std::vector<ShardLink*> still;
@@ -101,7 +101,6 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
         still.push_back(&link);
         continue;
       }
-      const std::string operation = "the HELLO handshake";
       const wire::Header header = link.read(operation).header;
       const KeyRange range = link.range();
       if (header.type != wire::MessageType::kHelloAck ||

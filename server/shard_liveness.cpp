@@ -52,10 +52,14 @@ void ShardState::check_silence(Clock::time_point now) {
 
 // Heartbeats come from their own thread, so a worker whose training thread is stuck still looks
 // alive. Without this the others would each time out on their own ("no reply from shard 0")
-// with no one to blame; the shard knows whom it waits for, and says so to all of them.
+// with no one to blame; the shard knows whom it waits for, and says so to all of them. Each
+// check needs both: someone has waited for the timeout (as long as that worker's own client
+// waits), and the awaited worker pushed nothing for as long (it is not merely slow this step).
 void ShardState::check_progress(Clock::time_point now) {
   const auto timeout = options_.timeout;
-  if (!before_init_.empty() && now - before_init_.front().since > timeout) {
+  const Worker& first_rank = workers_[0];
+  if (!before_init_.empty() && now - before_init_.front().since > timeout &&
+      first_rank.presence == Presence::kConnected && alive(first_rank, now)) {
     return fail({0, workers_[0].address, name() + " waiting for INIT",
                  "worker 0 did not send the initial parameters (INIT) within " +
                      seconds_text(timeout) +
@@ -63,7 +67,8 @@ void ShardState::check_progress(Clock::time_point now) {
                  true});
   }
   int first = -1;
-  if (options_.mode == Mode::kSync && pushes_this_step_ > 0) {
+  if (options_.mode == Mode::kSync && pushes_this_step_ > 0 &&
+      now - step_waiting_since_ > timeout) {
     const std::size_t chunks = store_.chunks().size();
     const std::string who =
         laggards([&](const Worker& w) { return w.got_count < chunks; }, now, first);
@@ -93,15 +98,22 @@ void ShardState::check_progress(Clock::time_point now) {
   }
 }
 
-// The connected workers that `owes` names and that pushed nothing for over the timeout, as
-// "2, 3"; `first` is the lowest of them, -1 for none.
+// Heard from (a heartbeat at least) within half the timeout: one that is silent longer may be
+// dead, and check_silence() says so, or drops it, within the other half.
+bool ShardState::alive(const Worker& w, Clock::time_point now) const {
+  return now - w.last_seen <= options_.timeout / 2;
+}
+
+// The connected, alive workers that `owes` names and that pushed nothing for over the timeout,
+// as "2, 3"; `first` is the lowest of them, -1 for none.
 std::string ShardState::laggards(const std::function<bool(const Worker&)>& owes,
                                  Clock::time_point now, int& first) const {
   std::string text;
   first = -1;
   for (std::size_t r = 0; r < workers_.size(); ++r) {
     const Worker& w = workers_[r];
-    if (w.presence != Presence::kConnected || !owes(w) || now - w.last_push <= options_.timeout) {
+    if (w.presence != Presence::kConnected || !alive(w, now) || !owes(w) ||
+        now - w.last_push <= options_.timeout) {
       continue;
     }
     text += (text.empty() ? "" : ", ") + std::to_string(r);

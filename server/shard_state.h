@@ -79,7 +79,8 @@ struct ShardFailure {
   std::string address;    // its network address when known ("127.0.0.1"), else ""
   std::string operation;  // "shard 0 step 14"
   std::string problem;    // what went wrong, one line
-  bool timeout = false;   // a silence or a missing HELLO, rather than a protocol violation
+  bool timeout = false;   // a wait ran out (silence, HELLO, a worker holding the others up),
+                          // rather than a protocol violation
 };
 
 class ShardState {
@@ -141,7 +142,7 @@ class ShardState {
     Clock::time_point since;
   };
 
-  // Message intake and liveness (shard_state.cpp).
+  // Message intake (shard_state.cpp).
   void dispatch(const std::string& peer, const wire::Header& header, const Buffer& payload,
                 Clock::time_point now, const std::string& address);
   void hello(const std::string& peer, const wire::Header& header, Clock::time_point now,
@@ -152,6 +153,7 @@ class ShardState {
   // Liveness (shard_liveness.cpp), from on_tick.
   void check_silence(Clock::time_point now);
   void check_progress(Clock::time_point now);
+  bool alive(const Worker& w, Clock::time_point now) const;
   std::string laggards(const std::function<bool(const Worker&)>& owes, Clock::time_point now,
                        int& first) const;
   void refuse(const std::string& peer, const std::string& address, const std::string& why);
@@ -198,6 +200,7 @@ class ShardState {
   std::vector<int> chunk_pushes_;
   std::size_t chunks_done_ = 0;
   std::uint64_t pushes_this_step_ = 0;
+  Clock::time_point step_waiting_since_;  // the step's first push: someone waits from then
   std::optional<ShardFailure> failure_;
   std::uint64_t rejected_ = 0;
   const Sink* send_ = nullptr;  // the current call's sink

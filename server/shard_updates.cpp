@@ -74,7 +74,7 @@ void ShardState::push_sync(int rank, const wire::Header& header, const Buffer& p
   }
   w.got[chunk] = true;
   ++w.got_count;
-  ++pushes_this_step_;
+  if (pushes_this_step_++ == 0) step_waiting_since_ = w.last_push;  // this push's arrival
   w.pushed[chunk] = payload;  // kept, not copied: the frame itself waits for the others
   if (++chunk_pushes_[chunk] < static_cast<int>(workers_.size())) return;
 

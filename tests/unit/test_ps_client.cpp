@@ -224,7 +224,7 @@ TEST_CASE("ps client: a shard's refusal reaches the constructor with its reason"
                        doctest::Contains("buffers of 10 floats for a model of 100"), Error);
   PsClientOptions nobody{0, 1, 4, {"tcp://127.0.0.1:1"}, 300ms, 0ms, {}, {}};
   CHECK_THROWS_WITH_AS(PsClient{nobody},
-                       doctest::Contains("did not answer the handshake within 0.3 s"),
+                       doctest::Contains(") during the HELLO handshake: no answer within 0.3 s"),
                        TimeoutError);
 }
 
@@ -278,8 +278,8 @@ TEST_CASE("ps client: CURVE workers train, clients without the key are refused i
   stranger.join();
   CHECK(result[0] == result[1]);
   CHECK(result[0][31] == doctest::Approx(0.031 - 10 * 0.1 * 1.5).epsilon(1e-5));
-  CHECK(plain_error.find("did not answer the handshake within 1 s: is it running? wrong or "
-                         "missing CURVE key?") != std::string::npos);
+  CHECK(plain_error.find(") during the HELLO handshake: no answer within 1 s: is it running? "
+                         "wrong or missing CURVE key?") != std::string::npos);
   CHECK(!stranger_answered);
   // Which failure ZeroMQ reports for the plain client depends on timing (mechanism mismatch,
   // or the peer gone mid-handshake), so only the line itself is checked.
@@ -372,4 +372,43 @@ TEST_CASE("ps client: a sync worker that goes silent ends the run, its peer hear
     std::this_thread::sleep_for(10ms);
   }
   CHECK(shards.logged("serve() threw: rank 1 (127.0.0.1) during shard 0 step 3: worker 1"));
+}
+
+TEST_CASE("ps client: a worker stuck but heartbeating is named to its peer before its own timeout") {
+  // Shard and clients time the same 500 ms: the shard's verdict must arrive within the 1 s the
+  // client waits beyond it, or the peer could only say "no reply from shard 0".
+  PsShardOptions o = shard_options(2, 64, Mode::kSync);
+  o.timeout = 500ms;
+  Shards shards(1, o);
+  std::atomic<bool> release{false};
+  auto stuck = std::async(std::launch::async, [&] {
+    PsClientOptions c = shards.client(1, 2, 64);
+    c.timeout = 500ms;
+    c.heartbeat = 50ms;  // its heartbeat thread goes on; its training does not
+    try {
+      PsClient client(c);
+      std::vector<float> params = start(client, 1, 64), grads(64, 1.f);
+      client.wait(client.push_pull(0, grads, params));
+      while (!release) std::this_thread::sleep_for(10ms);
+    } catch (const PeerError&) {
+      // The shard's ERROR, at its next call: the destructor leaves all the same.
+    }
+  });
+  std::string error;
+  const auto t0 = Clock::now();
+  try {
+    PsClientOptions c = shards.client(0, 2, 64);
+    c.timeout = 500ms;
+    PsClient client(c);
+    std::vector<float> params = start(client, 0, 64), grads(64, 1.f);
+    for (int t = 0; t < 100; ++t) client.wait(client.push_pull(t, grads, params));
+  } catch (const PeerError& e) {
+    error = e.what();
+  }
+  release = true;
+  stuck.get();
+  CHECK(Clock::now() - t0 < 10s);
+  CHECK(error.starts_with("shard 0 (tcp://127.0.0.1:"));
+  CHECK(error.ends_with(") during push_pull step 1: step 1 waits for worker(s) 1, alive but with "
+                        "no push for over 0.5 s: ending the run"));
 }

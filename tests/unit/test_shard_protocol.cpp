@@ -182,21 +182,42 @@ TEST_CASE("ps shard: a worker alive but not pushing is named once the others wai
     CHECK(d.send(rank, wire::make_header(MessageType::kHeartbeat, rank, 0, 0, 0, 0)).empty());
   };
 
-  SUBCASE("sync: the step's missing push") {
+  SUBCASE("sync: the step's missing push, timed from when the others began to wait") {
     ShardState state(options_for(2, 4, Mode::kSync, log), t0);
     Driver d{state, 4, t0};
     d.start(2, 0.f);
     d.now = t0 + 100ms;
-    CHECK(d.push(0, 0, 1.f).empty());  // waits for worker 1
-    heartbeat(d, 1, t0 + 400ms);
-    CHECK(state.on_tick(t0 + 450ms).empty());
-    heartbeat(d, 1, t0 + 550ms);
-    const auto out = state.on_tick(t0 + 600ms);  // worker 1: HELLO at t0, no push since
-    REQUIRE(out.size() == 2);                    // both workers hear why
+    CHECK(d.push(0, 0, 1.f).empty());  // step 0: worker 0 first, then it waits 350 ms
+    d.now = t0 + 450ms;
+    CHECK(d.push(1, 0, 1.f).size() == 2);
+    d.now = t0 + 460ms;
+    CHECK(d.push(1, 1, 1.f).empty());  // step 1: worker 1 waits for worker 0 from here
+    heartbeat(d, 0, t0 + 700ms);
+    heartbeat(d, 1, t0 + 700ms);
+    // Worker 0's last push is 600 ms old, but it spent 350 ms of that waiting itself: worker 1
+    // has waited 240 ms only. Not yet.
+    CHECK(state.on_tick(t0 + 700ms).empty());
+    heartbeat(d, 0, t0 + 950ms);
+    heartbeat(d, 1, t0 + 950ms);
+    const auto out = state.on_tick(t0 + 1000ms);  // worker 1 has waited 540 ms
+    REQUIRE(out.size() == 2);                     // both workers hear why
     CHECK(error_text(out[1]) ==
-          "step 0 waits for worker(s) 1, alive but with no push for over 0.5 s: ending the run");
+          "step 1 waits for worker(s) 0, alive but with no push for over 0.5 s: ending the run");
     REQUIRE(state.failure());
-    CHECK((state.failure()->rank == 1 && state.failure()->timeout));
+    CHECK((state.failure()->rank == 0 && state.failure()->timeout));
+  }
+  SUBCASE("sync: a worker silent for half the timeout is left to the silence check") {
+    ShardState state(options_for(2, 4, Mode::kSync, log), t0);
+    Driver d{state, 4, t0};
+    d.start(2, 0.f);
+    d.now = t0 + 100ms;
+    CHECK(d.push(0, 0, 1.f).empty());
+    heartbeat(d, 0, t0 + 550ms);
+    heartbeat(d, 1, t0 + 300ms);                 // then nothing: it may have died
+    CHECK(state.on_tick(t0 + 650ms).empty());    // waited 550 ms, but worker 1 silent 350 ms
+    const auto out = state.on_tick(t0 + 850ms);  // silent 550 ms: the silence check's case
+    REQUIRE(out.size() == 2);
+    CHECK(error_text(out[0]) == "worker 1 (last seen 0.55 s ago) stopped sending: ending the run");
   }
   SUBCASE("rank 0's INIT, unless it may still be queued on an emulated link") {
     ShardState state(options_for(2, 4, Mode::kSync, log), t0);
@@ -208,7 +229,8 @@ TEST_CASE("ps shard: a worker alive but not pushing is named once the others wai
     heartbeat(d, 0, t0 + 550ms);
     heartbeat(d, 1, t0 + 550ms);
     std::vector<Outgoing> out;
-    state.on_tick(t0 + 700ms, [&](Outgoing&& o) { out.push_back(std::move(o)); }, true);
+    state.on_tick(
+        t0 + 700ms, [&](Outgoing&& o) { out.push_back(std::move(o)); }, true);
     CHECK((out.empty() && !state.failure()));
     out = state.on_tick(t0 + 700ms);
     REQUIRE(out.size() == 2);
