@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -210,8 +211,9 @@ TEST_CASE("ps client: a shard's refusal reaches the constructor with its reason"
   // The shard is named as one, with its endpoint: "rank 0" would read as a worker.
   const std::string model_refused = refusal(1, 2, 99);
   CHECK(model_refused.starts_with("shard 0 (tcp://127.0.0.1:"));
-  CHECK(model_refused.ends_with(") during the HELLO handshake: worker 1: model has 99 "
-                                "parameters, this shard serves a model of 100"));
+  CHECK(
+      model_refused.ends_with(") during the HELLO handshake: worker 1: model has 99 "
+                              "parameters, this shard serves a model of 100"));
   CHECK(refusal(1, 3, 100).find("worker 1: world size 3, this shard serves world size 2") !=
         std::string::npos);
   CHECK(refusal(2, 3, 100).find("worker 2: rank out of range") != std::string::npos);
@@ -295,8 +297,7 @@ TEST_CASE("ps client: CURVE key files round-trip, and errors name the file and l
   const std::string path = (dir / "run.keys").string(), bad = (dir / "bad.keys").string();
   std::filesystem::remove(path);  // a leftover of an earlier run with the same pid
   write_curve_keys(path, keys);
-  CHECK_THROWS_WITH(write_curve_keys(path, generate_curve_keys()),
-                    doctest::Contains(path.c_str()));
+  CHECK_THROWS_WITH(write_curve_keys(path, generate_curve_keys()), doctest::Contains(path.c_str()));
   const CurveKeys back = read_curve_keys(path);
   CHECK((back.public_key == keys.public_key && back.secret_key == keys.secret_key));
   CHECK((std::filesystem::status(path).permissions() & std::filesystem::perms::group_read) ==
@@ -339,56 +340,22 @@ TEST_CASE("ps client: several tickets may be outstanding, answered in order") {
   CHECK_THROWS_WITH_AS(client.wait(first), doctest::Contains("already waited for"), Error);
 }
 
-TEST_CASE("ps client: a sync worker that goes silent ends the run, its peer hears its name") {
-  PsShardOptions o = shard_options(2, 64, Mode::kSync);
-  o.timeout = 500ms;
-  Shards shards(1, o);
-  std::atomic<bool> release{false};
-  auto silent = std::async(std::launch::async, [&] {
-    // No heartbeats: after its third step it looks exactly like a worker that died.
-    PsClientOptions c = shards.client(1, 2, 64);
-    c.heartbeat = 0ms;
-    PsClient client(c);
-    std::vector<float> params = start(client, 1, 64), grads(64, 1.f);
-    for (int t = 0; t < 3; ++t) client.wait(client.push_pull(t, grads, params));
-    while (!release) std::this_thread::sleep_for(10ms);
-  });
-  std::string error;
-  const auto t0 = Clock::now();
-  try {
-    PsClient client(shards.client(0, 2, 64));
-    std::vector<float> params = start(client, 0, 64), grads(64, 1.f);
-    for (int t = 0; t < 100; ++t) client.wait(client.push_pull(t, grads, params));
-  } catch (const PeerError& e) {
-    error = e.what();
-  }
-  release = true;
-  silent.get();
-  CHECK(Clock::now() - t0 < 10s);  // the timeout given, far from a hang
-  CHECK(error.starts_with("shard 0 (tcp://127.0.0.1:"));
-  CHECK(error.find(") during push_pull step 3: worker 1 (last seen 0.") != std::string::npos);
-  CHECK(error.find("stopped sending: ending the run") != std::string::npos);
-  for (int i = 0; i < 100 && !shards.logged("serve() threw"); ++i) {
-    std::this_thread::sleep_for(10ms);
-  }
-  CHECK(shards.logged("serve() threw: rank 1 (127.0.0.1) during shard 0 step 3: worker 1"));
-}
+namespace {
 
-TEST_CASE("ps client: a worker stuck but heartbeating is named to its peer before its own timeout") {
-  // Shard and clients time the same 500 ms: the shard's verdict must arrive within the 1 s the
-  // client waits beyond it, or the peer could only say "no reply from shard 0".
-  PsShardOptions o = shard_options(2, 64, Mode::kSync);
-  o.timeout = 500ms;
-  Shards shards(1, o);
+// Two sync workers on one shard whose timeout is 500 ms: worker 1 trains `steps` steps with the
+// client options `worker1` makes, then stops training until rank 0 is done; worker 0 (its
+// client's timeout `peer_timeout`) trains until it fails. Returns worker 0's error, checking
+// that it came in bounded time.
+std::string peer_error(Shards& shards, std::chrono::milliseconds peer_timeout,
+                       const std::function<void(PsClientOptions&)>& worker1, int steps) {
   std::atomic<bool> release{false};
-  auto stuck = std::async(std::launch::async, [&] {
+  auto idle = std::async(std::launch::async, [&] {
     PsClientOptions c = shards.client(1, 2, 64);
-    c.timeout = 500ms;
-    c.heartbeat = 50ms;  // its heartbeat thread goes on; its training does not
+    worker1(c);
     try {
       PsClient client(c);
       std::vector<float> params = start(client, 1, 64), grads(64, 1.f);
-      client.wait(client.push_pull(0, grads, params));
+      for (int t = 0; t < steps; ++t) client.wait(client.push_pull(t, grads, params));
       while (!release) std::this_thread::sleep_for(10ms);
     } catch (const PeerError&) {
       // The shard's ERROR, at its next call: the destructor leaves all the same.
@@ -398,7 +365,7 @@ TEST_CASE("ps client: a worker stuck but heartbeating is named to its peer befor
   const auto t0 = Clock::now();
   try {
     PsClientOptions c = shards.client(0, 2, 64);
-    c.timeout = 500ms;
+    c.timeout = peer_timeout;
     PsClient client(c);
     std::vector<float> params = start(client, 0, 64), grads(64, 1.f);
     for (int t = 0; t < 100; ++t) client.wait(client.push_pull(t, grads, params));
@@ -406,9 +373,46 @@ TEST_CASE("ps client: a worker stuck but heartbeating is named to its peer befor
     error = e.what();
   }
   release = true;
-  stuck.get();
-  CHECK(Clock::now() - t0 < 10s);
+  idle.get();
+  CHECK(Clock::now() - t0 < 10s);  // the timeouts given, far from a hang
   CHECK(error.starts_with("shard 0 (tcp://127.0.0.1:"));
-  CHECK(error.ends_with(") during push_pull step 1: step 1 waits for worker(s) 1, alive but with "
-                        "no push for over 0.5 s: ending the run"));
+  return error;
+}
+
+PsShardOptions impatient_shard() {
+  PsShardOptions o = shard_options(2, 64, Mode::kSync);
+  o.timeout = 500ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("ps client: a sync worker that goes silent ends the run, its peer hears its name") {
+  Shards shards(1, impatient_shard());
+  // No heartbeats: after its third step it looks exactly like a worker that died.
+  const std::string error = peer_error(
+      shards, 4s, [](PsClientOptions& c) { c.heartbeat = 0ms; }, 3);
+  CHECK(error.find(") during push_pull step 3: worker 1 (last seen 0.") != std::string::npos);
+  CHECK(error.find("stopped sending: ending the run") != std::string::npos);
+  for (int i = 0; i < 100 && !shards.logged("serve() threw"); ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(shards.logged("serve() threw: rank 1 (127.0.0.1) during shard 0 step 3: worker 1"));
+}
+
+TEST_CASE(
+    "ps client: a worker stuck but heartbeating is named to its peer before its own timeout") {
+  // Shard and peer time the same 500 ms: the shard's verdict must arrive within the 1 s the
+  // client waits beyond it, or the peer could only say "no reply from shard 0".
+  Shards shards(1, impatient_shard());
+  const std::string error = peer_error(
+      shards, 500ms,
+      [](PsClientOptions& c) {
+        c.timeout = 500ms;
+        c.heartbeat = 50ms;  // its heartbeat thread goes on; its training does not
+      },
+      1);
+  CHECK(
+      error.ends_with(") during push_pull step 1: step 1 waits for worker(s) 1, alive but with "
+                      "no push for over 0.5 s: ending the run"));
 }
