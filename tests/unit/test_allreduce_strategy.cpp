@@ -103,7 +103,12 @@ TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 5
         gradsync::testing::max_relative_difference(results.front().final_params, single, layers());
     MESSAGE("allreduce with " << ranks << " ranks vs single: max relative difference " << diff);
     CHECK(diff <= 1e-5);
-    CHECK(results.front().totals.bytes_sent > 0);
+    // The ring's cost, per step: 2(N-1)/N of the gradient's bytes from every rank, up to the
+    // rounding of a bucket into N segments (N = 3 here: 1206000 B for 1205867).
+    const double gradient_bytes = 4.0 * static_cast<double>(results.front().final_params.size());
+    const double expected = 50 * 2.0 * (ranks - 1) / ranks * gradient_bytes;
+    CHECK(static_cast<double>(results.front().totals.bytes_sent) ==
+          doctest::Approx(expected).epsilon(1e-3));
   }
 }
 
