@@ -302,6 +302,9 @@ int main(int argc, char** argv) {
       std::cout << gradsync::run_mlp_bench(bench_options) << "\n";
       return 0;
     }
+  } catch (const gradsync::Interrupted& e) {
+    std::cerr << "gradsync: error: " << e.what() << "\n";
+    return 128 + e.signal();  // as a shell reports a command the signal ended
   } catch (const std::exception& e) {
     std::cerr << "gradsync: error: " << e.what() << "\n";
     return 1;

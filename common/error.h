@@ -8,6 +8,7 @@
 //   DataError      a data file that cannot be read or is malformed; names the file
 //   PeerError      another process did something wrong (issues on the network)
 //   TimeoutError   a PeerError raised when a wait ran past its deadline
+//   Interrupted    the user stopped a run (SIGINT, SIGTERM); main exits 128 + the signal
 #pragma once
 
 #include <chrono>
@@ -64,6 +65,16 @@ class PeerError : public Error {
 class TimeoutError : public PeerError {
  public:
   using PeerError::PeerError;
+};
+
+// The user stopped the run (SIGINT, SIGTERM): main exits 128 + signal, as a shell reports it.
+class Interrupted : public Error {
+ public:
+  Interrupted(int signal, const std::string& message) : Error(message), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 // A timeout or an age as an error message says it: "0.5 s", "10.2 s", "60 s".

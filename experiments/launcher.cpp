@@ -194,6 +194,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
   // Why the processes are being stopped: the process that failed first, or the signal.
   const Child* culprit = nullptr;
   std::string interrupt;
+  int interrupted_by = 0;
   // Said at the end, when the culprit's last words have been read: its exit and its error line.
   auto cause = [&] {
     if (culprit == nullptr) return interrupt;
@@ -224,6 +225,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     const bool running =
         std::any_of(children.begin(), children.end(), [](const Child& c) { return !c.status; });
     if (caught != 0 && !terminating && running) {
+      interrupted_by = caught;
       interrupt = std::string("interrupted by ") + (caught == SIGINT ? "SIGINT" : "SIGTERM");
       terminating.emplace();
       signal_all(children, SIGTERM);
@@ -277,10 +279,13 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
                   " after SIGKILL (stuck in the kernel?); gave up waiting");
     }
   }
+  if (culprit != nullptr) {
+    throw Error(cause() + "; stopped the other " + std::to_string(children.size() - 1) +
+                " process(es)");
+  }
   if (terminating) {
-    const std::size_t stopped = children.size() - (culprit != nullptr ? 1 : 0);
-    throw Error(cause() + "; stopped the " + std::string(culprit != nullptr ? "other " : "") +
-                std::to_string(stopped) + " process(es)");
+    throw Interrupted(interrupted_by, cause() + "; stopped the " + std::to_string(children.size()) +
+                                          " process(es)");
   }
 }
 

@@ -24,13 +24,18 @@ ProcessSpec shell(const std::string& name, const std::string& script) {
   return {name, {"/bin/sh", "-c", script}, {}};
 }
 
-// Runs launch(); returns its error ("" when it returned) and how long it took in seconds.
+// Runs launch(); returns its error ("" when it returned) and how long it took in seconds. An
+// Interrupted error's signal goes to `interrupted_by`.
 std::pair<std::string, double> timed_launch(const std::vector<ProcessSpec>& processes,
-                                            std::chrono::milliseconds grace) {
+                                            std::chrono::milliseconds grace,
+                                            int* interrupted_by = nullptr) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   try {
     launch(processes, LaunchOptions{grace});
+  } catch (const Interrupted& e) {
+    error = e.what();
+    if (interrupted_by != nullptr) *interrupted_by = e.signal();
   } catch (const Error& e) {
     error = e.what();
   }
@@ -91,13 +96,15 @@ TEST_CASE("launcher: SIGINT stops every process and launch() throws, so its call
     while (!std::filesystem::exists(ready)) std::this_thread::sleep_for(10ms);
     ::kill(::getpid(), SIGINT);  // the handler takes it, whichever thread it reaches
   });
+  int signal = 0;
   const auto [error, took] = timed_launch(
       {shell("rank 0", "touch " + ready + "; exec sleep 8"), shell("rank 1", "exec sleep 8")},
-      3000ms);
+      3000ms, &signal);
   interrupt.join();
   sigaction(SIGINT, &old, nullptr);
   CHECK(error == "interrupted by SIGINT; stopped the 2 process(es)");
-  CHECK(took < 2.5);  // at their SIGTERM, not after the grace
+  CHECK(signal == SIGINT);  // an Interrupted error: main exits 130
+  CHECK(took < 2.5);        // at their SIGTERM, not after the grace
 }
 
 TEST_CASE("launcher: an ignored SIGINT stays ignored") {
