@@ -1,5 +1,6 @@
-// Runs TcpRing tests: N ranks as N threads of this process, with a watchdog so a hang fails
-// the test run instead of blocking it, and the closed-form data every rank starts from.
+// Runs TcpRing tests: N ranks as N threads of this process (run_ranks.h: with a watchdog, so a
+// hang fails the test run instead of blocking it), and the closed-form data every rank starts
+// from.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -7,8 +8,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -16,6 +15,7 @@
 
 #include "allreduce/communicator.h"
 #include "allreduce/tcp/tcp_ring.h"
+#include "tests/support/run_ranks.h"
 
 namespace gradsync::testing {
 
@@ -26,46 +26,6 @@ inline gradsync::TcpRingOptions ring_options(std::chrono::milliseconds timeout =
   gradsync::TcpRingOptions options;
   options.timeout = timeout;
   return options;
-}
-
-// Runs body(rank) on `size` threads and joins them. A thread still running after `limit` is a
-// hang: say so and abort, rather than block the whole test run.
-inline void run_ranks(int size, const std::function<void(int)>& body,
-                      std::chrono::seconds limit = 30s) {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int done = 0;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[std::size_t(r)] = std::current_exception();
-      }
-      std::lock_guard lock(mutex);
-      ++done;
-      changed.notify_all();
-    });
-  }
-  {
-    std::unique_lock lock(mutex);
-    if (!changed.wait_for(lock, limit, [&] { return done == size; })) {
-      std::fprintf(stderr, "rank threads still running after %lld s: hang\n",
-                   static_cast<long long>(limit.count()));
-      std::abort();
-    }
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) {
-    if (!errors[std::size_t(r)]) continue;
-    try {
-      std::rethrow_exception(errors[std::size_t(r)]);
-    } catch (const std::exception& e) {
-      FAIL_CHECK("rank " << r << " threw: " << std::string(e.what()));
-    }
-  }
 }
 
 inline std::vector<float> rank_data(int rank, std::size_t length) {

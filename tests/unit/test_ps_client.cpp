@@ -19,12 +19,14 @@
 #include "common/wire_format.h"
 #include "server/ps_client.h"
 #include "server/ps_shard.h"
+#include "tests/support/run_ranks.h"
 #include "tests/support/shard_options.h"
 
 using namespace gradsync;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using Mode = PsShardOptions::Mode;
+using gradsync::testing::run_ranks;
 
 namespace {
 
@@ -73,26 +75,6 @@ PsShardOptions shard_options(int world, std::uint64_t model, Mode mode, int stal
   return gradsync::testing::test_shard_options(world, model, mode, staleness, 4s);
 }
 
-// Runs fn(rank) on N threads and rethrows the first failure on the test's thread.
-void run_workers(int n, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  {
-    std::vector<std::jthread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          fn(r);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    }
-  }
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
 // A worker's parameters after the start: p[i] = 0.001 i, from rank 0's INIT or a PULL.
 std::vector<float> start(PsClient& client, int rank, std::uint64_t model) {
   std::vector<float> p(model);
@@ -114,7 +96,7 @@ TEST_CASE("ps client: sync with K shards and N workers matches the closed form o
         CAPTURE(n);
         Shards shards(k, shard_options(n, model, Mode::kSync));
         std::vector<std::vector<float>> result(n);
-        run_workers(n, [&](int r) {
+        run_ranks(n, [&](int r) {
           PsClient client(shards.client(r, n, model));
           CHECK(client.ranges() == balanced_ranges(model, k));
           std::vector<float> params = start(client, r, model), grads(model, float(r + 1));
@@ -151,7 +133,7 @@ TEST_CASE("ps client: async applies every push as its own step and reports the f
   std::atomic<int> finished{0};
   std::atomic<std::uint32_t> fast_staleness{0};
   std::vector<float> final_params;
-  run_workers(2, [&](int r) {
+  run_ranks(2, [&](int r) {
     PsClient client(shards.client(r, 2, model));
     std::vector<float> params = start(client, r, model), grads(model, 1.f);
     for (int t = 0; t < 10; ++t) {
@@ -178,7 +160,7 @@ TEST_CASE("ps client: ssp s=1 holds the fast worker, staleness never above 1") {
   std::atomic<int> slow_sent{0}, violations{0};
   std::atomic<std::uint32_t> worst{0};
   Clock::duration fast_time{};
-  run_workers(2, [&](int r) {
+  run_ranks(2, [&](int r) {
     PsClient client(shards.client(r, 2, 64));
     std::vector<float> params = start(client, r, 64), grads(64, 1.f);
     const auto t0 = Clock::now();
@@ -268,7 +250,7 @@ TEST_CASE("ps client: CURVE workers train, clients without the key are refused i
     stranger_answered = zmq::poll(&item, 1, 1s) > 0;
   });
   std::vector<std::vector<float>> result(2);
-  run_workers(2, [&](int r) {
+  run_ranks(2, [&](int r) {
     PsClientOptions c = shards.client(r, 2, 32);
     c.curve = keys;
     PsClient client(c);
