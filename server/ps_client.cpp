@@ -89,9 +89,7 @@ class PsClient::Impl {
                   std::to_string(options_.rank));
     }
     Request request{next_ticket_++, kind, step, in, {}, static_cast<int>(links_.size()), {}};
-    const MessageType type = kind == Kind::kInit   ? MessageType::kInit
-                             : kind == Kind::kPull ? MessageType::kPull
-                                                   : MessageType::kPushPull;
+    const MessageType type = type_of(kind);
     // INIT and PULL name each shard's whole range; a push_pull sends one PUSHPULL per chunk of
     // it (wire_format.h), so a shard can answer chunk c while chunk c + 1 is on its way; the
     // chunks go out in send_order() (ps_client.h).
@@ -164,16 +162,22 @@ class PsClient::Impl {
     ShardLink::Message message;
   };
 
+  static MessageType type_of(Kind kind) {
+    if (kind == Kind::kInit) return MessageType::kInit;
+    if (kind == Kind::kPull) return MessageType::kPull;
+    return MessageType::kPushPull;
+  }
+
   // What a request is, in errors (the shard is named before it: see ShardLink::name).
-  static std::string operation_of(const wire::Header& h) {
-    if (h.type == MessageType::kInit) return "init";
-    if (h.type == MessageType::kPull) return "pull";
-    return "push_pull step " + std::to_string(h.step);
+  static std::string operation_of(MessageType type, std::uint64_t step) {
+    if (type == MessageType::kInit) return "init";
+    if (type == MessageType::kPull) return "pull";
+    return "push_pull step " + std::to_string(step);
   }
 
   void transmit(Queued&& q) {
     ShardLink& link = links_[q.shard];
-    link.send(q.header, q.payload, operation_of(q.header));
+    link.send(q.header, q.payload, operation_of(q.header.type, q.header.step));
   }
 
   struct Request {
@@ -186,11 +190,7 @@ class PsClient::Impl {
     PushPullStats stats;
   };
 
-  static std::string operation(const Request& r) {
-    if (r.kind == Kind::kInit) return "init";
-    if (r.kind == Kind::kPull) return "pull";
-    return "push_pull step " + std::to_string(r.step);
-  }
+  static std::string operation(const Request& r) { return operation_of(type_of(r.kind), r.step); }
 
   // Requests complete in order: the oldest first, even if a later one was answered sooner.
   void complete_in_order() {
@@ -285,7 +285,6 @@ class PsClient::Impl {
                       "a reply nobody asked for: " + h.to_string());
     }
     Request& request = *pending;
-    const std::string op = operation(request);
     const KeyRange r = link.range();
     const std::uint64_t at = request.cursor[k];
     const bool init = request.kind == Kind::kInit;
@@ -295,7 +294,7 @@ class PsClient::Impl {
         h.type == MessageType::kReply && h.key_begin == at &&
         (init ? h.key_end == at : h.key_end <= r.end && (h.key_end > at || r.size() == 0));
     if (!fits) {
-      throw PeerError(link.name(), k, link.endpoint(), op,
+      throw PeerError(link.name(), k, link.endpoint(), operation(request),
                       "expected a REPLY for keys from " + std::to_string(at) + " within " +
                           wire::range_text(r.begin, r.end) + ", got " + h.to_string());
     }
