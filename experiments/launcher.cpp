@@ -153,6 +153,14 @@ bool relay(Child& child) {
   return true;
 }
 
+// Stops reading every child's output (what is still unread is dropped).
+void close_outputs(std::vector<Child>& children) {
+  for (Child& c : children) {
+    if (c.output >= 0) close(c.output);
+    c.output = -1;
+  }
+}
+
 void signal_all(std::vector<Child>& children, int sig) {
   for (Child& c : children) {
     if (!c.status) kill(c.pid, sig);
@@ -184,8 +192,8 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     for (const ProcessSpec& spec : processes) children.push_back(start(spec));
   } catch (...) {
     signal_all(children, SIGKILL);
+    close_outputs(children);
     for (Child& c : children) {
-      close(c.output);
       waitpid(c.pid, nullptr, 0);  // SIGKILL on a process that has only just exec'd: prompt
     }
     throw;
@@ -251,10 +259,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
       // background job) can hold its output open long after it exited.
       if (!draining) draining.emplace();
       if (draining->seconds() < kDrainSeconds) continue;
-      for (Child& c : children) {
-        if (c.output >= 0) close(c.output);
-        c.output = -1;
-      }
+      close_outputs(children);
       break;
     }
     if (fds.empty()) usleep(20000);  // outputs closed, processes still exiting
@@ -272,9 +277,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
         stuck +=
             (stuck.empty() ? "" : ", ") + c.spec->name + " (pid " + std::to_string(c.pid) + ")";
       }
-      for (Child& c : children) {
-        if (c.output >= 0) close(c.output);
-      }
+      close_outputs(children);
       throw Error(cause() + "; " + stuck + " still running " + seconds_text(options.grace) +
                   " after SIGKILL (stuck in the kernel?); gave up waiting");
     }

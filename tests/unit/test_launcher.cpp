@@ -42,6 +42,22 @@ std::pair<std::string, double> timed_launch(const std::vector<ProcessSpec>& proc
   return {error, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
+// Gives SIGINT the disposition `handler` (SIG_DFL, SIG_IGN) for the scope's lifetime.
+class SigintAs {
+ public:
+  explicit SigintAs(void (*handler)(int)) {
+    struct sigaction action {};
+    action.sa_handler = handler;
+    sigaction(SIGINT, &action, &old_);
+  }
+  ~SigintAs() { sigaction(SIGINT, &old_, nullptr); }
+  SigintAs(const SigintAs&) = delete;
+  SigintAs& operator=(const SigintAs&) = delete;
+
+ private:
+  struct sigaction old_ {};
+};
+
 }  // namespace
 
 TEST_CASE("launcher: the first failure is named with its last line and stops the others") {
@@ -85,10 +101,7 @@ TEST_CASE("launcher: a background job holding the output does not hold the launc
 TEST_CASE("launcher: SIGINT stops every process and launch() throws, so its caller cleans up") {
   // launch() leaves an ignored SIGINT ignored (nohup; a background job of a script, as CI may
   // run this): the test makes it a plain SIGINT first, and restores it after.
-  struct sigaction old {};
-  struct sigaction plain {};
-  plain.sa_handler = SIG_DFL;
-  sigaction(SIGINT, &plain, &old);
+  const SigintAs plain(SIG_DFL);
   TempDir dir;
   const std::string ready = dir.file("ready");
   std::jthread interrupt([&] {
@@ -101,24 +114,19 @@ TEST_CASE("launcher: SIGINT stops every process and launch() throws, so its call
       {shell("rank 0", "touch " + ready + "; exec sleep 8"), shell("rank 1", "exec sleep 8")},
       3000ms, &signal);
   interrupt.join();
-  sigaction(SIGINT, &old, nullptr);
   CHECK(error == "interrupted by SIGINT; stopped the 2 process(es)");
   CHECK(signal == SIGINT);  // an Interrupted error: main exits 130
   CHECK(took < 2.5);        // at their SIGTERM, not after the grace
 }
 
 TEST_CASE("launcher: an ignored SIGINT stays ignored") {
-  struct sigaction old {};
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGINT, &ignore, &old);
+  const SigintAs ignored(SIG_IGN);
   std::jthread interrupt([] {
     std::this_thread::sleep_for(100ms);
     ::kill(::getpid(), SIGINT);
   });
   const auto [error, took] = timed_launch({shell("rank 0", "sleep 0.5; exit 0")}, 3000ms);
   interrupt.join();
-  sigaction(SIGINT, &old, nullptr);
   CHECK(error == "");  // the run finished as if nothing had been sent
 }
 
