@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/stopwatch.h"
+#include "experiments/child_process.h"
 
 namespace gradsync {
 namespace {
@@ -98,30 +98,10 @@ ExecImage exec_image(const ProcessSpec& spec) {
 
 Child start(const ProcessSpec& spec) {
   ExecImage image = exec_image(spec);
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("launcher: pipe: ") + strerror(errno));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int error = errno;
-    close(fds[0]);
-    close(fds[1]);
-    throw Error(std::string("launcher: fork: ") + strerror(error));
-  }
-  if (pid == 0) {
-    // Child: die with the launcher, whatever kills it; then become the rank's executable.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // the launcher died before prctl took effect
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    execve(image.argv[0], image.argv.data(), image.envp.data());
-    static const char kFailed[] = "cannot start the gradsync executable\n";
-    [[maybe_unused]] const ssize_t ignored = write(STDERR_FILENO, kFailed, sizeof kFailed - 1);
-    _exit(127);
-  }
-  close(fds[1]);
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  return Child{&spec, pid, fds[0], {}, {}, std::nullopt};
+  const ChildOutput child = spawn_with_output(image.argv.data(), image.envp.data(),
+                                              "cannot start the gradsync executable\n");
+  fcntl(child.output, F_SETFL, O_NONBLOCK);
+  return Child{&spec, child.pid, child.output, {}, {}, std::nullopt};
 }
 
 // Relays whole lines from a child, prefixed with its name; returns false at end of stream.
@@ -181,8 +161,6 @@ InterruptGuard::~InterruptGuard() {
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGTERM, &old_term_, nullptr);
 }
-
-int InterruptGuard::caught_signal() { return caught; }
 
 void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options) {
   const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below

@@ -47,8 +47,6 @@ class InterruptGuard {
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
 
-  static int caught_signal();  // SIGINT, SIGTERM, or 0
-
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};

@@ -1,9 +1,7 @@
 #include "experiments/namespace_network.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "experiments/child_process.h"
 
 namespace gradsync {
 namespace {
@@ -33,46 +32,26 @@ std::string command_text(const std::vector<std::string>& argv) {
 // `ip` and `tc` answer in milliseconds, so one that takes seconds is stuck (a wedged netlink).
 int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                 std::string& output) {
-  // Everything the child needs is built before fork(): the run may already have threads (an
-  // in-process run before this one), and between fork and exec only async-signal-safe calls
-  // are allowed, so no allocation and no stdio there.
+  // Built before the fork (child_process.h). A PATH search: the tests put a fake `ip` first.
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  const std::string cannot_run = "cannot run " + argv.at(0) + "\n";
-  const pid_t parent = ::getpid();
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int error = errno;
-    ::close(pipe_fds[0]);
-    ::close(pipe_fds[1]);
-    throw Error(std::string("fork: ") + std::strerror(error));
-  }
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // a launcher killed mid-set-up takes it along
-    if (::getppid() != parent) ::_exit(127);  // it died before prctl took effect
-    ::dup2(pipe_fds[1], STDOUT_FILENO);
-    ::dup2(pipe_fds[1], STDERR_FILENO);
-    ::execvp(args[0], args.data());
-    [[maybe_unused]] const ssize_t written =
-        ::write(STDERR_FILENO, cannot_run.data(), cannot_run.size());
-    ::_exit(127);
-  }
-  ::close(pipe_fds[1]);
+  const ChildOutput child =
+      spawn_with_output(args.data(), nullptr, "cannot run " + argv.at(0) + "\n");
+  const pid_t pid = child.pid;
+  const int read_end = child.output;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   bool timed_out = false;
   std::array<char, 512> buffer;
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    pollfd item{pipe_fds[0], POLLIN, 0};
+    pollfd item{read_end, POLLIN, 0};
     const int ready = left.count() > 0 ? ::poll(&item, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) {
       const int error = errno;
-      ::close(pipe_fds[0]);
+      ::close(read_end);
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);  // killed before its time: nothing holds it in the kernel
       throw Error(std::string("network.namespaces: poll: ") + std::strerror(error));
@@ -81,12 +60,12 @@ int run_command(const std::vector<std::string>& argv, std::chrono::milliseconds 
       timed_out = true;
       break;
     }
-    const ssize_t n = ::read(pipe_fds[0], buffer.data(), buffer.size());
+    const ssize_t n = ::read(read_end, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // end of output: the command exited (or closed both streams)
     output.append(buffer.data(), static_cast<std::size_t>(n));
   }
-  ::close(pipe_fds[0]);
+  ::close(read_end);
   // The output's end almost always means the command is exiting; a command that closed its
   // streams and went on gets the rest of the deadline, then SIGKILL, then 1 s more: a command
   // stuck in the kernel (a wedged netlink) outlives even SIGKILL, and is left, not waited for.
