@@ -2,14 +2,11 @@
 // workers against the closed form, async and ssp, handshake refusals, CURVE,
 // key files, several tickets. (Round-trip speed: `gradsync bench ps`.)
 #include <doctest/doctest.h>
-#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -269,43 +266,6 @@ TEST_CASE("ps client: CURVE workers train, clients without the key are refused i
   // or the peer gone mid-handshake), so only the line itself is checked.
   CHECK(shards.logged("shard 0: refused a connection during the handshake: "));
   CHECK(shards.logged("shard 0: refused a CURVE client at 127.0.0.1: its public key "));
-}
-
-TEST_CASE("ps client: CURVE key files round-trip, and errors name the file and line") {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("gradsync-keys-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const CurveKeys keys = generate_curve_keys();
-  const std::string path = (dir / "run.keys").string(), bad = (dir / "bad.keys").string();
-  std::filesystem::remove(path);  // a leftover of an earlier run with the same pid
-  write_curve_keys(path, keys);
-  CHECK_THROWS_WITH(write_curve_keys(path, generate_curve_keys()), doctest::Contains(path.c_str()));
-  const CurveKeys back = read_curve_keys(path);
-  CHECK((back.public_key == keys.public_key && back.secret_key == keys.secret_key));
-  CHECK((std::filesystem::status(path).permissions() & std::filesystem::perms::group_read) ==
-        std::filesystem::perms::none);
-  auto error_of = [&](const std::string& text) -> std::string {
-    std::ofstream(bad) << text;
-    try {
-      read_curve_keys(bad);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  const std::string pub = "public " + keys.public_key + "\n";
-  CHECK(error_of("# comment\n\npublik " + keys.public_key + "\n") ==
-        bad + ":3: publik: unknown line: expected \"public <key>\" or \"secret <key>\"");
-  CHECK(error_of("public abc\n").find(bad + ":1: public: expected one key of 40 Z85") == 0);
-  CHECK(error_of("secret " + keys.secret_key + "\n") ==
-        bad + ": public: missing: no \"public <key>\" line");
-  CHECK(error_of("public " + generate_curve_keys().public_key + "\nsecret " + keys.secret_key)
-            .find(bad + ":1: public: does not belong to the secret key on line 2") == 0);
-  CHECK(error_of(pub + pub) == bad + ":2: public: repeated (first on line 1)");
-  CHECK(error_of(pub) == "no error");  // a public key alone is readable
-  CHECK_THROWS_WITH_AS(read_curve_keys((dir / "missing.keys").string()),
-                       doctest::Contains("missing.keys: curve: cannot open"), ConfigError);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("ps client: several tickets may be outstanding, answered in order") {
