@@ -239,6 +239,25 @@ TEST_CASE("ps shard: a worker alive but not pushing is named once the others wai
           "request waiting for them: ending the run");
     CHECK((state.failure() && state.failure()->rank == 0));
   }
+  SUBCASE("rank 0's INIT is due from its HELLO, however long the others waited before it") {
+    ShardState state(options_for(2, 4, Mode::kSync, log), t0);
+    Driver d{state, 4, t0};
+    REQUIRE(d.hello(1, 2, 4).size() == 1);
+    d.now = t0 + 100ms;
+    CHECK(d.pull(1).empty());  // held until INIT
+    heartbeat(d, 1, t0 + 400ms);
+    d.now = t0 + 450ms;
+    REQUIRE(d.hello(0, 2, 4).size() == 1);  // a slow start: its INIT is on its way
+    heartbeat(d, 1, t0 + 700ms);
+    CHECK(state.on_tick(t0 + 700ms).empty());  // worker 1 waited 600 ms, rank 0 is here 250 ms
+    heartbeat(d, 0, t0 + 900ms);
+    heartbeat(d, 1, t0 + 900ms);
+    const auto out = state.on_tick(t0 + 1000ms);  // rank 0: 550 ms since its HELLO
+    REQUIRE(out.size() == 2);
+    CHECK(error_text(out[0]) ==
+          "worker 0 did not send the initial parameters (INIT) within 0.5 s of the first "
+          "request waiting for them: ending the run");
+  }
   SUBCASE("ssp: the slowest worker a held reply waits for") {
     ShardState state(options_for(2, 4, Mode::kSsp, log, 0), t0);
     Driver d{state, 4, t0};
