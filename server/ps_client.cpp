@@ -323,6 +323,12 @@ class PsClient::Impl {
 
   void check_usable() const {
     if (!broken_.empty()) throw Error("PsClient: unusable after an earlier failure: " + broken_);
+    // Without heartbeats the shards would soon end the run naming this worker as dead.
+    if (heartbeat_) {
+      if (const std::string why = heartbeat_->failure(); !why.empty()) {
+        throw Error("PsClient rank " + std::to_string(options_.rank) + ": " + why);
+      }
+    }
   }
 
   static constexpr std::uint64_t kAnswered = ~std::uint64_t{0};

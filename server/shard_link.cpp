@@ -150,9 +150,22 @@ void HeartbeatSender::run(zmq::context_t& context) {
     while (!wake_.wait_for(lock, interval_, [&] { return stopping_; })) {
       for (zmq::socket_t& socket : sockets) send_message(socket, nullptr, beat, {});
     }
-  } catch (const zmq::error_t&) {
+  } catch (const zmq::error_t& e) {
     // ETERM: the context is closing, the client with it. Nothing to report to anyone.
+    if (e.num() != ETERM) fail(e.what());
+  } catch (const std::exception& e) {
+    fail(e.what());
   }
+}
+
+void HeartbeatSender::fail(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failure_ = "heartbeats to the shards stopped: " + why;
+}
+
+std::string HeartbeatSender::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
 }
 
 }  // namespace gradsync

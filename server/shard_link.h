@@ -75,6 +75,8 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
 // DEALERs (ZeroMQ sockets are not thread-safe), so a worker busy computing still looks alive.
 // A beat that cannot be queued is dropped, never waited for. The destructor stops and joins
 // the thread (within one interval's wake-up); it must run before the context closes.
+// If the thread fails (anything but the context closing), it stops and failure() says why:
+// the owner must ask, or the shards would later call a working worker dead.
 class HeartbeatSender {
  public:
   HeartbeatSender(zmq::context_t& context, std::vector<std::string> endpoints, std::uint32_t rank,
@@ -83,16 +85,21 @@ class HeartbeatSender {
   HeartbeatSender(const HeartbeatSender&) = delete;
   HeartbeatSender& operator=(const HeartbeatSender&) = delete;
 
+  // Empty while heartbeats go out; otherwise why they stopped.
+  std::string failure() const;
+
  private:
   void run(zmq::context_t& context);
+  void fail(const std::string& why);
 
   std::vector<std::string> endpoints_;
   std::uint32_t rank_;
   std::chrono::milliseconds interval_;
   std::optional<CurveKeys> curve_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  std::string failure_;
   std::thread thread_;
 };
 

@@ -2,7 +2,8 @@
 // schedule, then live shards and clients on loopback whose links are paced, checked against
 // experiments/cost_model.h: a sync step costs max(S, N*S/K) / rate plus about one chunk (the
 // pipeline's fill), because push and pull overlap chunk by chunk on full-duplex links. Then
-// heartbeats that must not queue behind data, and a timeout that must still fire.
+// heartbeats that must not queue behind data, a timeout that must still fire, and a heartbeat
+// thread that fails saying so.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "experiments/cost_model.h"
 #include "server/ps_client.h"
 #include "server/ps_shard.h"
+#include "server/shard_link.h"
 
 using namespace gradsync;
 using namespace std::chrono_literals;
@@ -244,4 +246,29 @@ TEST_CASE("ps link: heartbeats skip a long receive queue, a silent worker still 
     CHECK(failure.find("stopped sending") != std::string::npos);
     CHECK(took < 0.8);  // the ERROR did not wait behind the queued replies
   }
+}
+
+TEST_CASE("ps link: a heartbeat thread that fails says why instead of stopping silently") {
+  // Silent heartbeats would make the shards call this worker dead a timeout later, naming the
+  // wrong cause; the thread's own error must reach the owner (PsClient asks at every call).
+  zmq::context_t context(1);
+  std::string why;
+  {
+    HeartbeatSender beats(context, {"tcp://no-such-host-syntax"}, 3, 10ms, std::nullopt);
+    for (int i = 0; i < 2000 && why.empty(); ++i) {
+      std::this_thread::sleep_for(1ms);
+      why = beats.failure();
+    }
+  }
+  CHECK(why.find("heartbeats to the shards stopped: ") == 0);
+  CHECK(why.find("Invalid argument") != std::string::npos);
+
+  // A context shutting down under it is the owner leaving (ETERM on the next beat): not a
+  // failure.
+  zmq::context_t closing(1);
+  HeartbeatSender beats(closing, {"tcp://127.0.0.1:1"}, 0, 10ms, std::nullopt);
+  std::this_thread::sleep_for(20ms);
+  closing.shutdown();
+  std::this_thread::sleep_for(30ms);  // three beats' time: each would have thrown ETERM
+  CHECK(beats.failure().empty());
 }
