@@ -1,6 +1,7 @@
 // The local launcher's teardown, on small shell processes: the first failure is named and
-// stops the others; one that ignores SIGTERM is killed after the grace; a background job that
-// keeps a process's output open does not hold the launcher; SIGINT stops them all.
+// stops the others, even when another fails right after it; one that ignores SIGTERM is killed
+// after the grace; a background job that keeps a process's output open does not hold the launcher;
+// SIGINT stops them all.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -74,6 +75,26 @@ TEST_CASE("launcher: the first failure is named with its last line and stops the
                       "the other 1 process(es)"));
   // rank 0 ends at its SIGTERM, not at the grace's SIGKILL, nor after its 60 s.
   CHECK(took < 2.5);
+}
+
+TEST_CASE("launcher: the first to fail is named, not the lowest rank failing just after it") {
+  // rank 1 fails first; rank 0 fails 20 ms after rank 1 is dead (a zombie, or already reaped),
+  // as a peer does once the connection to a dead process closes. rank 1's background job keeps
+  // its output open, so only its exit itself can wake the launcher: a 50 ms sweep of waitpid
+  // found both dead together about half the time and named the lowest rank, rank 0.
+  TempDir dir;
+  const std::string pid_file = dir.file("pid");
+  const auto [error, took] = timed_launch(
+      {shell("rank 0", "while [ ! -e " + pid_file + " ]; do sleep 0.005; done; p=$(cat " +
+                           pid_file +
+                           "); while s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null) && "
+                           "[ \"$s\" != Z ]; do sleep 0.002; done; sleep 0.02; exit 4"),
+       shell("rank 1", "sleep 2 & echo $$ > " + pid_file + ".tmp; mv " + pid_file + ".tmp " +
+                           pid_file + "; exit 3")},
+      3000ms);
+  CHECK(error.starts_with("rank 1 (pid "));
+  CHECK(error.ends_with(") exited with code 3; stopped the other 1 process(es)"));
+  CHECK(took < 2.5);  // the 1 s drain for the background job's output, then done
 }
 
 TEST_CASE("launcher: a process that ignores SIGTERM is killed after the grace") {
