@@ -2,11 +2,12 @@
 
 #include <atomic>
 #include <exception>
+#include <latch>
 #include <thread>
 
+#include "experiments/model_factory.h"
 #include "experiments/run_plan.h"
 #include "strategies/strategy_factory.h"
-#include "experiments/model_factory.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -14,8 +15,7 @@ namespace gradsync {
 std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,
                                          const LoopOptions& loop, const LoopSinks& rank0_sinks,
                                          const LoopSinks& other_sinks) {
-  std::vector<std::unique_ptr<SyncStrategy>> strategies =
-      make_strategies(strategy_options(config));
+  std::vector<std::unique_ptr<SyncStrategy>> strategies = make_strategies(strategy_options(config));
 
   const std::vector<int> widths = plan_run(config, data).widths;
 
@@ -24,14 +24,18 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
   std::vector<std::exception_ptr> errors(n);
   std::vector<int> failure_order(n, -1);
   std::atomic<int> failures{0};
+  // Models are freed once every replica has left its loop and released its strategy: a
+  // replica that gave up (timed out) may still have its buffers read and written by another
+  // (dp's replica 0 sums every gradient and copies parameters out, on its own thread).
+  std::latch released(static_cast<std::ptrdiff_t>(n));
   auto replica = [&](std::size_t r) {
     // Outside the try, so that it goes after the strategy: a step that failed may leave a
     // collective in flight over the model's buffers, and releasing the strategy ends it.
     std::unique_ptr<Model> model;
     try {
       // Built on the replica's own thread, so its buffers are first touched where they are used.
-      model = make_model(config, widths, config.train.batch,
-                         model_device(config, static_cast<int>(r)));
+      model =
+          make_model(config, widths, config.train.batch, model_device(config, static_cast<int>(r)));
       DistributedSampler sampler(data.train.size, static_cast<int>(r), config.workers,
                                  config.train.batch, config.train.seed);
       results[r] = run_worker_loop(*model, *strategies[r], sampler, data, loop,
@@ -45,6 +49,7 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
     // tearing down an NCCL communicator is collective (each rank's finalize waits for the
     // others'), so releasing them one after another from one thread would stall on the first.
     strategies[r].reset();
+    released.arrive_and_wait();
     model.reset();
   };
   if (n == 1) {

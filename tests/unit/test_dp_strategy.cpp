@@ -8,6 +8,7 @@
 #include "strategies/dp_strategy.h"
 #include "strategies/strategy_factory.h"
 #include "tests/support/compare.h"
+#include "tests/support/training.h"
 #include "worker/mlp.h"
 #include "worker/synthetic_data.h"
 
@@ -47,8 +48,7 @@ TEST_CASE("dp: N replicas follow `single` on the global batch for 50 steps") {
   const int per_worker = 16;
   for (int workers : {1, 2, 4}) {
     CAPTURE(workers);
-    const auto single =
-        train_and_keep(synthetic_config("single", 1, per_worker * workers), data);
+    const auto single = train_and_keep(synthetic_config("single", 1, per_worker * workers), data);
     const auto dp = train_and_keep(synthetic_config("dp", workers, per_worker), data);
     gradsync::Mlp fresh({options.dim, 64, 32, options.classes}, 1);
     fresh.init_params(1);
@@ -132,4 +132,27 @@ TEST_CASE("dp: the replicas' waits use comm.timeout_s from the preset") {
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(replicas[0]->init(params), gradsync::TimeoutError);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));  // not 60 s
+}
+
+TEST_CASE("dp: replicas that time out while replica 0 still works leave it live buffers") {
+  // Replica 0 waits on the emulated link for the others' gradients (284 042 floats, 1.1 MB,
+  // at 0.01 Gbit/s less the link's 256 KiB burst: about 0.7 s) before it reads them and writes
+  // their parameters; the others give up after 0.2 s. Their models must outlive replica 0's
+  // work on them: freeing them at once made replica 0 read and write freed memory (a crash, or
+  // an AddressSanitizer report).
+  gradsync::Config config = synthetic_config("dp", 2, 8);
+  config.model.hidden = {512, 512};
+  config.train.steps = 3;
+  config.comm.timeout_s = 0.2;
+  config.network.link_gbps = 0.01;
+  gradsync::LoopOptions loop;
+  loop.steps = config.train.steps;
+  std::string error;
+  try {
+    gradsync::train_in_process(config, gradsync::testing::synthetic_data(), loop, {}, {});
+  } catch (const gradsync::TimeoutError& e) {
+    error = e.what();
+  }
+  // The first to fail is named: replica 1, which waited for replica 0 (busy on the link).
+  CHECK(error.find("replica 1 waited 200 ms for replica(s) 0") != std::string::npos);
 }
