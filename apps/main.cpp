@@ -65,16 +65,17 @@ int run_command(const std::string& preset_arg, const std::vector<std::string>& o
   const gradsync::PresetOutcome outcome = gradsync::run_preset(preset, output_dir);
   std::vector<gradsync::RunSummary> summaries;
   for (const auto& run : outcome.runs) summaries.push_back(run.summary);
-  std::cout << "\n" << gradsync::comparison_table(summaries) << "\nresults: " << outcome.dir
-            << "\n";
+  std::cout << "\n"
+            << gradsync::comparison_table(summaries) << "\nresults: " << outcome.dir << "\n";
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gradsync: one model, several gradient-synchronisation strategies, measured "
-               "side by side"};
+  CLI::App app{
+      "gradsync: one model, several gradient-synchronisation strategies, measured "
+      "side by side"};
   app.require_subcommand(1);
 
   std::string preset;
@@ -136,15 +137,21 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   CLI::App* bench_mlp =
       bench->add_subcommand("mlp", "training throughput of the MLP (CPU: one thread; or one GPU)");
-  bench_mlp->add_option("--hidden", bench_options.hidden, "hidden widths")->delimiter(',');
-  bench_mlp->add_option("--batch", bench_options.batch, "batch size");
-  bench_mlp->add_option("--seconds", bench_options.seconds, "timed seconds");
-  bench_mlp->add_option("--warmup-steps", bench_options.warmup_steps, "untimed steps first");
+  bench_mlp->add_option("--hidden", bench_options.hidden, "hidden widths")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  bench_mlp->add_option("--batch", bench_options.batch, "batch size")
+      ->check(CLI::Range(1, 1 << 20));
+  bench_mlp->add_option("--seconds", bench_options.seconds, "timed seconds")
+      ->check(CLI::Range(0.001, 86400.0));
+  bench_mlp->add_option("--warmup-steps", bench_options.warmup_steps, "untimed steps first")
+      ->check(CLI::Range(0, 1 << 30));
   bench_mlp->add_flag("--json", bench_options.json, "print one JSON object");
   bench_mlp->add_option("--device", bench_options.device, "cpu, or gpu (the CUDA MLP)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
   bench_mlp->add_option("--gpu", bench_options.gpu, "CUDA device ordinal with --device gpu")
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
 
   gradsync::CollectiveBenchOptions collective_options;
@@ -155,33 +162,41 @@ int main(int argc, char** argv) {
       "allreduce",
       "collective bandwidth of TcpRing (and Gloo) on loopback, or of NCCL on GPUs, as nccl-tests");
   bench_allreduce->add_option("-b,--minbytes", min_size, "smallest size: 512, 4K, 64M, 1G")
-      ->check(gradsync::byte_size())
+      ->check(gradsync::byte_size(sizeof(float)))
       ->capture_default_str();
   bench_allreduce->add_option("-e,--maxbytes", max_size, "largest size")
-      ->check(gradsync::byte_size())
+      ->check(gradsync::byte_size(sizeof(float)))
       ->capture_default_str();
-  bench_allreduce->add_option("-f,--stepfactor", collective_options.factor,
-                              "each size is the previous one times this")
+  bench_allreduce
+      ->add_option("-f,--stepfactor", collective_options.factor,
+                   "each size is the previous one times this")
+      ->check(CLI::Range(2, 1 << 20))
       ->capture_default_str();
-  bench_allreduce->add_option("-n,--ranks", collective_options.ranks,
-                              "ranks, run as threads of this process")
+  bench_allreduce
+      ->add_option("-n,--ranks", collective_options.ranks, "ranks, run as threads of this process")
+      ->check(CLI::Range(1, gradsync::kMaxRanks))
       ->capture_default_str();
   bench_allreduce->add_option("--op", collective_options.op, "collective to measure")
       ->check(CLI::IsMember({"allreduce", "broadcast", "allgather"}))
       ->capture_default_str();
-  bench_allreduce->add_option("-w,--warmup", collective_options.warmup,
-                              "untimed iterations per size")
+  bench_allreduce
+      ->add_option("-w,--warmup", collective_options.warmup, "untimed iterations per size")
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  bench_allreduce->add_option("--iters", collective_options.iters,
-                              "timed iterations per size (0: enough for about 0.3 s)")
+  bench_allreduce
+      ->add_option("--iters", collective_options.iters,
+                   "timed iterations per size (0: enough for about 0.3 s)")
+      ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   bench_allreduce->add_option("--timeout-s", collective_timeout_s, "deadline of every wait")
+      ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   bench_allreduce->add_flag("--json", collective_options.json, "one JSON object per size");
   bench_allreduce->add_flag("!--no-gloo", collective_options.gloo, "leave out Gloo's columns");
-  bench_allreduce->add_option("--device", collective_options.device,
-                              "cpu (TcpRing), or gpu (NCCL, one rank per GPU; --ranks default: "
-                              "every visible GPU)")
+  bench_allreduce
+      ->add_option("--device", collective_options.device,
+                   "cpu (TcpRing), or gpu (NCCL, one rank per GPU; --ranks default: "
+                   "every visible GPU)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
 
@@ -196,12 +211,14 @@ int main(int argc, char** argv) {
   bench_ps->add_option("--shards", ps_bench_options.shards, "parameter-server shards (K)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  bench_ps->add_option("--rounds", ps_bench_options.rounds,
-                       "paired rounds per size (the ratio is their median)")
+  bench_ps
+      ->add_option("--rounds", ps_bench_options.rounds,
+                   "paired rounds per size (the ratio is their median)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  bench_ps->add_option("--round-seconds", ps_bench_options.round_seconds,
-                       "each side's share of one round")
+  bench_ps
+      ->add_option("--round-seconds", ps_bench_options.round_seconds,
+                   "each side's share of one round")
       ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   bench_ps->add_flag("--json", ps_bench_options.json, "one JSON object per size");
@@ -217,8 +234,8 @@ int main(int argc, char** argv) {
     // "A subcommand is required" for `gradsync nope` or `gradsync --bogus`: name the word.
     const std::vector<std::string> left = app.remaining();
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && !left.empty()) {
-      return usage_error(app, "'" + left.front() + "' is not a command (" +
-                                  subcommand_names(app) + ") or an option of this one");
+      return usage_error(app, "'" + left.front() + "' is not a command (" + subcommand_names(app) +
+                                  ") or an option of this one");
     }
     return usage_error(app, e.what());
   }
@@ -240,7 +257,8 @@ int main(int argc, char** argv) {
       const gradsync::Preset loaded =
           gradsync::load_preset(gradsync::find_preset(sweep_preset, kPresetsDir), sweep_overrides);
       const gradsync::SweepOutcome outcome = gradsync::run_sweep(loaded, sweep_output);
-      std::cout << "\n" << gradsync::sweep_markdown(outcome.rows) << "\nresults: " << outcome.dir
+      std::cout << "\n"
+                << gradsync::sweep_markdown(outcome.rows) << "\nresults: " << outcome.dir
                 << "  (sweep.csv, sweep.md; plot with plots/plot_results.py)\n";
       return 0;
     }
@@ -263,6 +281,10 @@ int main(int argc, char** argv) {
     if (bench_allreduce->parsed()) {
       collective_options.min_bytes = gradsync::parse_size(min_size);
       collective_options.max_bytes = gradsync::parse_size(max_size);
+      if (collective_options.max_bytes < collective_options.min_bytes) {
+        return usage_error(app,
+                           "--maxbytes: " + max_size + " is smaller than --minbytes " + min_size);
+      }
       collective_options.timeout =
           std::chrono::milliseconds(static_cast<long long>(collective_timeout_s * 1000));
       // On GPUs the natural default is one rank per visible GPU, not the CPU default of 2.

@@ -1,5 +1,4 @@
 #include "apps/model_command.h"
-#include "apps/size_options.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/size_options.h"
 #include "common/error.h"
 #include "experiments/bench/collective_bench.h"
 #include "experiments/calibration_runs.h"
@@ -203,7 +203,7 @@ ModelCommand add_model_command(CLI::App& parent) {
   app->add_option("--bytes", options->bytes,
                   "model size S: 102228128, 512K, 100M, 1G (default: ResNet-50's 25,557,032 "
                   "float32 parameters, 102.2 MB)")
-      ->check(byte_size());
+      ->check(byte_size(1));
   app->add_option("--gbps", options->gbps, "link bandwidth, Gbit/s")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -25,9 +25,18 @@ std::string not_a_size(const std::string& text) {
 
 }  // namespace
 
-CLI::Validator byte_size() {
+CLI::Validator byte_size(std::size_t min_bytes) {
   return CLI::Validator(
-      [](const std::string& text) { return parsed_size(text) ? "" : not_a_size(text); }, "SIZE");
+      [min_bytes](const std::string& text) -> std::string {
+        const std::optional<std::size_t> bytes = parsed_size(text);
+        if (!bytes) return not_a_size(text);
+        if (*bytes < min_bytes) {
+          return "'" + text + "': at least " + std::to_string(min_bytes) +
+                 (min_bytes == 1 ? " byte" : " bytes");
+        }
+        return "";
+      },
+      "SIZE");
 }
 
 CLI::Validator float_count(std::uint64_t max_floats) {

@@ -10,7 +10,8 @@
 
 namespace gradsync {
 
-CLI::Validator byte_size();  // a size in bytes ("4MB" and "4M" alike)
+// A size in bytes ("4MB" and "4M" alike), at least `min_bytes`.
+CLI::Validator byte_size(std::size_t min_bytes = 0);
 // A count of floats, 1 to `max_floats`: a trailing B is refused, not read as bytes.
 CLI::Validator float_count(std::uint64_t max_floats);
 

@@ -27,6 +27,17 @@ CASES = [
     (["bench", "ps", "--floats", "0"], ["--floats", "'0'"]),
     (["bench", "ps", "--shards", "0"], ["--shards"]),
     (["server", "--shard", "-1"], ["--shard"]),
+    (["model", "--bytes", "0"], ["--bytes", "'0'", "at least 1 byte"]),
+    (["bench", "allreduce", "-b", "2"], ["--minbytes", "at least 4 bytes"]),
+    # Numbers out of range, before anything runs (not an internal check or a NaN result later).
+    (["bench", "allreduce", "-f", "1"], ["--stepfactor"]),
+    (["bench", "allreduce", "-n", "0"], ["--ranks"]),
+    (["bench", "allreduce", "-n", "300"], ["--ranks"]),
+    (["bench", "allreduce", "--iters", "-1"], ["--iters"]),
+    (["bench", "allreduce", "-b", "64K", "-e", "4K"], ["--maxbytes: 4K is smaller than --minbytes 64K"]),
+    (["bench", "mlp", "--batch", "0"], ["--batch", "`gradsync bench mlp --help`"]),
+    (["bench", "mlp", "--hidden", "64,0"], ["--hidden"]),
+    (["bench", "mlp", "--seconds", "-1"], ["--seconds"]),
 ]
 
 failures = 0
