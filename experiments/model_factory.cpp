@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/rendezvous_env.h"
+#include "strategies/strategy_factory.h"
 #include "worker/mlp.h"
 #include "worker/synthetic_model.h"
 #ifdef GRADSYNC_HAVE_CUDA
@@ -17,22 +18,8 @@ namespace {
 // A model on CUDA device `device`, or the reason it cannot be had, as a one-line ConfigError.
 std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<int>& widths,
                                       int max_batch, std::optional<int> device) {
+  check_device_available(config);
 #ifdef GRADSYNC_HAVE_CUDA
-  if (config.model.kind != "mlp") {
-    throw ConfigError(config.name, "device",
-                      "gpu runs model.kind mlp only ('" + config.model.kind +
-                          "' stays on the CPU: use device: cpu)");
-  }
-  if (config.strategy == "allreduce" && config.comm.uneven_inputs) {
-    // The allreduce strategy's Join path rescales and zeroes gradients in host code.
-    throw ConfigError(config.name, "comm.uneven_inputs",
-                      "not supported with device: gpu in this version");
-  }
-  const int visible = cuda::cuda_device_count();
-  if (visible == 0) {
-    throw ConfigError(config.name, "device",
-                      "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
-  }
   if (!device) {
     // A caller that does not choose a device does not set up its strategy (optimizer,
     // communicator) for device buffers either: running would hand GPU pointers to host code.
@@ -40,6 +27,7 @@ std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<in
                       "gpu: this run path does not place models on GPUs (make_model was "
                       "called without a CUDA device)");
   }
+  const int visible = cuda::cuda_device_count();
   if (*device < 0 || *device >= visible) {
     throw ConfigError(config.name, "device",
                       "gpu: CUDA device " + std::to_string(*device) + " is not visible (" +
@@ -51,13 +39,36 @@ std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<in
   (void)widths;
   (void)max_batch;
   (void)device;
-  throw ConfigError(config.name, "device",
-                    "'" + config.device + "' is not available in this build (cpu only: " +
-                        "built without CUDA)");
+  return nullptr;  // not reached: check_device_available refused
 #endif
 }
 
 }  // namespace
+
+void check_device_available(const Config& config) {
+  if (config.device != "gpu") return;
+#ifdef GRADSYNC_HAVE_CUDA
+  if (config.model.kind != "mlp") {
+    throw ConfigError(config.name, "device",
+                      "gpu runs model.kind mlp only ('" + config.model.kind +
+                          "' stays on the CPU: use device: cpu)");
+  }
+  if (config.strategy == "allreduce" && config.comm.uneven_inputs) {
+    // The allreduce strategy's Join path rescales and zeroes gradients in host code.
+    throw ConfigError(config.name, "comm.uneven_inputs",
+                      "not supported with device: gpu in this version");
+  }
+  if (cuda::cuda_device_count() == 0) {
+    throw ConfigError(config.name, "device",
+                      "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
+  }
+#else
+  throw ConfigError(
+      config.name, "device",
+      "'" + config.device + "' is not available in this build (cpu only: " + "built without CUDA)");
+#endif
+  if (config.strategy == "dp") check_dp_on_gpus(config.workers);
+}
 
 int model_device(const Config& config, int replica) {
   if (config.device != "gpu") return -1;
@@ -79,8 +90,7 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
   } else if (config.model.kind == "synthetic") {
     const auto compute = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double, std::milli>(config.model.compute_ms));
-    model = std::make_unique<SyntheticModel>(config.model.parameters, config.model.layers,
-                                             compute);
+    model = std::make_unique<SyntheticModel>(config.model.parameters, config.model.layers, compute);
   } else if (config.model.kind == "mlp") {
     model = std::make_unique<Mlp>(widths, max_batch);
   } else {

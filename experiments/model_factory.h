@@ -26,6 +26,12 @@ namespace gradsync {
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
                                   int max_batch, std::optional<int> device = std::nullopt);
 
+// Throws the refusal a device: gpu run would meet on this build and machine (no CUDA, a model
+// kind or option the GPU path lacks, no visible GPU, dp with fewer GPUs than replicas), before
+// anything is made: run_preset checks every run before it makes the results folder. Nothing
+// for device: cpu.
+void check_device_available(const Config& config);
+
 // The CUDA ordinal a replica's model uses: -1 for device: cpu; for gpu, `replica` under `dp`
 // (one process over G GPUs, replica r on GPU r), else LOCAL_RANK (torchrun / mpirun / srun
 // names; 0 when unset): one GPU per worker process; 0 when the process sees only one GPU (a

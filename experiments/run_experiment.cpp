@@ -14,6 +14,7 @@
 #include "experiments/data_loader.h"
 #include "experiments/in_process.h"
 #include "experiments/launcher.h"
+#include "experiments/model_factory.h"
 #include "experiments/namespace_network.h"
 #include "experiments/rank_outputs.h"
 #include "experiments/run_plan.h"
@@ -184,6 +185,8 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   for (const Config& given : preset.runs) {
     configs.push_back(with_resolved_checkpoint(given));
     claim_checkpoint_root(configs.back());
+    // A run this machine cannot start is refused before the results folder exists.
+    check_device_available(configs.back());
     // checkpoint.resume is the resolved step folder now.
     if (!configs.back().checkpoint.resume.empty()) {
       note_changed_settings(configs.back(), configs.back().checkpoint.resume);

@@ -12,28 +12,35 @@ namespace gradsync {
 namespace {
 
 std::vector<std::unique_ptr<SyncStrategy>> make_dp_on_gpus(const StrategyOptions& options) {
+  check_dp_on_gpus(options.workers);
 #ifdef GRADSYNC_HAVE_NCCL
-  // One GPU per replica: NCCL cannot form a communicator with two ranks on one device.
-  const int visible = cuda::cuda_device_count();
-  if (visible < options.workers) {
-    throw ConfigError("strategy", "device",
-                      "dp on gpu runs one replica per GPU: workers = " +
-                          std::to_string(options.workers) + " but " + std::to_string(visible) +
-                          " CUDA device(s) are visible");
-  }
   return make_dp_gpu_group(options.workers, options.sgd, options.timeout);
-#elif defined(GRADSYNC_HAVE_CUDA)
-  (void)options;
-  throw ConfigError("strategy", "device",
-                    "dp on gpu needs NCCL: this gradsync was built with CUDA but without NCCL");
 #else
-  (void)options;
-  throw ConfigError("strategy", "device",
-                    "dp on gpu needs CUDA and NCCL: this gradsync was built without CUDA");
+  return {};  // not reached: check_dp_on_gpus refused
 #endif
 }
 
 }  // namespace
+
+void check_dp_on_gpus(int workers) {
+#ifdef GRADSYNC_HAVE_NCCL
+  // One GPU per replica: NCCL cannot form a communicator with two ranks on one device.
+  const int visible = cuda::cuda_device_count();
+  if (visible < workers) {
+    throw ConfigError("strategy", "device",
+                      "dp on gpu runs one replica per GPU: workers = " + std::to_string(workers) +
+                          " but " + std::to_string(visible) + " CUDA device(s) are visible");
+  }
+#elif defined(GRADSYNC_HAVE_CUDA)
+  (void)workers;
+  throw ConfigError("strategy", "device",
+                    "dp on gpu needs NCCL: this gradsync was built with CUDA but without NCCL");
+#else
+  (void)workers;
+  throw ConfigError("strategy", "device",
+                    "dp on gpu needs CUDA and NCCL: this gradsync was built without CUDA");
+#endif
+}
 
 const std::vector<std::string>& strategy_names() {
   static const std::vector<std::string> names = {"single", "dp", "allreduce", "ps"};
@@ -55,9 +62,9 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions
     return make_dp_group(options.workers, options.sgd, options.timeout, options.link);
   }
   if (options.name == "allreduce" || options.name == "ps") {
-    throw ConfigError("strategy", "strategy",
-                      "`" + options.name +
-                          "` runs one process per rank (gradsync worker), not in-process");
+    throw ConfigError(
+        "strategy", "strategy",
+        "`" + options.name + "` runs one process per rank (gradsync worker), not in-process");
   }
   std::string valid;
   for (const auto& name : strategy_names()) valid += (valid.empty() ? "" : ", ") + name;

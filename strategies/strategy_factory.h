@@ -34,4 +34,8 @@ const std::vector<std::string>& strategy_names();
 
 std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions& options);
 
+// Throws the ConfigError make_strategies gives `dp` on GPUs in this build and on this machine
+// (no NCCL, fewer GPUs than replicas), without making anything: checked before a run starts.
+void check_dp_on_gpus(int workers);
+
 }  // namespace gradsync

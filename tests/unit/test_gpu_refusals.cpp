@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,9 +16,11 @@
 #include "experiments/bench/collective_bench.h"
 #include "experiments/bench/mlp_throughput.h"
 #include "experiments/model_factory.h"
+#include "experiments/run_experiment.h"
 #include "strategies/host_staged_strategy.h"
 #include "strategies/single_strategy.h"
 #include "strategies/strategy_factory.h"
+#include "tests/support/temp_dir.h"
 #include "worker/mlp.h"
 
 namespace {
@@ -179,4 +182,27 @@ TEST_CASE("gpu refusals: make_model without a device ordinal never builds a GPU 
       config_error_of([&] { gradsync::make_model(config, {4, 3}, 8); });
   CHECK(error.find("does not place models on GPUs") != std::string::npos);
   CHECK(gradsync::make_model(config, {4, 3}, 8, 0)->device() == 0);
+}
+
+TEST_CASE("gpu refusals: a preset this machine cannot run leaves no results folder behind") {
+  if (gradsync::visible_gpus() > 0) {
+    MESSAGE("skipped: a GPU is visible, so device: gpu is available here");
+    return;
+  }
+  // A cpu run first and the gpu run second: the refusal comes before either starts, so neither
+  // a folder nor a `latest` link pointing at a run that never happened is left.
+  gradsync::testing::TempDir dir;
+  gradsync::Config cpu;
+  cpu.name = "cpu-run";
+  gradsync::Config gpu = cpu;
+  gpu.name = "gpu-run";
+  gpu.strategy = "dp";
+  gpu.workers = 2;
+  gpu.device = "gpu";
+  const gradsync::Preset preset{"gpu-preset", "gpu-preset.yaml", {cpu, gpu}};
+  const std::string out = dir.file("results");
+  const std::string error = config_error_of([&] { gradsync::run_preset(preset, out); });
+  CHECK(error.find("gpu-run: device: ") == 0);
+  CHECK(one_line(error));
+  CHECK(!std::filesystem::exists(out));
 }
