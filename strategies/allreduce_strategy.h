@@ -2,8 +2,9 @@
 //
 //   init:         parameters broadcast from rank 0, so every replica starts equal
 //   backward:     gradient ranges arrive last layer first (gradient_ready); they are grouped
-//                 into buckets of about `bucket_bytes` (whole layers, never split: a layer
-//                 larger than a bucket is a bucket of its own) and each bucket's allreduce
+//                 into buckets of whole layers, never split: a bucket closes with the layer
+//                 that brings it to `bucket_bytes`, so it may exceed that (as DDP's
+//                 compute_bucket_assignment_by_size does), and each bucket's allreduce
 //                 starts the moment backward has filled it, overlapping the rest of backward
 //   synchronize:  the last partial bucket is issued, every bucket awaited (averaged over the
 //                 ranks), then the same optimizer step runs on every rank: parameters stay
