@@ -64,6 +64,13 @@ class Communicator {
 
   virtual CommCounters counters() const = 0;
 
+  // This rank is leaving the run for a reason of its own (its data, its disk; not a failed
+  // collective): tells the other ranks `reason` where the transport can, then fails what is
+  // queued or running here and every later call. Never waits on a peer. TcpRing publishes the
+  // reason through its Store, so that a neighbour's "closed the connection" names it; NCCL
+  // aborts the communicator, so that nothing waits for the other ranks at destruction.
+  virtual void abort(const std::string& reason) = 0;
+
   // Blocking forms: issue, then wait with timeout().
   void allreduce(std::span<float> data, ReduceOp op) { allreduce_async(data, op)->wait(timeout()); }
   void broadcast(std::span<float> data, int root) { broadcast_async(data, root)->wait(timeout()); }

@@ -14,11 +14,18 @@ AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
   GRADSYNC_CHECK(options_.bucket_bytes > 0, "bucket size must be positive");
 }
 
-AllreduceStrategy::~AllreduceStrategy() { abort("strategy destroyed"); }
+AllreduceStrategy::~AllreduceStrategy() { settle(); }
 
-void AllreduceStrategy::abort(const std::string& /*reason*/) {
-  // The ring fails on its own when a peer does; here only this rank's in-flight bucket
-  // reductions need settling, so no one writes into a buffer about to go away.
+void AllreduceStrategy::abort(const std::string& reason) {
+  // The peers hear why (not only that this rank's connections closed), and this rank's
+  // in-flight bucket reductions fail at once instead of at their timeout.
+  comm_->abort(reason);
+  settle();
+}
+
+void AllreduceStrategy::settle() {
+  // Only this rank's in-flight bucket reductions need settling, so that no one writes into a
+  // buffer about to go away.
   for (const auto& work : in_flight_) {
     try {
       work->wait(comm_->timeout());
@@ -39,8 +46,7 @@ void AllreduceStrategy::init(std::span<float> params) {
   counted_ = comm_->counters();
 }
 
-void AllreduceStrategy::gradient_ready(std::span<float> grads, std::size_t begin,
-                                       std::size_t end) {
+void AllreduceStrategy::gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) {
   if (!step_started_) {
     step_started_ = true;
     pending_begin_ = pending_end_ = grads.size();

@@ -18,9 +18,10 @@
 // that runs out of batches enters finish() and keeps answering the others' collectives with
 // zero gradients and a zero flag until the flags sum to zero; then the rank that trained
 // longest broadcasts its parameters so every rank ends equal. Without it, ranks with fewer
-// batches simply leave and the others fail with a timeout naming them, never hang. Gradient accumulation needs nothing here: the
-// loop forwards gradient_ready only on the last micro-batch (DDP's no_sync).
-// One object per rank process; not thread-safe. Waits use the communicator's timeout.
+// batches simply leave and the others fail with a timeout naming them, never hang. Gradient
+// accumulation needs nothing here: the loop forwards gradient_ready only on the last micro-batch
+// (DDP's no_sync). One object per rank process; not thread-safe. Waits use the communicator's
+// timeout.
 #pragma once
 
 #include <cstddef>
@@ -64,6 +65,8 @@ class AllreduceStrategy final : public SyncStrategy {
   }
 
  private:
+  // Waits (bounded by the communicator's timeout) for the bucket reductions still in flight.
+  void settle();
   void close_bucket(std::span<float> grads);
   // The flag round that ends a step under join_uneven: returns how many ranks trained.
   int count_active(bool active);

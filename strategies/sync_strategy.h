@@ -53,8 +53,9 @@ class SyncStrategy {
   // runs elsewhere (ps: on the server shards; dp: replicas other than 0). Valid after init().
   virtual Optimizer* optimizer() { return nullptr; }
 
-  // Called when this rank fails outside synchronize(): wakes every wait of the strategy (this
-  // rank's and, in-process, its peers') with an error, so no one is left blocked.
+  // Called when this rank fails (`reason`: why): wakes every wait of the strategy (this rank's
+  // and, in-process, its peers') with an error, so no one is left blocked, and where the
+  // transport can, tells the other ranks why this one is leaving.
   virtual void abort(const std::string& /*reason*/) {}
 };
 

@@ -88,7 +88,7 @@ class NcclCommunicator final : public Communicator {
   // waits for the other ranks); every later call throws `reason`. For a failure elsewhere in
   // the run: destroying an idle communicator instead would finalise it, which waits for peers.
   // Like every other call, only from the rank's own thread, never while it waits.
-  void abort(const std::string& reason);
+  void abort(const std::string& reason) override;
 
   // "2.28.9": the NCCL library this process loaded.
   static std::string version();
@@ -99,8 +99,8 @@ class NcclCommunicator final : public Communicator {
   explicit NcclCommunicator(std::shared_ptr<State> state);
   // The common path of every collective: failure check, producer ordering, the NCCL call,
   // its completion event, the counters.
-  std::shared_ptr<Work> issue(const char* operation, std::size_t count,
-                              std::uint64_t bytes_sent, std::uint64_t bytes_received,
+  std::shared_ptr<Work> issue(const char* operation, std::size_t count, std::uint64_t bytes_sent,
+                              std::uint64_t bytes_received,
                               const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call);
 
   std::shared_ptr<State> state_;

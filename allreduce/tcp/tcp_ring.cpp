@@ -121,6 +121,16 @@ class TcpRing final : public Communicator {
     });
   }
 
+  void abort(const std::string& reason) override {
+    if (aborted_.exchange(true)) return;
+    // A ring that already failed published its own error; this one would only wrap it.
+    if (!failed_) reports_.publish_error(reason);
+    abort_reason_ = reason;
+    closing_ = true;  // after abort_reason_: the queue thread reads it once it sees closing_
+    links_.left.shutdown();
+    links_.right.shutdown();
+  }
+
   CommCounters counters() const override {
     CommCounters c;
     c.bytes_sent = bytes_sent_.load();
@@ -207,6 +217,9 @@ class TcpRing final : public Communicator {
   tcp::RingLinks links_;
   tcp::RingReports reports_;
   std::atomic<bool> closing_{false};
+  std::atomic<bool> aborted_{false};  // abort() was called; abort_reason_ says why
+  std::atomic<bool> failed_{false};   // a collective failed and published its error
+  std::string abort_reason_;
   std::atomic<std::uint64_t> started_{0}, finished_{0};
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
   tcp::WorkQueue queue_;  // last: its thread stops before the members above go
@@ -218,8 +231,11 @@ class TcpRing final : public Communicator {
 void TcpRing::fail(RingWork& work, const LinkHeader& mine, const LinkFailure& failure) {
   const std::string me = "rank " + std::to_string(rank_);
   if (closing_) {
-    throw Error(me + ": " + tcp::describe(mine) + " interrupted: the communicator was destroyed");
+    throw Error(me + ": " + tcp::describe(mine) + " interrupted: " +
+                (aborted_ ? "this rank aborted: " + abort_reason_
+                          : std::string("the communicator was destroyed")));
   }
+  failed_ = true;
   const int peer = failure.left ? mod(rank_ - 1, size_) : mod(rank_ + 1, size_);
   const std::string& endpoint = failure.left ? links_.left_endpoint : links_.right_endpoint;
   const std::string them = "rank " + std::to_string(peer);

@@ -32,10 +32,10 @@ struct RankRun {
 
 // N ranks as N threads, each with its own model, sampler and TcpRing over loopback: the same
 // code path as `gradsync worker`, minus the processes.
-std::vector<LoopResult> train_ring(int ranks, const RankRun& run, std::int64_t steps,
-                                   std::vector<std::vector<std::pair<std::size_t, std::size_t>>>*
-                                       buckets = nullptr,
-                                   std::vector<std::string>* errors_out = nullptr) {
+std::vector<LoopResult> train_ring(
+    int ranks, const RankRun& run, std::int64_t steps,
+    std::vector<std::vector<std::pair<std::size_t, std::size_t>>>* buckets = nullptr,
+    std::vector<std::string>* errors_out = nullptr) {
   gradsync::InMemoryStore store;
   std::vector<LoopResult> results(static_cast<std::size_t>(ranks));
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
@@ -75,12 +75,14 @@ std::vector<LoopResult> train_ring(int ranks, const RankRun& run, std::int64_t s
     *errors_out = errors;
     return results;
   }
-  for (int r = 0; r < ranks; ++r) REQUIRE_MESSAGE(errors[r].empty(), "rank " << r << ": " << errors[r]);
+  for (int r = 0; r < ranks; ++r)
+    REQUIRE_MESSAGE(errors[r].empty(), "rank " << r << ": " << errors[r]);
   return results;
 }
 
 std::vector<float> train_single(int batch, std::int64_t steps) {
-  return gradsync::testing::train_single({64, 32}, batch, steps, gradsync::SgdOptions{0.05, 0.9, 1e-4});
+  return gradsync::testing::train_single({64, 32}, batch, steps,
+                                         gradsync::SgdOptions{0.05, 0.9, 1e-4});
 }
 
 const std::vector<gradsync::LayerRange>& layers() {
@@ -164,8 +166,8 @@ TEST_CASE("allreduce strategy: with join, ranks with fewer batches serve the oth
   // And those went further than the 10 steps all ranks shared.
   run.steps_per_rank = {10, 10, 10};
   const auto even = train_ring(3, run, 0);
-  CHECK(gradsync::testing::max_relative_difference(uneven[0].final_params,
-                                                   even[0].final_params, layers()) > 1e-4);
+  CHECK(gradsync::testing::max_relative_difference(uneven[0].final_params, even[0].final_params,
+                                                   layers()) > 1e-4);
 }
 
 TEST_CASE("allreduce strategy: with join and even inputs, training equals the plain strategy") {
@@ -216,7 +218,9 @@ class RecordingCommunicator final : public gradsync::Communicator {
   }
   std::shared_ptr<gradsync::Work> barrier_async() override { return std::make_shared<Done>(); }
   gradsync::CommCounters counters() const override { return {}; }
+  void abort(const std::string& reason) override { aborted = reason; }
   std::vector<std::size_t> issued;
+  std::string aborted;
 };
 
 }  // namespace
@@ -239,9 +243,24 @@ TEST_CASE("allreduce strategy: with overlap, buckets are issued during backward,
     });
     model.forward_backward(data().train, batch);
     // After the last layer's gradient, its bucket is already on the wire with overlap.
-    CHECK(issued_during_backward == (overlap ? std::vector<std::size_t>{1, 2, 3}
-                                             : std::vector<std::size_t>{0, 0, 0}));
+    CHECK(issued_during_backward ==
+          (overlap ? std::vector<std::size_t>{1, 2, 3} : std::vector<std::size_t>{0, 0, 0}));
     strategy.synchronize(model.grads(), model.params());
     CHECK(comm->issued.size() == 3);
   }
+}
+
+TEST_CASE(
+    "allreduce strategy: a failing rank aborts its communicator with the reason; an ending one "
+    "does not") {
+  auto comm = std::make_shared<RecordingCommunicator>();
+  {
+    gradsync::AllreduceStrategy strategy(comm, {});
+    gradsync::Mlp model(kWidths, 4);
+    strategy.init(model.params());
+  }
+  CHECK(comm->aborted.empty());  // a run that ends normally leaves its peers nothing to hear
+  gradsync::AllreduceStrategy strategy(comm, {});
+  strategy.abort("rank 0 failed: no space left on device");
+  CHECK(comm->aborted == "rank 0 failed: no space left on device");
 }

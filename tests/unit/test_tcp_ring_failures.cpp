@@ -129,7 +129,7 @@ TEST_CASE("tcp ring: Work::wait gives up at its timeout, and destruction never h
     CHECK(ms_since(start) < 5000);  // the 100 ms wait, not the ring's 20 s
     CHECK_FALSE(work->completed());
     start = Clock::now();
-    comm.reset();  // with one collective running and one queued
+    comm.reset();                   // with one collective running and one queued
     CHECK(ms_since(start) < 5000);  // at once, not after the ring's 20 s
     CHECK(work->completed());
     CHECK(queued->completed());
@@ -167,4 +167,45 @@ TEST_CASE("tcp ring: setup fails naming a rank that never starts, or one of anot
       }
     });
   }
+}
+
+TEST_CASE("tcp ring: a rank that aborts with a reason fails its neighbours naming that reason") {
+  // A rank that fails on its own (its data, its disk) aborts before it leaves: its neighbours
+  // say why, not only "closed the connection (process died?)".
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  Latch aborted(1);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(10s));
+    std::vector<float> data = rank_data(r, 1000);
+    comm->allreduce(data, ReduceOp::kSum);
+    if (r == 1) {
+      comm->abort("rank 1 failed: results/metrics.csv: No space left on device");
+      aborted.count_down();
+      // Its own later calls say why too.
+      try {
+        comm->allreduce(data, ReduceOp::kSum);
+        FAIL_CHECK("an aborted communicator must fail");
+      } catch (const gradsync::Error& e) {
+        CHECK(std::string(e.what()).find("this rank aborted: rank 1 failed: results/metrics.csv") !=
+              std::string::npos);
+      }
+      return;
+    }
+    CHECK(aborted.wait(10s));
+    const auto start = Clock::now();
+    std::string message;
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+      FAIL_CHECK("rank " << r << ": collective #2 should have failed");
+    } catch (const gradsync::PeerError& e) {
+      message = e.what();
+    }
+    MESSAGE("rank " << r << ": " << message);
+    CHECK(ms_since(start) < 8000);  // at once, not at the 10 s timeout
+    // "(Broken pipe)" or nothing between them, depending on whether this rank was sending.
+    CHECK(message.find("rank 1 closed the connection") != std::string::npos);
+    CHECK(message.find("(it failed first: rank 1 failed: results/metrics.csv: No space left on "
+                       "device)") != std::string::npos);
+  });
 }
