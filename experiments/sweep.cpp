@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <tuple>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -19,13 +18,15 @@ std::string format(const char* fmt, double value) {
   return buffer;
 }
 
-using SeriesKey = std::tuple<std::string, int, std::string, double, std::int64_t>;
-
-SeriesKey series_of(const SweepRow& row) {
-  const Config& c = row.config;
-  const bool ps = c.strategy == "ps";
-  return {c.strategy, ps ? c.ps.servers : 0, ps ? c.ps.mode : "", c.network.link_gbps,
-          row.summary.parameters};
+// The preset run a grid point came from: its name without expand_sweep's "-n<N>". Runs that
+// differ in anything (comm.overlap, train.batch, a link cap) are different series, even with
+// the same strategy.
+std::string series_of(const Config& c) {
+  const std::string suffix = "-n" + std::to_string(c.workers);
+  if (c.strategy != "single" && c.name.size() > suffix.size() && c.name.ends_with(suffix)) {
+    return c.name.substr(0, c.name.size() - suffix.size());
+  }
+  return c.name;
 }
 
 double step_seconds(const RunSummary& s) {
@@ -48,7 +49,7 @@ double per_worker(const RunSummary& s) { return s.samples_per_s / s.workers; }
 const char* const kSweepColumns =
     "run,strategy,workers,servers,mode,link_gbps,parameters,global_batch,steps,samples_per_s,"
     "scaling_efficiency,step_s,compute_s,communicate_s,wait_s,comm_share,busiest_node,"
-    "busiest_bytes_per_step";
+    "busiest_bytes_per_step,series";
 
 std::vector<Config> expand_sweep(const Preset& preset) {
   std::vector<Config> grid;
@@ -71,6 +72,18 @@ std::vector<Config> expand_sweep(const Preset& preset) {
       grid.push_back(c);
     }
   }
+  // Names are unique in the preset, but not necessarily in the grid ("a" at N = 2 and a run
+  // named "a-n2", or N listed twice): two runs in one folder would overwrite each other.
+  std::map<std::string, const Config*> seen;
+  for (const Config& c : grid) {
+    if (const auto [it, fresh] = seen.emplace(c.name, &c); !fresh) {
+      throw ConfigError(preset.path, "sweep.workers",
+                        "two grid points are both named `" + c.name + "` (" +
+                            std::to_string(it->second->workers) + " and " +
+                            std::to_string(c.workers) +
+                            " workers): list each N once and rename runs that end in -n<N>");
+    }
+  }
   return grid;
 }
 
@@ -81,14 +94,14 @@ std::vector<SweepRow> sweep_rows(const std::vector<Config>& configs,
   for (std::size_t i = 0; i < configs.size(); ++i) rows.push_back({configs[i], summaries[i], {}});
 
   const SweepRow* single = nullptr;
-  std::map<SeriesKey, const SweepRow*> smallest;
+  std::map<std::string, const SweepRow*> smallest;
   for (const SweepRow& row : rows) {
     if (row.config.strategy == "single") single = single ? single : &row;
-    const SweepRow*& best = smallest[series_of(row)];
+    const SweepRow*& best = smallest[series_of(row.config)];
     if (!best || row.config.workers < best->config.workers) best = &row;
   }
   for (SweepRow& row : rows) {
-    const SweepRow* base = smallest[series_of(row)];
+    const SweepRow* base = smallest[series_of(row.config)];
     if (base->config.workers != 1 && single) base = single;
     if (per_worker(base->summary) > 0) {
       row.scaling_efficiency = per_worker(row.summary) / per_worker(base->summary);
@@ -112,7 +125,8 @@ std::string sweep_csv(const std::vector<SweepRow>& rows) {
            format("%.6f", step_seconds(s)) + "," + format("%.6f", s.mean_step.compute_s) + "," +
            format("%.6f", s.mean_step.communicate_s) + "," +
            format("%.6f", s.mean_step.wait_s) + "," + format("%.4f", comm_share(s)) + "," +
-           s.busiest_node + "," + format("%.0f", busiest_bytes_per_step(s)) + "\n";
+           s.busiest_node + "," + format("%.0f", busiest_bytes_per_step(s)) + "," +
+           series_of(c) + "\n";
   }
   return out;
 }

@@ -27,7 +27,7 @@ extern const char* const kSweepColumns;
 
 // The runs of the grid: each run of the preset at each N of its sweep.workers, named
 // "<run>-n<N>"; a `single` run appears once, at N = 1. Throws ConfigError naming the preset
-// when a run has no sweep.workers.
+// when a run has no sweep.workers, or when two grid points would get the same name.
 std::vector<Config> expand_sweep(const Preset& preset);
 
 struct SweepRow {
@@ -38,8 +38,8 @@ struct SweepRow {
 
 // Pairs each run's configuration with its outcome and computes scaling efficiency: samples/s
 // per worker relative to the series' baseline, the same series at N = 1, else the `single`
-// run, else the series' smallest N. A series is (strategy, ps.servers, ps.mode, link_gbps,
-// parameters).
+// run, else the series' smallest N. A series is one run of the preset at every N (sweep.csv's
+// `series` column: the run's name).
 std::vector<SweepRow> sweep_rows(const std::vector<Config>& configs,
                                  const std::vector<RunSummary>& summaries);
 

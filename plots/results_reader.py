@@ -23,6 +23,9 @@ SWEEP_COLUMNS = {
     "compute_s": "number", "communicate_s": "number", "wait_s": "number",
     "comm_share": "number", "busiest_node": "text", "busiest_bytes_per_step": "number",
 }
+# Columns a sweep.csv of an older gradsync lacks: read when present, else None.
+# series: the preset run a row belongs to (rows of one run at each N).
+SWEEP_OPTIONAL_COLUMNS = {"series": "text"}
 
 
 class PlotError(Exception):
@@ -173,6 +176,9 @@ def load_sweep(path):
                         row[column] = parse_sweep_value(kind, fields[index[column]].strip())
                     except ValueError as e:
                         raise PlotError(f"{where}: column {column}: {e}") from None
+                for column in SWEEP_OPTIONAL_COLUMNS:
+                    row[column] = (fields[header.index(column)].strip() or None
+                                   if column in header else None)
                 if not row["strategy"]:
                     raise PlotError(f"{where}: column strategy: empty")
                 rows.append(row)

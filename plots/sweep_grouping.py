@@ -14,17 +14,19 @@ def human_count(n):
 
 def sweep_series(rows):
     """Groups the rows into series: [(label, rows by increasing N)], in order of first
-    appearance. A series is (strategy, ps shards, ps mode); link cap and model size join the
-    key only when the sweep varies them."""
+    appearance. A series is one run of the preset at every N (sweep.csv's series column; a
+    sweep.csv without it groups by strategy, ps shards and ps mode). The label says strategy,
+    ps shards and mode, with link cap and model size when the sweep varies them, and the run's
+    name when two series would otherwise read the same."""
     varies = {c: len({r[c] for r in rows}) > 1 for c in ("link_gbps", "parameters")}
     series = {}
     for row in rows:
         key = (row["strategy"], row["servers"], row["mode"],
                row["link_gbps"] if varies["link_gbps"] else None,
                row["parameters"] if varies["parameters"] else None)
-        series.setdefault(key, []).append(row)
-    out = []
-    for (strategy, servers, mode, link, params), members in series.items():
+        series.setdefault((row.get("series"), key), []).append(row)
+    labels = []
+    for (_, (strategy, servers, mode, link, params)), members in series.items():
         parts = [strategy]
         if strategy == "ps" or servers:
             parts.append(f"K={servers}")
@@ -35,7 +37,11 @@ def sweep_series(rows):
             extras.append(f"{link:g} Gbit/s" if link > 0 else "no link cap")
         if params is not None:
             extras.append(f"{human_count(params)} params")
-        label = ", ".join([" ".join(parts)] + extras)
+        labels.append(", ".join([" ".join(parts)] + extras))
+    out = []
+    for label, ((name, _), members) in zip(labels, series.items()):
+        if name is not None and labels.count(label) > 1:
+            label += f" ({name})"
         out.append((label, sorted(members, key=lambda r: r["workers"])))
     return out
 

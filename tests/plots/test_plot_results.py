@@ -75,7 +75,7 @@ def make_run(parent, name, strategy, workers, steps=500, step_s=0.005):
 # sweep.csv exactly as `gradsync sweep` writes it.
 SWEEP_HEADER = ("run,strategy,workers,servers,mode,link_gbps,parameters,global_batch,steps,"
                 "samples_per_s,scaling_efficiency,step_s,compute_s,communicate_s,wait_s,"
-                "comm_share,busiest_node,busiest_bytes_per_step")
+                "comm_share,busiest_node,busiest_bytes_per_step,series")
 SWEEP_NS = [1, 2, 4, 8]
 SWEEP_PARAMS = 1_200_000
 
@@ -100,7 +100,7 @@ def sweep_rows():
             eff = "" if n == 1 else f"{rate / (256 / 0.01) / n:.4f}"
             rows.append(f"{name},{strategy},{n},{servers},{mode},10,{SWEEP_PARAMS},{256 * n},200,"
                         f"{rate:.1f},{eff},{step_s:.6f},0.01,{comm * 0.7:.6f},{comm * 0.3:.6f},"
-                        f"{comm / step_s:.4f},{node},{moved:.0f}")
+                        f"{comm / step_s:.4f},{node},{moved:.0f},{name.rsplit('-n', 1)[0]}")
     return rows
 
 
@@ -239,13 +239,31 @@ def test_sweep_bad_number_named(tmp):
     expect_sweep_error(root, "sweep.csv:4", "samples_per_s", "'fast'")
 
 
+def test_sweep_series_are_runs(tmp):
+    """Two runs of one strategy (overlap on and off) are two series with their own labels; a
+    sweep.csv without the series column (an older gradsync) still groups by strategy."""
+    sys.path.insert(0, os.path.join(ROOT, "plots"))
+    from sweep_grouping import sweep_series
+    rows = [{"run": f"{name}-n{n}", "strategy": "allreduce", "workers": n, "servers": 0,
+             "mode": "", "link_gbps": 0.0, "parameters": 1000, "series": name}
+            for name in ("overlap", "no-overlap") for n in (1, 2)]
+    series = sweep_series(rows)
+    assert [label for label, _ in series] == ["allreduce (overlap)", "allreduce (no-overlap)"], \
+        series
+    assert [[r["run"] for r in members] for _, members in series] == [
+        ["overlap-n1", "overlap-n2"], ["no-overlap-n1", "no-overlap-n2"]]
+    for row in rows:
+        row["series"] = None
+    assert [label for label, _ in sweep_series(rows)] == ["allreduce"]
+
+
 def main():
     keep = "--keep" in sys.argv
     tmp = tempfile.mkdtemp(prefix="plot_results_test_")
     tests = [test_comparison_folder, test_single_run_default_out, test_no_summary_fails,
              test_malformed_file_named, test_bad_csv_row_named, test_sweep_folder,
              test_sweep_without_run_folders, test_sweep_missing_column_named,
-             test_sweep_bad_number_named]
+             test_sweep_bad_number_named, test_sweep_series_are_runs]
     passed = failed = 0
     try:
         for test in tests:

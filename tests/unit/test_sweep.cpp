@@ -107,3 +107,53 @@ TEST_CASE("sweep: a series without N = 1 scales against the single run") {
   const auto rows = gradsync::sweep_rows(grid, summaries);
   CHECK(*rows[1].scaling_efficiency == doctest::Approx(1.0));  // 1000 / (2 * 500)
 }
+
+TEST_CASE("sweep: runs of one strategy that differ in a setting are separate series") {
+  // Two allreduce runs, with and without overlap: each scales against its own N = 1, not
+  // against whichever ran fastest.
+  const char* preset_text = R"(
+strategy: allreduce
+data: {kind: synthetic}
+model: {kind: synthetic, parameters: 1000, compute_ms: 1}
+sweep: {workers: [1, 2]}
+runs:
+  - {name: overlap}
+  - {name: no-overlap, comm: {overlap: false}}
+)";
+  const auto preset = gradsync::load_preset_text(preset_text, "grid.yaml", {});
+  const std::vector<Config> grid = gradsync::expand_sweep(preset);
+  REQUIRE(grid.size() == 4);
+  const double rates[] = {1000, 1800, 500, 800};  // overlap 1, 2; no-overlap 1, 2
+  std::vector<RunSummary> summaries;
+  for (std::size_t i = 0; i < grid.size(); ++i) summaries.push_back(summary(grid[i], rates[i]));
+  const auto rows = gradsync::sweep_rows(grid, summaries);
+  CHECK(*rows[1].scaling_efficiency == doctest::Approx(0.9));  // 1800 / (2 * 1000)
+  CHECK(*rows[3].scaling_efficiency == doctest::Approx(0.8));  // 800 / (2 * 500), not / 1000
+  const std::string csv = gradsync::sweep_csv(rows);
+  CHECK(csv.find(",no-overlap\n") != std::string::npos);  // the series column, for the plots
+}
+
+TEST_CASE("sweep: two grid points with one name are refused before anything runs") {
+  for (const char* override_text : {"sweep.workers=[2, 2]", ""}) {
+    CAPTURE(override_text);
+    std::vector<std::string> overrides;
+    if (*override_text) overrides.push_back(override_text);
+    // Without the override: run `ring` at N = 2 and a run named `ring-n2` at N = 1.
+    const char* text = *override_text ? kPreset : R"(
+strategy: allreduce
+data: {kind: synthetic}
+model: {kind: synthetic, parameters: 1000, compute_ms: 1}
+runs:
+  - {name: ring, sweep: {workers: [2]}}
+  - {name: ring-n2, sweep: {workers: [1]}, strategy: single}
+)";
+    const auto preset = gradsync::load_preset_text(text, "grid.yaml", overrides);
+    try {
+      gradsync::expand_sweep(preset);
+      FAIL("a grid with one name twice must be refused");
+    } catch (const gradsync::ConfigError& e) {
+      CHECK(std::string(e.what()).find("grid.yaml: sweep.workers: two grid points are both "
+                                       "named `") != std::string::npos);
+    }
+  }
+}
