@@ -15,7 +15,7 @@ from checks import Checks
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLUMNS = ("run,strategy,workers,servers,mode,link_gbps,parameters,global_batch,steps,"
            "samples_per_s,scaling_efficiency,step_s,compute_s,communicate_s,wait_s,comm_share,"
-           "busiest_node,busiest_bytes_per_step").split(",")
+           "busiest_node,busiest_bytes_per_step,series").split(",")
 
 
 def main():
@@ -52,6 +52,9 @@ def main():
             dp_comm = float(rows["dp-n2"]["communicate_s"]) + float(rows["dp-n2"]["wait_s"])
             check(dp_comm > 0.03, f"the emulated link paces dp: {dp_comm:.4f} s a step")
             check(rows["ring-n2"]["scaling_efficiency"] != "", "scaling efficiency is filled in")
+            check({n: r["series"] for n, r in rows.items()} ==
+                  {n: n.rsplit("-n", 1)[0] for n in expected},
+                  f"each row's series is its preset run: {[r['series'] for r in rows.values()]}")
         plot = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "plots", "plot_results.py"),
                                root], capture_output=True, text=True, timeout=120)
         check(plot.returncode == 0, f"plots: {plot.stderr[-2000:]}")
