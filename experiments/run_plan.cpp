@@ -8,8 +8,9 @@
 
 namespace gradsync {
 
-// A step's trace holds compute, wait, communicate and at times evaluate: four spans at most.
-constexpr std::int64_t kSpansPerStep = 4;
+// A step's trace holds compute, wait, communicate and at times checkpoint and evaluate: five
+// spans at most.
+constexpr std::int64_t kSpansPerStep = 5;
 
 RunPlan plan_run(const Config& config, const TrainTest& data) {
   RunPlan plan;
