@@ -2,7 +2,8 @@
 //
 // Everything about a key (type, range, description, where it lives in Config) is one row of
 // the schema (experiments/preset_schema.cpp); parsing, --set, to_yaml and describe_keys all
-// walk that table, so a new key is one new row. Resolution is layered: defaults <- top-level keys <- runs entry <- --set.
+// walk that table, so a new key is one new row. Resolution is layered: defaults <- top-level keys
+// <- runs entry <- --set.
 #include "experiments/preset.h"
 
 #include <yaml-cpp/yaml.h>
@@ -67,7 +68,10 @@ std::string known_keys(const std::string& prefix, Scope scope) {
   const std::string start = prefix.empty() ? "" : prefix + ".";
   for (const KeySpec& spec : kSchema) {
     std::string_view key = spec.key;
-    if (!key.starts_with(start) || (spec.run_only && scope != Scope::kRunEntry)) continue;
+    if (!key.starts_with(start) || (spec.run_only && scope != Scope::kRunEntry) ||
+        (spec.preset_wide && scope == Scope::kRunEntry)) {
+      continue;
+    }
     std::string child(key.substr(start.size(), key.find('.', start.size()) - start.size()));
     if (std::find(names.begin(), names.end(), child) == names.end()) names.push_back(child);
   }
@@ -109,6 +113,11 @@ void collect(const YAML::Node& map, const std::string& prefix, Scope scope,
     } else if (const KeySpec* spec = find_key(dotted)) {
       if (spec->run_only && scope != Scope::kRunEntry) {
         throw ConfigError(where, dotted, "allowed only inside a runs entry");
+      }
+      if (spec->preset_wide && scope == Scope::kRunEntry) {
+        throw ConfigError(where, dotted,
+                          "one value for the whole preset (its runs share one results folder): "
+                          "set it at the top level or with --set");
       }
       layer->assignments.push_back({dotted, spec, entry.second, source, where});
     } else if (is_section(dotted)) {

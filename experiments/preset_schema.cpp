@@ -44,7 +44,7 @@ const std::vector<std::string>& progress_modes() {
 // Rows are grouped by section: to_yaml emits one block per section in this order.
 // clang-format off
 const KeySpec kRows[] = {
-    // key, type, range, description, field[, choices[, run_only]]
+    // key, type, range, description, field[, choices[, run_only[, preset_wide]]]
     {"name", Type::kString, kUnbounded, "run name (default <strategy>-<workers>); names its folder",
      GRADSYNC_FIELD(name), nullptr, true},
     {"strategy", Type::kChoice, kUnbounded, "gradient-synchronisation strategy",
@@ -138,7 +138,7 @@ const KeySpec kRows[] = {
      "continue from this checkpoint (a step-N folder, or the newest in a folder); --resume sets it",
      GRADSYNC_FIELD(checkpoint.resume)},
     {"output.dir", Type::kString, kUnbounded, "results root: <dir>/<preset>-<timestamp>/<run>/",
-     GRADSYNC_FIELD(output.dir)},
+     GRADSYNC_FIELD(output.dir), nullptr, false, true},
     {"output.trace_steps", Type::kInteger, at_least(0), "steps recorded in trace.json per rank",
      GRADSYNC_FIELD(output.trace_steps)},
     {"output.progress", Type::kChoice, kUnbounded, "progress display",

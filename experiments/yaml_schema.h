@@ -55,6 +55,7 @@ struct KeySpec {
   Field (*field)(Config&);
   Choices choices = nullptr;  // Type::kChoice only
   bool run_only = false;      // allowed only inside a runs entry
+  bool preset_wide = false;  // one value for the whole preset: top level or --set, not a runs entry
 };
 
 // Parses `value` into the spec's field of `config`. Throws ConfigError(where, spec.key, problem);

@@ -38,11 +38,17 @@ TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
             .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
   CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
         "presets/x.yaml:2: name: allowed only inside a runs entry");
+  // One results folder per preset: a run's own output.dir would be written elsewhere.
+  CHECK(error_of(
+            "data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {name: b, output: {dir: o2}}\n") ==
+        "presets/x.yaml:4: output.dir: one value for the whole preset (its runs share one "
+        "results folder): set it at the top level or with --set");
   CHECK(error_of("data: {kind: synthetic}\ntrain: {lr: 0.1, lr: 0.2}\n") ==
         "presets/x.yaml:2: train.lr: duplicate key");
-  CHECK(error_of("data: {kind: synthetic}\nmodel: {hidden: [1], extra: {a: 1}}\n")
-            .starts_with("presets/x.yaml:2: model.extra: unknown key (known in model: kind, hidden, "
-                         "parameters, compute_ms, layers)"));
+  CHECK(
+      error_of("data: {kind: synthetic}\nmodel: {hidden: [1], extra: {a: 1}}\n")
+          .starts_with("presets/x.yaml:2: model.extra: unknown key (known in model: kind, hidden, "
+                       "parameters, compute_ms, layers)"));
 }
 
 TEST_CASE("preset: sections and runs must have the right shape") {
