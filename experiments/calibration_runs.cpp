@@ -97,7 +97,10 @@ void read_run(const fs::path& dir, std::vector<cost::Observation>* out,
               std::vector<std::string>* skipped) {
   const std::string label = dir.filename().string();
   const fs::path config_path = dir / "config.yaml";
-  const Preset preset = load_preset_text(read_text(config_path), config_path.string(), {});
+  // Results are often read on another machine than the one that ran them: the data set need
+  // not be here.
+  const Preset preset =
+      load_preset_text(read_text(config_path), config_path.string(), {}, PresetUse::kToRead);
   const Config& config = preset.runs.front();
   const auto skip = [&](const std::string& reason) {
     if (skipped) skipped->push_back(label + ": " + reason);

@@ -207,7 +207,7 @@ void check_data(const Origins& origins, const std::string& source, DataConfig* d
 // One run: defaults <- top level <- its runs entry <- --set. `name_where` receives where the run
 // is named (its name key, else the entry) for the duplicate check.
 Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
-               const std::string& source, std::string* name_where) {
+               const std::string& source, PresetUse use, std::string* name_where) {
   Config config;
   Origins origins;
   for (const Layer* layer : {&top, &entry, &overrides}) {
@@ -230,7 +230,7 @@ Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
     throw ConfigError(*name_where, "name",
                       "run name '" + config.name + "' may use only letters, digits, '.', '_', '-'");
   }
-  check_data(origins, source, &config.data);
+  if (use == PresetUse::kToRun) check_data(origins, source, &config.data);
   // Combinations no single key can check, blamed on the key that set the number.
   if (config.strategy == "single" && config.workers != 1) {
     throw ConfigError(origin_of(origins, {"workers", "strategy"}, source + ":1"), "workers",
@@ -273,7 +273,7 @@ Preset load_preset(const std::string& path, const std::vector<std::string>& over
 }
 
 Preset load_preset_text(const std::string& yaml_text, const std::string& source_name,
-                        const std::vector<std::string>& overrides) {
+                        const std::vector<std::string>& overrides, PresetUse use) {
   const Layer set_layer = parse_overrides(overrides);
   YAML::Node root;
   try {
@@ -314,7 +314,7 @@ Preset load_preset_text(const std::string& yaml_text, const std::string& source_
   std::map<std::string, std::string> seen;  // run name -> where
   for (const Layer& entry : entries) {
     std::string where;
-    Config config = resolve(top, entry, set_layer, source_name, &where);
+    Config config = resolve(top, entry, set_layer, source_name, use, &where);
     if (auto [it, added] = seen.emplace(config.name, where); !added) {
       throw ConfigError(where, "name",
                         "duplicate run name '" + config.name + "' (also at " + it->second + ")");

@@ -21,8 +21,8 @@
 namespace gradsync {
 
 struct Preset {
-  std::string name;  // file stem, e.g. "quickstart"
-  std::string path;  // as given / as found
+  std::string name;          // file stem, e.g. "quickstart"
+  std::string path;          // as given / as found
   std::vector<Config> runs;  // at least one
 };
 
@@ -32,9 +32,15 @@ std::string find_preset(const std::string& name_or_path, const std::string& pres
 
 Preset load_preset(const std::string& path, const std::vector<std::string>& overrides);
 
+// Whether a loaded preset must be able to run here: kToRun checks that data.dir exists (and
+// fills in the Fashion-MNIST default); kToRead does not, for reading a results folder's
+// config.yaml on another machine (`gradsync model --calibrate`).
+enum class PresetUse { kToRun, kToRead };
+
 // Parses YAML text as if read from `source_name` (for tests and for config.yaml round trips).
 Preset load_preset_text(const std::string& yaml_text, const std::string& source_name,
-                        const std::vector<std::string>& overrides);
+                        const std::vector<std::string>& overrides,
+                        PresetUse use = PresetUse::kToRun);
 
 // The fully resolved configuration as YAML (what config.yaml in a results folder holds). Loading
 // it back with load_preset_text gives the same Config.

@@ -25,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using gradsync::testing::TempDir;
 
-constexpr double kS = 100e6;  // 100 MB
+constexpr double kS = 100e6;       // 100 MB
 constexpr double kChunk = 524288;  // a ps chunk: 128Ki floats
 
 Scenario scenario(Scheme scheme, int workers, int servers = 1, double bytes = kS, int buckets = 1) {
@@ -312,6 +312,18 @@ TEST_CASE("cost: read_observations turns a results folder into observations") {
   REQUIRE(one.size() == 1);
   CHECK(one[0].label == "c-ps-4");
   CHECK(one[0].measured_s == doctest::Approx(0.010));
+}
+
+TEST_CASE("cost: read_observations reads runs whose data set is not on this machine") {
+  // Results copied from a cluster name its data folder; calibrating needs only the timings.
+  TempDir tmp;
+  Config dp = make_config("dp", 2);
+  dp.data.kind = "idx";
+  dp.data.dir = "/mnt/cluster/no-such-fashion-mnist";
+  write_run(tmp.path(), "dp-2", dp, 1'000'000, 0.020, 0.0);
+  const auto obs = read_observations(tmp.path().string(), nullptr);
+  REQUIRE(obs.size() == 1);
+  CHECK(obs[0].measured_s == doctest::Approx(0.020));
 }
 
 TEST_CASE("cost: read_observations then calibrate recovers the link of the runs") {
