@@ -192,14 +192,24 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
       note_changed_settings(configs.back(), configs.back().checkpoint.resume);
     }
   }
+  // Runs of one preset usually share their data: load it once.
+  TrainTest cached;
+  std::optional<std::pair<DataConfig, std::uint64_t>> cached_for;
+  auto data_for = [&](const Config& config) -> const TrainTest& {
+    if (!cached_for || cached_for->first != config.data || cached_for->second != config.train.seed) {
+      cached = load_data(config.data, config.train.seed);
+      cached_for.emplace(config.data, config.train.seed);
+    }
+    return cached;
+  };
+  // Every run's plan (batch against the data, steps per epoch) before any run starts: a
+  // mistake in the last run must not surface after the first one trained for an hour.
+  for (const Config& config : configs) plan_run(config, data_for(config));
+
   const fs::path dir = fresh_folder(root, preset.name);
   point_latest_at(root, dir);
   PresetOutcome outcome{dir.string(), {}};
 
-  const TrainTest* data = nullptr;
-  TrainTest cached;
-  DataConfig cached_for;
-  std::uint64_t cached_seed = 0;
   for (const Config& config : configs) {
     std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
               << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
@@ -208,22 +218,17 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
     if (runs_as_processes(config)) {
       // The processes check the checkpoint too, but a refusal reads best before any started.
       if (!config.checkpoint.resume.empty()) {
-        const TrainTest shape = load_data(config.data, config.train.seed);
-        const RunPlan plan = plan_run(config, shape);
+        const RunPlan plan = plan_run(config, data_for(config));
         prepare_checkpoints(config, plan.widths, plan.steps, run_dir, -1);
       }
+      // The worker processes load their own copy: this one's memory goes back meanwhile.
+      cached = TrainTest{};
+      cached_for.reset();
       outcome.runs.push_back(run_multi_process(config, run_dir));
       report(outcome.runs.back());
       continue;
     }
-    // Runs of one preset usually share their data: load it once.
-    if (!data || cached_for != config.data || cached_seed != config.train.seed) {
-      cached = load_data(config.data, config.train.seed);
-      cached_for = config.data;
-      cached_seed = config.train.seed;
-      data = &cached;
-    }
-    outcome.runs.push_back(run_experiment(config, *data, run_dir));
+    outcome.runs.push_back(run_experiment(config, data_for(config), run_dir));
     report(outcome.runs.back());
   }
   std::vector<RunSummary> summaries;

@@ -14,6 +14,14 @@ constexpr std::int64_t kSpansPerStep = 5;
 
 RunPlan plan_run(const Config& config, const TrainTest& data) {
   RunPlan plan;
+  const std::int64_t global_batch = std::int64_t{config.train.batch} * config.workers;
+  if (data.train.size < global_batch) {
+    throw ConfigError(config.name, "train.batch",
+                      std::to_string(config.train.batch) + " per worker x " +
+                          std::to_string(config.workers) + " workers = " +
+                          std::to_string(global_batch) + " samples a step, but the training set " +
+                          "holds " + std::to_string(data.train.size));
+  }
   const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
                                                   config.train.batch, config.train.seed)
                                    .steps_per_epoch();
