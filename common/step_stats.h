@@ -11,7 +11,7 @@ struct StepStats {
   double wait_s = 0;         // blocked on other ranks (stragglers, barriers) doing nothing
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
-  std::uint32_t staleness = 0;  // ps async/ssp: server versions the parameters lagged behind
+  std::uint32_t staleness = 0;  // ps async/ssp: steps the parameters lagged behind (as SSP counts)
 };
 
 }  // namespace gradsync
