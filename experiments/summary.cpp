@@ -1,5 +1,6 @@
 #include "experiments/summary.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,26 @@ std::string human_bytes(std::uint64_t bytes) {
     ++unit;
   }
   return format(unit == 0 ? "%.0f" : "%.1f", value) + " " + units[unit];
+}
+
+// The step totals of rank `r`, less the time it spent waiting out another rank's work between
+// steps (rank 0's evaluations and checkpoints): in a synchronous run every rank waits for the
+// slowest one's, inside its next step's wait or communication. What it waited is the most any
+// rank spent between steps less its own; that comes out of wait_s first, then communicate_s.
+// async and ssp ranks do not wait for each other step by step: their totals stay as measured.
+StepStats own_step_totals(const Config& config, const std::vector<LoopResult>& per_rank,
+                          std::size_t r) {
+  StepStats t = per_rank[r].totals;
+  const bool lockstep = config.strategy != "ps" || config.ps.mode == "sync";
+  if (!lockstep) return t;
+  double most = 0;
+  for (const LoopResult& each : per_rank) most = std::max(most, each.between_steps_s);
+  double waited = most - per_rank[r].between_steps_s;
+  const double from_wait = std::min(waited, t.wait_s);
+  t.wait_s -= from_wait;
+  waited -= from_wait;
+  t.communicate_s -= std::min(waited, t.communicate_s);
+  return t;
 }
 
 }  // namespace
@@ -62,7 +83,7 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
   }
   double rank_steps = 0;
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    const StepStats& t = per_rank[r].totals;
+    const StepStats t = own_step_totals(config, per_rank, r);
     const std::uint64_t bytes = t.bytes_sent + t.bytes_received;
     if (bytes > s.busiest_bytes) {
       s.busiest_bytes = bytes;
@@ -108,8 +129,8 @@ void write_summary(const std::string& path, const RunSummary& s) {
       {"final_test_accuracy", s.final_test_accuracy},
       {"final_test_loss", s.final_test_loss},
       {"target_accuracy", s.target_accuracy},
-      {"time_to_accuracy_s", s.time_to_accuracy_s ? nlohmann::json(*s.time_to_accuracy_s)
-                                                  : nlohmann::json(nullptr)},
+      {"time_to_accuracy_s",
+       s.time_to_accuracy_s ? nlohmann::json(*s.time_to_accuracy_s) : nlohmann::json(nullptr)},
       {"busiest_node", {{"name", s.busiest_node}, {"bytes", s.busiest_bytes}}},
       {"mean_step_s",
        {{"compute", s.mean_step.compute_s},
@@ -135,10 +156,11 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
            (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
            // A run without evaluations (a synthetic model) has no accuracy to show.
            (s.evals.empty() ? "-" : format("%.2f%%", 100.0 * s.final_test_accuracy)) + " | " +
-           (s.evals.empty()          ? "-"
+           (s.evals.empty()        ? "-"
             : s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s)
                                    : "not reached") +
-           " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " + format("%.0f%%", 100.0 * comm_share) + " |\n";
+           " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " +
+           format("%.0f%%", 100.0 * comm_share) + " |\n";
   }
   return out;
 }

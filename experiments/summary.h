@@ -24,9 +24,11 @@ struct RunSummary {
   double final_test_loss = 0;
   double target_accuracy = 0;
   std::optional<double> time_to_accuracy_s;  // first evaluation at or above the target
-  std::string busiest_node = "rank 0";      // the node that moved the most bytes
+  std::string busiest_node = "rank 0";       // the node that moved the most bytes
   std::uint64_t busiest_bytes = 0;           // sent + received over the run
-  StepStats mean_step;                       // per step, averaged over ranks
+  // Per step, averaged over ranks; in a synchronous run without the time ranks spent waiting
+  // out rank 0's evaluations and checkpoints (metrics.csv keeps each step as measured).
+  StepStats mean_step;
   std::vector<EvalPoint> evals;
 };
 

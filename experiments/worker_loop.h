@@ -67,6 +67,9 @@ struct LoopResult {
   double final_loss = 0;     // this rank's last training loss
   StepStats totals;          // summed over steps
   std::vector<EvalPoint> evals;  // rank 0 only
+  // This rank's own work between steps (checkpoints; rank 0's evaluations), outside its step
+  // times. Synchronous peers wait it out inside their next step: summarize() takes it back out.
+  double between_steps_s = 0;
   std::int64_t parameters = 0;
   std::vector<float> final_params;  // only with LoopOptions::keep_params
 };

@@ -1,0 +1,53 @@
+// summarize(): the run's step breakdown is what a step costs, not what rank 0's evaluations
+// and checkpoints cost the ranks that waited for them.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "experiments/summary.h"
+
+namespace {
+
+gradsync::LoopResult rank(double communicate_s, double wait_s, double between_steps_s) {
+  gradsync::LoopResult r;
+  r.steps = 10;
+  r.train_seconds = 1.0;
+  r.totals.compute_s = 0.5;
+  r.totals.communicate_s = communicate_s;
+  r.totals.wait_s = wait_s;
+  r.between_steps_s = between_steps_s;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("summary: synchronous ranks do not count rank 0's evaluations as their communication") {
+  gradsync::Config config;
+  config.strategy = "allreduce";
+  config.workers = 2;
+  // Rank 0 evaluated for 0.4 s between steps; rank 1 waited it out inside its next steps.
+  const std::vector<gradsync::LoopResult> ranks = {rank(0.1, 0.0, 0.4), rank(0.5, 0.05, 0.0)};
+  const gradsync::RunSummary s = gradsync::summarize(config, 1000, ranks);
+  // Rank 1: 0.05 s of wait and 0.35 s of communication were rank 0's evaluation.
+  CHECK(s.mean_step.communicate_s == doctest::Approx((0.1 + 0.15) / 20));
+  CHECK(s.mean_step.wait_s == doctest::Approx(0.0));
+  CHECK(s.mean_step.compute_s == doctest::Approx(1.0 / 20));
+
+  // ps async: workers do not wait for each other step by step; nothing is taken out.
+  config.strategy = "ps";
+  config.ps.mode = "async";
+  const gradsync::RunSummary async = gradsync::summarize(config, 1000, ranks);
+  CHECK(async.mean_step.communicate_s == doctest::Approx((0.1 + 0.5) / 20));
+  CHECK(async.mean_step.wait_s == doctest::Approx(0.05 / 20));
+}
+
+TEST_CASE("summary: a rank never gets less than nothing") {
+  gradsync::Config config;
+  config.strategy = "dp";
+  config.workers = 2;
+  // Replica 1 spent less blocked time than replica 0's checkpoints took (it computed meanwhile).
+  const std::vector<gradsync::LoopResult> ranks = {rank(0.1, 0.0, 0.4), rank(0.05, 0.1, 0.0)};
+  const gradsync::RunSummary s = gradsync::summarize(config, 1000, ranks);
+  CHECK(s.mean_step.communicate_s == doctest::Approx(0.1 / 20));
+  CHECK(s.mean_step.wait_s == doctest::Approx(0.0));
+}
