@@ -70,7 +70,15 @@ def load_summary(path):
 
 
 def load_metrics(path):
-    """Returns (time_s, loss) arrays of the lowest rank (rank 0 when present)."""
+    """Returns (train_s, loss) arrays of the lowest rank (rank 0 when present), one per step.
+
+    train_s is the training time at the end of each step: the rank's compute_s + communicate_s
+    + wait_s summed over its steps so far. That is the clock of summary.json's evals[].time_s
+    and time_to_accuracy_s (rank 0's step time summed, evaluation excluded; the three phases
+    add up to the step within rounding), so the loss curve and the accuracy points can share an
+    axis. metrics.csv's own time_s is wall time since the launcher started: it also holds
+    process start-up, data loading, evaluations and checkpoints, which differ between
+    strategies and would shift one run's curve against another's."""
     rows = []
     try:
         with open(path, newline="") as f:
@@ -82,7 +90,9 @@ def load_metrics(path):
                 if len(row) != len(header):
                     raise PlotError(f"{path}:{reader.line_num}: expected "
                                     f"{len(header)} fields, got {len(row)}")
-                rows.append((int(row[1]), float(row[3]), float(row[4])))
+                # (rank, step, step time, loss)
+                rows.append((int(row[1]), int(row[0]),
+                             float(row[5]) + float(row[6]) + float(row[7]), float(row[4])))
     except OSError as e:
         raise PlotError(f"{path}: {e.strerror}") from None
     except (ValueError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
@@ -90,8 +100,9 @@ def load_metrics(path):
     if not rows:
         raise PlotError(f"{path}: no data rows")
     rank = min(r[0] for r in rows)
-    mine = sorted((t, loss) for r, t, loss in rows if r == rank)
-    return np.array([m[0] for m in mine]), np.array([m[1] for m in mine])
+    # in step order, as the running sum needs
+    mine = sorted(r[1:] for r in rows if r[0] == rank)
+    return np.cumsum([m[1] for m in mine]), np.array([m[2] for m in mine])
 
 
 def load_trace(path):
@@ -118,7 +129,7 @@ def load_run(folder):
     base = os.path.basename(os.path.normpath(folder))
     run = {"name": str(summary.get("run") or base), "folder": base, "summary": summary,
            "color": None, "timeline": True}
-    run["time"], run["loss"] = load_metrics(os.path.join(folder, "metrics.csv"))
+    run["train_s"], run["loss"] = load_metrics(os.path.join(folder, "metrics.csv"))
     trace = os.path.join(folder, "trace.json")
     run["trace"] = None
     if os.path.exists(trace):

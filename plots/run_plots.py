@@ -32,6 +32,18 @@ def bar_figure(runs):
     return plt.subplots(figsize=(max(5, per_bar * len(runs) + 2), 4.5))
 
 
+def loss_and_accuracy(run, window):
+    """The two series of a run's loss_vs_time.png, both against training time (s): rank 0's
+    loss averaged over `window` steps as (x, y), and the test accuracy points as (t, acc).
+    Both clocks are rank 0's step time summed, evaluation excluded (results_reader.load_metrics;
+    summary.json's evals[].time_s), so curve and points line up, and runs of different
+    strategies compare without their start-up, evaluation and checkpoint times."""
+    loss = moving_average(run["train_s"], run["loss"], window)
+    evals = run["summary"]["evals"]
+    accuracy = tuple(np.array(v) for v in zip(*evals)) if evals else (np.array([]), np.array([]))
+    return loss, accuracy
+
+
 def plot_loss(runs, out):
     fig, (ax_loss, ax_acc) = plt.subplots(2, 1, figsize=(9, 7), sharex=True,
                                           gridspec_kw={"height_ratios": [2, 1]})
@@ -39,12 +51,10 @@ def plot_loss(runs, out):
     windows = [int(np.clip(len(run["loss"]) // 50, 1, 200)) for run in runs]
     same_window = len(set(windows)) == 1
     for run, color, window in zip(runs, run_colors(runs), windows):
-        x, y = moving_average(run["time"], run["loss"], window)
+        (x, y), (t, acc) = loss_and_accuracy(run, window)
         label = run["name"] if same_window else f"{run['name']} (avg of {window} steps)"
         ax_loss.plot(x, y, color=color, label=label)
-        evals = run["summary"]["evals"]
-        if evals:
-            t, acc = zip(*evals)
+        if len(t):
             # many runs: the loss legend names the colours once, for both panels
             ax_acc.plot(t, acc, "o-", color=color, ms=3 if many else 6,
                         label=None if many else run["name"])
@@ -59,7 +69,8 @@ def plot_loss(runs, out):
                        ncol=2 if len(runs) > 20 else 1)
     else:
         ax_loss.legend()
-    ax_acc.set(xlabel="time since start (s)", ylabel="test accuracy")
+    ax_acc.set(xlabel="training time (s): rank 0's steps summed, evaluation excluded",
+               ylabel="test accuracy")
     ax_acc.grid(alpha=0.3)
     if ax_acc.get_legend_handles_labels()[0]:
         ax_acc.legend(loc="lower right")

@@ -22,14 +22,26 @@ HEADER = ("step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,"
           "bytes_sent,bytes_received,staleness")
 
 
-def write_metrics(folder, workers, steps, step_s):
+EVAL_EVERY = 100
+
+
+def eval_steps(steps):
+    """Steps completed at each evaluation: every EVAL_EVERY steps and after the last one."""
+    return sorted(set(range(EVAL_EVERY, steps + 1, EVAL_EVERY)) | {steps})
+
+
+def write_metrics(folder, workers, steps, step_s, startup_s, eval_s):
+    """time_s is wall time since the launcher started, as in a real run: start-up (processes,
+    data loading) before the first step and every evaluation so far lie in it, unlike in the
+    step time (compute_s + communicate_s + wait_s)."""
     rng = random.Random(workers)
     lines = [HEADER]
     for step in range(steps):
         loss = 2.3 * math.exp(-step / 150) + 0.3 + rng.uniform(-0.1, 0.1)
+        wall = startup_s + (step + 1) * step_s + (step // EVAL_EVERY) * eval_s
         for rank in range(workers):
-            lines.append(f"{step},{rank},{step // 100},{(step + 1) * step_s:.6f},{loss:.5f},"
-                         f"{step_s * 0.6:.6f},{step_s * 0.3:.6f},{step_s * 0.1:.6f},1000,1000,0")
+            lines.append(f"{step},{rank},{step // 100},{wall:.9g},{loss:.6g},"
+                         f"{step_s * 0.6:.9g},{step_s * 0.3:.9g},{step_s * 0.1:.9g},1000,1000,0")
     with open(os.path.join(folder, "metrics.csv"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -50,8 +62,9 @@ def write_trace(folder, workers, steps, step_s):
 
 
 def write_summary(folder, name, strategy, workers, steps, step_s):
-    evals = [{"step": s, "time_s": (s + 1) * step_s, "test_loss": 1.0 / (1 + s / 100),
-              "test_accuracy": min(0.95, 0.5 + s / 1000)} for s in range(99, steps, 100)]
+    # step: steps completed; time_s: training time then (step time summed, evaluation excluded)
+    evals = [{"step": s, "time_s": s * step_s, "test_loss": 1.0 / (1 + s / 100),
+              "test_accuracy": min(0.95, 0.5 + s / 1000)} for s in eval_steps(steps)]
     summary = {"run": name, "strategy": strategy, "workers": workers, "global_batch": 256,
                "steps": steps, "train_seconds": steps * step_s,
                "samples_per_s": 256 / step_s, "final_test_accuracy": evals[-1]["test_accuracy"],
@@ -63,10 +76,11 @@ def write_summary(folder, name, strategy, workers, steps, step_s):
         json.dump(summary, f)
 
 
-def make_run(parent, name, strategy, workers, steps=500, step_s=0.005):
+def make_run(parent, name, strategy, workers, steps=500, step_s=0.005, startup_s=1.0,
+             eval_s=0.05):
     folder = os.path.join(parent, name)
     os.makedirs(folder)
-    write_metrics(folder, workers, steps, step_s)
+    write_metrics(folder, workers, steps, step_s, startup_s, eval_s)
     write_trace(folder, workers, steps, step_s)
     write_summary(folder, name, strategy, workers, steps, step_s)
     return folder
@@ -257,13 +271,43 @@ def test_sweep_series_are_runs(tmp):
     assert [label for label, _ in sweep_series(rows)] == ["allreduce"]
 
 
+def test_loss_and_accuracy_share_clock(tmp):
+    """loss_vs_time.png puts the loss curve and the accuracy points on one clock, training time
+    (summary.json's evals[].time_s and time_to_accuracy_s), not metrics.csv's wall time_s: a
+    run with 3.1 s of start-up and 50 ms evaluations but 10 us steps (as in a real small run)
+    still has each accuracy point on its step of the loss curve."""
+    sys.path.insert(0, os.path.join(ROOT, "plots"))
+    import matplotlib
+    matplotlib.use("Agg")
+    from results_reader import load_run
+    from run_plots import loss_and_accuracy
+    steps, step_s = 700, 1e-5
+    folder = make_run(tmp, "offset-2", "allreduce", 2, steps=steps, step_s=step_s,
+                      startup_s=3.1, eval_s=0.05)
+    with open(os.path.join(folder, "summary.json")) as f:
+        evals = json.load(f)["evals"]
+    run = load_run(folder)
+    (x, _), (t, acc) = loss_and_accuracy(run, window=1)
+    assert len(x) == steps, f"{len(x)} loss points for {steps} steps"
+    assert list(t) == [e["time_s"] for e in evals], f"eval times {list(t)}"
+    for e in evals:  # x[i]: training time at the end of step i (step i + 1 completed)
+        assert math.isclose(x[e["step"] - 1], e["time_s"], rel_tol=1e-6), \
+            f"step {e['step']}: loss curve at {x[e['step'] - 1]} s, accuracy at {e['time_s']} s"
+    # the ranges: curve from the first step's end to the last eval, smoothed or not
+    for window in (1, 14):
+        (x, _), _ = loss_and_accuracy(run, window)
+        assert math.isclose(x[-1], t[-1], rel_tol=1e-6), f"window {window}: ends {x[-1]}, {t[-1]}"
+        assert 0 < x[0] <= t[0], f"window {window}: starts at {x[0]} s, first eval {t[0]} s"
+
+
 def main():
     keep = "--keep" in sys.argv
     tmp = tempfile.mkdtemp(prefix="plot_results_test_")
     tests = [test_comparison_folder, test_single_run_default_out, test_no_summary_fails,
              test_malformed_file_named, test_bad_csv_row_named, test_sweep_folder,
              test_sweep_without_run_folders, test_sweep_missing_column_named,
-             test_sweep_bad_number_named, test_sweep_series_are_runs]
+             test_sweep_bad_number_named, test_sweep_series_are_runs,
+             test_loss_and_accuracy_share_clock]
     passed = failed = 0
     try:
         for test in tests:
