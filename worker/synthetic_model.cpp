@@ -26,15 +26,22 @@ void SyntheticModel::init_params(std::uint64_t seed) {
   for (float& p : params_) p = static_cast<float>(rng.uniform() - 0.5);
 }
 
+float SyntheticModel::sample_target(std::int64_t index) {
+  return static_cast<float>(
+      SplitMix64(mix_seed(static_cast<std::uint64_t>(index), 0x5EED)).uniform() - 0.5);
+}
+
 float SyntheticModel::batch_target(std::span<const std::int64_t> indices) {
-  std::uint64_t h = 0;
-  for (std::int64_t i : indices) h += mix_seed(static_cast<std::uint64_t>(i), 0x5EED);
-  return static_cast<float>(SplitMix64(h).uniform() - 0.5);
+  // The mean of the samples' own targets: linear in the samples, so the mean over equal shards
+  // of a global batch is the global batch's target (in double, so the order matters little).
+  double sum = 0;
+  for (std::int64_t i : indices) sum += sample_target(i);
+  return static_cast<float>(sum / static_cast<double>(indices.size()));
 }
 
 double SyntheticModel::forward_backward(const Dataset& /*data*/,
-                                        std::span<const std::int64_t> indices,
-                                        float grad_scale, bool accumulate) {
+                                        std::span<const std::int64_t> indices, float grad_scale,
+                                        bool accumulate) {
   GRADSYNC_CHECK(!indices.empty(), "a batch needs at least one sample");
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();

@@ -8,10 +8,11 @@
 // callback, so bucketed all-reduce can overlap it exactly as with a real network.
 //
 // The gradient is real arithmetic, and is the same on every replica for the same batch: the
-// loss of a batch is 0.5 * mean((p - t_b)^2) with t_b a target derived from the batch's sample
-// indices, so its gradient is (p - t_b) / parameters per element. Averaging over replicas
-// gives the gradient of the global batch, and SGD drives p towards the mean target: training
-// makes sense and the synchronous strategies still follow `single` on the global batch.
+// loss of a batch is 0.5 * mean((p - t_b)^2) with t_b the mean of its samples' targets (each a
+// function of the sample's index), so its gradient is (p - t_b) / parameters per element. That
+// is linear in the samples: averaging over replicas' equal shards gives the gradient of the
+// global batch, and SGD drives p towards the mean target: training makes sense and the
+// synchronous strategies still follow `single` on the global batch (a test holds it).
 // Writing the gradient is one pass over the buffers, done inside the compute time (when the
 // compute time is shorter than that pass, the pass sets the pace).
 #pragma once
@@ -43,7 +44,9 @@ class SyntheticModel final : public Model {
   // The loss against target 0; accuracy 0 (there are no classes).
   Evaluation evaluate(const Dataset& data) override;
 
-  // The target of a batch: a deterministic function of its sample indices, in [-0.5, 0.5).
+  // A sample's target, in [-0.5, 0.5), a function of its index alone; a batch's target is the
+  // mean of its samples' targets.
+  static float sample_target(std::int64_t index);
   static float batch_target(std::span<const std::int64_t> indices);
 
  private:

@@ -72,3 +72,22 @@ TEST_CASE("synthetic model: bad shapes are refused") {
   CHECK_THROWS(SyntheticModel(10, 11, 0ms));
   CHECK_THROWS(SyntheticModel(10, 0, 0ms));
 }
+
+TEST_CASE("synthetic model: the mean of the shards' gradients is the global batch's") {
+  // What lets dp, allreduce and ps sync follow `single` on a synthetic model: the batch target
+  // is linear in the samples, so two shards of 4 average to the batch of 8.
+  SyntheticModel whole(64, 2, 0ms), left(64, 2, 0ms), right(64, 2, 0ms);
+  for (SyntheticModel* m : {&whole, &left, &right}) m->init_params(5);
+  const std::vector<std::int64_t> batch = {3, 17, 40, 41, 99, 120, 121, 300};
+  whole.forward_backward(kNoData, batch);
+  left.forward_backward(kNoData, std::span(batch).first(4));
+  right.forward_backward(kNoData, std::span(batch).last(4));
+  for (std::size_t i = 0; i < 64; ++i) {
+    const float mean = 0.5f * (left.grads()[i] + right.grads()[i]);
+    REQUIRE(mean == doctest::Approx(whole.grads()[i]).epsilon(1e-6));
+  }
+  // And the target is the mean of the samples' own.
+  double sum = 0;
+  for (std::int64_t i : batch) sum += SyntheticModel::sample_target(i);
+  CHECK(SyntheticModel::batch_target(batch) == doctest::Approx(sum / 8).epsilon(1e-7));
+}
