@@ -144,7 +144,13 @@ IdxArray read_idx(const std::string& path) {
   std::uint64_t elements = 1;
   for (int d = 0; d < ndims; ++d) {
     array.shape.push_back(big_endian_u32(dims.data() + 4 * d));
-    elements *= array.shape.back();
+    // Compared before multiplying: a product past 2^64 would wrap and look small.
+    const std::uint64_t dim = array.shape.back();
+    if (dim != 0 && elements > kMaxElements / dim) {
+      elements = kMaxElements + 1;
+    } else {
+      elements *= dim;
+    }
     if (elements > kMaxElements) {
       throw DataError(path, "implausible shape " + shape_string(array.shape) +
                                 " (more than 2^40 elements); the header is probably corrupt");

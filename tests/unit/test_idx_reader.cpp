@@ -161,6 +161,15 @@ TEST_CASE("read_idx rejects a wrong magic and unsupported types") {
                        doctest::Contains("unsupported IDX data type 0x0D (float)"), DataError);
 }
 
+TEST_CASE("read_idx rejects a shape whose size would wrap around 64 bits") {
+  // 2^24 x 2^16 x 2^24 = 2^64 elements: 0 after wrapping, which a product checked only after
+  // each multiply let through as a 16-byte file of "no" data.
+  TempDir dir;
+  write_plain(dir.file("huge"), idx_bytes(0x08, {1u << 24, 1u << 16, 1u << 24}, {}));
+  CHECK_THROWS_WITH_AS(gradsync::read_idx(dir.file("huge")),
+                       doctest::Contains("implausible shape 16777216x65536x16777216"), DataError);
+}
+
 TEST_CASE("read_idx rejects data beyond what the header announces") {
   TempDir dir;
   write_plain(dir.file("long"), idx_bytes(0x08, {2}, {1, 2, 3}));
