@@ -166,8 +166,19 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
   if (checkpoints.resume) loop.resume = &*checkpoints.resume;
   LoopSinks rank0{&metrics, &trace, &progress};
   if (checkpoints.writer) rank0.checkpointer = &*checkpoints.writer;
-  const std::vector<LoopResult> results =
-      train_in_process(config, data, loop, rank0, LoopSinks{&metrics, &trace, nullptr});
+  std::vector<LoopResult> results;
+  try {
+    results = train_in_process(config, data, loop, rank0, LoopSinks{&metrics, &trace, nullptr});
+  } catch (...) {
+    // The steps before the failure are worth seeing in the trace (as a worker process keeps
+    // its own); the failure is what gets reported, so a trace that cannot be written must not
+    // replace it.
+    try {
+      trace.write((fs::path(run_dir) / "trace.json").string());
+    } catch (...) {
+    }
+    throw;
+  }
 
   trace.write((fs::path(run_dir) / "trace.json").string());
   RunOutcome outcome{summarize(config, results.front().parameters, results), run_dir};

@@ -1,5 +1,6 @@
 // DistributedSampler: each rank's share of every global batch, as PyTorch's
-// DistributedSampler + DataLoader(drop_last=True) give it.
+// DistributedSampler(drop_last=True) + DataLoader(drop_last=True) give it (with the
+// sampler's default drop_last=False, PyTorch pads the last shard by repeating samples).
 //
 // Every epoch has its own permutation of [0, dataset_size), a pure function of (seed, epoch),
 // identical on every rank with no communication. Rank r owns positions r, r+N, r+2N, ... of

@@ -1,5 +1,6 @@
 // run_experiment's trace.json: every span of every traced step is kept, including the steps
-// that also checkpoint and evaluate (the busiest steps a trace has).
+// that also checkpoint and evaluate (the busiest steps a trace has), and a run that fails
+// still writes what it recorded.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/error.h"
 #include "experiments/run_experiment.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/training.h"
@@ -40,4 +42,27 @@ TEST_CASE("run trace: a step that checkpoints and evaluates keeps all five of it
   CHECK(rank0["checkpoint"] == 4);
   CHECK(rank0["evaluate"] == 4);
   CHECK(trace["otherData"]["dropped_spans"] == 0);
+}
+
+TEST_CASE("run trace: an in-process run that fails still writes its trace") {
+  // dp whose replica 1 gives up on replica 0, busy on a slow emulated link (as in
+  // test_dp_strategy.cpp): the run throws, and trace.json is there beside metrics.csv.
+  gradsync::testing::TempDir dir;
+  gradsync::Config config;
+  config.name = "dp-2";
+  config.strategy = "dp";
+  config.workers = 2;
+  config.train.batch = 8;
+  config.train.steps = 3;
+  config.model.hidden = {512, 512};
+  config.comm.timeout_s = 0.2;
+  config.network.link_gbps = 0.01;
+  config.output.progress = "off";
+  const std::string run_dir = dir.file("run");
+  CHECK_THROWS_AS(gradsync::run_experiment(config, gradsync::testing::synthetic_data(), run_dir),
+                  gradsync::TimeoutError);
+  std::ifstream in(run_dir + "/trace.json");
+  REQUIRE(in.good());
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  CHECK(trace.contains("traceEvents"));
 }
