@@ -77,15 +77,19 @@ ProgressReporter::ProgressReporter(std::string label, std::int64_t total_steps, 
 std::string ProgressReporter::format_line(std::int64_t step, std::int64_t epoch, double loss,
                                           double elapsed_s) const {
   const std::int64_t done = step + 1;
+  // Rate and ETA from the steps this process ran: a resumed run's earlier steps took none of
+  // `elapsed_s`.
+  const std::int64_t done_here = done - first_step_.value_or(0);
   const double rate =
-      elapsed_s > 0 ? static_cast<double>(done * samples_per_step_) / elapsed_s : -1.0;
+      elapsed_s > 0 ? static_cast<double>(done_here * samples_per_step_) / elapsed_s : -1.0;
   // ETA from the mean step time so far: steadier than the latest step's time.
   const std::int64_t remaining = total_steps_ > done ? total_steps_ - done : 0;
   const double eta_s =
-      remaining == 0 ? 0.0
-                     : (elapsed_s > 0 && done > 0
-                            ? elapsed_s / static_cast<double>(done) * static_cast<double>(remaining)
-                            : -1.0);
+      remaining == 0
+          ? 0.0
+          : (elapsed_s > 0 && done_here > 0
+                 ? elapsed_s / static_cast<double>(done_here) * static_cast<double>(remaining)
+                 : -1.0);
   char buffer[256];
   std::snprintf(buffer, sizeof(buffer),
                 "[%s] step %lld/%lld  epoch %lld/%lld  loss %.4f  %s samples/s  ETA %s",
@@ -96,6 +100,7 @@ std::string ProgressReporter::format_line(std::int64_t step, std::int64_t epoch,
 }
 
 void ProgressReporter::update(std::int64_t step, std::int64_t epoch, double loss) {
+  if (!first_step_) first_step_ = step;  // the clock started just before this step
   if (mode_ == ProgressMode::kOff) return;
   const double now = clock_.seconds();
   if (now < timing_.quiet_for_s) return;  // short runs and tests stay silent

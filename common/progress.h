@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "common/stopwatch.h"
@@ -35,7 +36,8 @@ class ProgressReporter {
                    std::int64_t samples_per_step, ProgressMode mode, std::FILE* out = stderr,
                    ProgressTiming timing = {});
 
-  // Called after every step (0-based `step` just finished). Cheap when nothing is printed.
+  // Called after every step (0-based `step` just finished), from the first step this process
+  // runs (a resumed run's first step is past 0). Cheap when nothing is printed.
   void update(std::int64_t step, std::int64_t epoch, double loss);
   // Ends the line on a terminal (so later output starts on a fresh line).
   void finish();
@@ -53,6 +55,7 @@ class ProgressReporter {
   std::FILE* out_;
   ProgressTiming timing_;
   Stopwatch clock_;
+  std::optional<std::int64_t> first_step_;  // the first step update() saw
   double last_print_s_ = -1e9;
   bool drew_ = false;
 };

@@ -45,6 +45,15 @@ TEST_CASE("progress: format_line shows 1-based step and epoch, rate and ETA") {
   CHECK(line == "[dp] step 1200/9370  epoch 2/10  loss 0.4312  61.2k samples/s  ETA 0:09");
 }
 
+TEST_CASE("progress: a resumed run's rate and ETA count only the steps this process ran") {
+  // Resumed at step 5000 of 6000: 200 steps of 64 samples in 2 s is 6400 samples/s, and the
+  // 800 steps left take 8 s; counting the 5200 steps done would claim 26 times the rate.
+  ProgressReporter progress("dp", 6000, 1, 64, ProgressMode::kOff);
+  progress.update(5000, 0, 1.0);  // the first step this process ran
+  CHECK(progress.format_line(5199, 0, 1.0, 2.0) ==
+        "[dp] step 5200/6000  epoch 1/1  loss 1.0000  6.4k samples/s  ETA 0:08");
+}
+
 TEST_CASE("progress: rates and ETAs pick their units") {
   ProgressReporter progress("ps", 1000000, 1, 100, ProgressMode::kOff);
   // 1000 steps * 100 samples in 0.08 s = 1.25M samples/s.
