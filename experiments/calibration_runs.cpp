@@ -62,6 +62,7 @@ bool is_run_folder(const fs::path& dir) {
 struct MeasuredRun {
   double parameters = 0;
   double communicate_s = 0;  // communicate + wait, mean per step
+  double collectives_per_step = 0;  // allreduce: the buckets it really used; 0: not recorded
 };
 
 MeasuredRun read_summary(const fs::path& path) {
@@ -89,6 +90,10 @@ MeasuredRun read_summary(const fs::path& path) {
   const nlohmann::json& step = j.contains("mean_step_s") ? j.at("mean_step_s") : empty;
   run.communicate_s = number(step, "communicate", "mean_step_s.communicate") +
                       number(step, "wait", "mean_step_s.wait");
+  // Absent in summaries of an older gradsync.
+  if (j.contains("collectives_per_step")) {
+    run.collectives_per_step = number(j, "collectives_per_step", "collectives_per_step");
+  }
   return run;
 }
 
@@ -131,12 +136,18 @@ void read_run(const fs::path& dir, std::vector<cost::Observation>* out,
   }
   scenario.model_bytes = measured.parameters * sizeof(float);
   if (scenario.scheme == cost::Scheme::kRing) {
-    // The strategy starts a new bucket every bucket_mb MiB of gradients; the last is partial.
-    const double bucket_bytes = config.comm.bucket_mb * double(1 << 20);
-    scenario.buckets =
-        bucket_bytes > 0
-            ? std::max(1, static_cast<int>(std::ceil(scenario.model_bytes / bucket_bytes)))
-            : 1;
+    if (measured.collectives_per_step >= 1) {
+      // What the strategy issued: buckets close at layer boundaries once they reach bucket_mb,
+      // so their count can differ from the size alone's estimate below.
+      scenario.buckets = static_cast<int>(std::lround(measured.collectives_per_step));
+    } else {
+      // An older summary: about one bucket per bucket_mb MiB of gradients.
+      const double bucket_bytes = config.comm.bucket_mb * double(1 << 20);
+      scenario.buckets =
+          bucket_bytes > 0
+              ? std::max(1, static_cast<int>(std::ceil(scenario.model_bytes / bucket_bytes)))
+              : 1;
+    }
   }
   out->push_back({label, scenario, measured.communicate_s});
 }

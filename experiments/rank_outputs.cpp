@@ -57,6 +57,7 @@ void write_rank_result(const std::string& path, const LoopResult& r) {
                                {"wait_s", r.totals.wait_s},
                                {"bytes_sent", r.totals.bytes_sent},
                                {"bytes_received", r.totals.bytes_received},
+                               {"collectives", r.totals.collectives},
                                {"between_steps_s", r.between_steps_s},
                                {"evals", evals}});
 }
@@ -74,6 +75,7 @@ LoopResult read_rank_result(const std::string& path) {
     r.totals.wait_s = j.at("wait_s");
     r.totals.bytes_sent = j.at("bytes_sent");
     r.totals.bytes_received = j.at("bytes_received");
+    r.totals.collectives = j.at("collectives");
     r.between_steps_s = j.at("between_steps_s");
     for (const auto& e : j.at("evals")) {
       r.evals.push_back({e.at(0), e.at(1), number_or_nan(e.at(2)), number_or_nan(e.at(3))});

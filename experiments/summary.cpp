@@ -101,6 +101,10 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
       s.busiest_node = node.name;
     }
   }
+  if (lead.steps > 0) {
+    s.collectives_per_step =
+        static_cast<double>(lead.totals.collectives) / static_cast<double>(lead.steps);
+  }
   if (rank_steps > 0) {
     s.mean_step.compute_s /= rank_steps;
     s.mean_step.communicate_s /= rank_steps;
@@ -136,6 +140,7 @@ void write_summary(const std::string& path, const RunSummary& s) {
        {{"compute", s.mean_step.compute_s},
         {"communicate", s.mean_step.communicate_s},
         {"wait", s.mean_step.wait_s}}},
+      {"collectives_per_step", s.collectives_per_step},
       {"evals", evals},
   };
   write_file_atomically(path, j.dump(2) + "\n");

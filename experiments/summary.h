@@ -30,6 +30,9 @@ struct RunSummary {
   // out rank 0's evaluations and checkpoints (metrics.csv keeps each step as measured).
   StepStats mean_step;
   std::vector<EvalPoint> evals;
+  // allreduce: collectives a step issued on rank 0 (its buckets, plus join's flag round), the
+  // B the cost model's latency term counts; 0 for other strategies.
+  double collectives_per_step = 0;
 };
 
 // Bytes a node other than a worker moved over the run (a parameter-server shard).

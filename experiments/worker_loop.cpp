@@ -13,6 +13,7 @@ void add(StepStats& total, const StepStats& step) {
   total.wait_s += step.wait_s;
   total.bytes_sent += step.bytes_sent;
   total.bytes_received += step.bytes_received;
+  total.collectives += step.collectives;
 }
 
 // The strategy reports durations, not timestamps; within synchronize() waiting for the slowest

@@ -106,6 +106,7 @@ void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> par
   const CommCounters now = comm_->counters();
   stats_.bytes_sent = now.bytes_sent - counted_.bytes_sent;
   stats_.bytes_received = now.bytes_received - counted_.bytes_received;
+  stats_.collectives = now.collectives - counted_.collectives;
   counted_ = now;
 }
 

@@ -314,6 +314,20 @@ TEST_CASE("cost: read_observations turns a results folder into observations") {
   CHECK(one[0].measured_s == doctest::Approx(0.010));
 }
 
+TEST_CASE("cost: read_observations takes a ring's bucket count from its summary") {
+  // Buckets close at layer boundaries, so a run can use fewer than size / bucket_mb.
+  TempDir tmp;
+  Config ring = make_config("allreduce", 4);
+  ring.comm.bucket_mb = 1;  // 4 MB in 1 MiB: the size alone says B = 4
+  write_run(tmp.path(), "ring", ring, 1'000'000, 0.004, 0.0);
+  write_file(tmp.path() / "ring" / "summary.json",
+             "{\"parameters\": 1000000, \"collectives_per_step\": 2, \"mean_step_s\": "
+             "{\"compute\": 0.1, \"communicate\": 0.004, \"wait\": 0}}\n");
+  const auto obs = read_observations(tmp.path().string(), nullptr);
+  REQUIRE(obs.size() == 1);
+  CHECK(obs[0].scenario.buckets == 2);
+}
+
 TEST_CASE("cost: read_observations reads runs whose data set is not on this machine") {
   // Results copied from a cluster name its data folder; calibrating needs only the timings.
   TempDir tmp;
