@@ -25,12 +25,17 @@ std::string dump(const json& value) {
 TraceWriter::TraceWriter(Clock::time_point origin, std::int64_t max_spans_per_rank)
     : origin_(origin), max_spans_per_rank_(max_spans_per_rank < 0 ? 0 : max_spans_per_rank) {}
 
+void TraceWriter::set_origin(Clock::time_point origin) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  origin_ = origin;
+}
+
 void TraceWriter::add_span(int rank, const char* name, std::int64_t step, Clock::time_point begin,
                            Clock::time_point end) {
   GRADSYNC_CHECK(rank >= 0, "trace span with negative rank " + std::to_string(rank));
-  const double begin_us = microseconds_between(origin_, begin);
   const double duration_us = microseconds_between(begin, end);
   std::lock_guard<std::mutex> lock(mutex_);
+  const double begin_us = microseconds_between(origin_, begin);
   if (static_cast<std::size_t>(rank) >= spans_per_rank_.size()) {
     spans_per_rank_.resize(static_cast<std::size_t>(rank) + 1, 0);
   }

@@ -20,6 +20,9 @@ class TraceWriter {
   // `origin` is time zero of the trace (the run's start).
   TraceWriter(Clock::time_point origin, std::int64_t max_spans_per_rank);
 
+  // Moves time zero, for spans added from now on (before any is, to keep one time axis).
+  void set_origin(Clock::time_point origin);
+
   // name: "compute", "communicate", "wait", "evaluate"...; step is recorded in args.
   void add_span(int rank, const char* name, std::int64_t step, Clock::time_point begin,
                 Clock::time_point end);

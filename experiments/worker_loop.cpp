@@ -68,6 +68,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
   const std::int64_t batches_per_epoch = sampler.steps_per_epoch();
   const std::int64_t steps_per_epoch = batches_per_epoch / micro_steps;
   LoopResult result;
+  Clock::time_point origin = options.origin;
   bool last_micro = false;
   model.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
     if (last_micro) strategy.gradient_ready(model.grads(), begin, end);
@@ -76,6 +77,10 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
     GRADSYNC_CHECK(steps_per_epoch >= 1, "an epoch must hold at least one step's batches");
     const std::int64_t first_step = resume_params(model, options.resume);
     strategy.init(model.params());
+    if (options.origin_at_init) {
+      origin = Clock::now();
+      if (sinks.trace) sinks.trace->set_origin(origin);
+    }
     resume_optimizer(strategy, options.resume);
     for (std::int64_t step = first_step; step < options.steps; ++step) {
       const Clock::time_point begin = Clock::now();
@@ -88,8 +93,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
         last_micro = micro + 1 == micro_steps;
         const std::int64_t batch =
             epoch * batches_per_epoch + (step % steps_per_epoch) * micro_steps + micro;
-        loss += model.forward_backward(data.train, sampler.indices(batch), micro_scale,
-                                       micro > 0) /
+        loss += model.forward_backward(data.train, sampler.indices(batch), micro_scale, micro > 0) /
                 micro_steps;
       }
       const Clock::time_point computed = Clock::now();
@@ -104,8 +108,8 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       result.steps = step + 1 - first_step;
 
       if (sinks.metrics) {
-        sinks.metrics->write(MetricsRow{step, rank, epoch, seconds_between(options.origin, end),
-                                        loss, stats});
+        sinks.metrics->write(
+            MetricsRow{step, rank, epoch, seconds_between(origin, end), loss, stats});
       }
       if (sinks.trace && step - first_step < options.trace_steps) {
         trace_step(*sinks.trace, rank, step, begin, computed, end, stats);

@@ -35,20 +35,24 @@
 namespace gradsync {
 
 struct EvalPoint {
-  std::int64_t step = 0;      // steps completed when evaluated
-  double train_seconds = 0;   // training time so far, evaluation time excluded
+  std::int64_t step = 0;     // steps completed when evaluated
+  double train_seconds = 0;  // training time so far, evaluation time excluded
   double test_loss = 0;
   double test_accuracy = 0;
 };
 
 struct LoopOptions {
   std::int64_t steps = 0;
-  std::int64_t eval_every = 0;        // 0: never during training (still after the last step)
-  std::int64_t trace_steps = 0;       // steps recorded in the trace
-  int accumulation_steps = 1;         // micro-batches per step; sampler steps = steps * this
-  Clock::time_point origin;           // the run's time zero, shared by every rank
-  bool keep_params = false;           // copy the final parameters into the result (tests)
-  bool evaluate = true;               // false: no test-set evaluation (a synthetic model)
+  std::int64_t eval_every = 0;   // 0: never during training (still after the last step)
+  std::int64_t trace_steps = 0;  // steps recorded in the trace
+  int accumulation_steps = 1;    // micro-batches per step; sampler steps = steps * this
+  Clock::time_point origin;      // the run's time zero, shared by every rank
+  // Without gradsync's launcher (mpirun, srun, torchrun) no origin is shared: time zero is then
+  // when strategy.init() returns, the same moment on every rank to within a message, since
+  // every rank waits there for rank 0's parameters (broadcast, or the shards' INIT).
+  bool origin_at_init = false;
+  bool keep_params = false;  // copy the final parameters into the result (tests)
+  bool evaluate = true;      // false: no test-set evaluation (a synthetic model)
   // Resuming: the whole buffer's state from a checkpoint; the loop starts at resume->step.
   const TrainingState* resume = nullptr;
 };
@@ -62,10 +66,10 @@ struct LoopSinks {
 };
 
 struct LoopResult {
-  std::int64_t steps = 0;    // steps this run took (a resumed run: from the checkpoint on)
-  double train_seconds = 0;  // wall time of the steps, evaluation and checkpoints excluded
-  double final_loss = 0;     // this rank's last training loss
-  StepStats totals;          // summed over steps
+  std::int64_t steps = 0;        // steps this run took (a resumed run: from the checkpoint on)
+  double train_seconds = 0;      // wall time of the steps, evaluation and checkpoints excluded
+  double final_loss = 0;         // this rank's last training loss
+  StepStats totals;              // summed over steps
   std::vector<EvalPoint> evals;  // rank 0 only
   // This rank's own work between steps (checkpoints; rank 0's evaluations), outside its step
   // times. Synchronous peers wait it out inside their next step: summarize() takes it back out.

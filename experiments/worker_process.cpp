@@ -18,15 +18,15 @@
 #include "common/trace_writer.h"
 #include "experiments/checkpoints.h"
 #include "experiments/data_loader.h"
-#include "experiments/run_plan.h"
+#include "experiments/model_factory.h"
 #include "experiments/preset.h"
 #include "experiments/rank_outputs.h"
+#include "experiments/run_plan.h"
 #include "experiments/worker_loop.h"
 #include "strategies/allreduce_strategy.h"
 #include "strategies/host_staged_strategy.h"
 #include "strategies/model_communicator.h"
 #include "strategies/ps_strategy.h"
-#include "experiments/model_factory.h"
 #include "worker/sampler.h"
 
 namespace gradsync {
@@ -62,13 +62,10 @@ std::string local_address_towards(const std::string& host, int port) {
   return text;
 }
 
-std::unique_ptr<SyncStrategy> make_process_strategy(const Config& config, Model& model,
-                                                    std::uint64_t first_step,
-                                                    const RendezvousEnv& env,
-                                                    std::chrono::milliseconds timeout,
-                                                    const std::vector<std::string>& ps_endpoints,
-                                                    std::unique_ptr<Store>& store,
-                                                    std::shared_ptr<Communicator>& comm) {
+std::unique_ptr<SyncStrategy> make_process_strategy(
+    const Config& config, Model& model, std::uint64_t first_step, const RendezvousEnv& env,
+    std::chrono::milliseconds timeout, const std::vector<std::string>& ps_endpoints,
+    std::unique_ptr<Store>& store, std::shared_ptr<Communicator>& comm) {
   if (config.strategy == "ps") {
     if (ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
       throw ConfigError("command line", "--ps-endpoints",
@@ -151,6 +148,7 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
     note_changed_settings(config, checkpoints.resumed_from);
   }
   LoopOptions loop = loop_options(config, plan, origin);
+  loop.origin_at_init = !launched_by_gradsync;  // each rank's own start would not line up
   if (checkpoints.resume) loop.resume = &*checkpoints.resume;
   LoopSinks sinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr};
   if (checkpoints.writer) sinks.checkpointer = &*checkpoints.writer;
@@ -160,8 +158,8 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   std::shared_ptr<Communicator> comm;  // allreduce only
   // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
   std::unique_ptr<SyncStrategy> strategy = adapt_to_model_device(
-      make_process_strategy(config, *model, checkpoints.resume ? checkpoints.resume->step : 0,
-                            env, timeout, ps_endpoints, store, comm),
+      make_process_strategy(config, *model, checkpoints.resume ? checkpoints.resume->step : 0, env,
+                            timeout, ps_endpoints, store, comm),
       *model);
   // allreduce ranks resolve --resume each on their own host (ps workers take the step from the
   // shards, which refuse a push of another step): they must agree before training.

@@ -2,7 +2,8 @@
 variables, as mpirun or srun would give them): two workers started by hand from one config.yaml
 train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
-same summary.json and trace.json as `gradsync run` would."""
+same summary.json and trace.json as `gradsync run` would; the ranks' clocks share time zero
+(the end of the initial broadcast or INIT) though they started apart."""
 import csv
 import json
 import os
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 from checks import Checks
 
@@ -52,6 +54,8 @@ def run_by_hand(config_text, label):
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             worker_args = ["--ps-endpoints", f"tcp://127.0.0.1:{shard_port}"]
         for rank in (1, 0):  # rank 1 first: it must wait for rank 0, not fail
+            if rank == 0:
+                time.sleep(1.5)  # and its clock must still line up with rank 0's
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             procs.append(subprocess.Popen(
@@ -69,6 +73,14 @@ def run_by_hand(config_text, label):
         check({r["rank"] for r in rows} == {"0", "1"}, f"{label}: rows from both ranks")
         check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
               f"{label}: no row torn by the other rank's writes")
+        # One time axis although rank 1 started 1.5 s before rank 0: a synchronous step ends
+        # at about the same moment on both ranks.
+        ends = {}
+        for r in rows:
+            ends.setdefault(r["step"], {})[r["rank"]] = float(r["time_s"])
+        skew = max((abs(t["0"] - t["1"]) for t in ends.values() if len(t) == 2), default=None)
+        check(skew is not None and skew < 0.5,
+              f"{label}: ranks' time_s agree step by step (largest difference {skew} s)")
         # Rank 0 folds the ranks' (and shards') files into the run's summary and trace, as
         # `gradsync run` does.
         names = sorted(os.listdir(run_dir))
