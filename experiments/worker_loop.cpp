@@ -117,7 +117,8 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       if (sinks.checkpointer && sinks.checkpointer->due(step + 1)) {
         checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace,
                    step - first_step < options.trace_steps);
-        result.between_steps_s += seconds_between(end, Clock::now());
+        // Only a step that follows waits for it: not the last one's.
+        if (step + 1 < options.steps) result.between_steps_s += seconds_between(end, Clock::now());
       }
       if (rank != 0) continue;
       if (sinks.progress) sinks.progress->update(step, epoch, loss);
@@ -130,7 +131,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
           sinks.trace->add_span(rank, "evaluate", step, eval_begin, Clock::now());
         }
         result.evals.push_back({step + 1, result.train_seconds, eval.loss, eval.accuracy});
-        result.between_steps_s += seconds_between(eval_begin, Clock::now());
+        if (!last) result.between_steps_s += seconds_between(eval_begin, Clock::now());
       }
     }
     strategy.finish(model.grads(), model.params());

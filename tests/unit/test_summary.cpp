@@ -4,7 +4,9 @@
 
 #include <vector>
 
+#include "experiments/in_process.h"
 #include "experiments/summary.h"
+#include "tests/support/training.h"
 
 namespace {
 
@@ -50,4 +52,25 @@ TEST_CASE("summary: a rank never gets less than nothing") {
   const gradsync::RunSummary s = gradsync::summarize(config, 1000, ranks);
   CHECK(s.mean_step.communicate_s == doctest::Approx(0.1 / 20));
   CHECK(s.mean_step.wait_s == doctest::Approx(0.0));
+}
+
+TEST_CASE("summary: only evaluations that a later step waits for count as between steps") {
+  // The evaluation after the last step delays no one: the other ranks are done. Counting it
+  // would erase their real communication from the summary.
+  gradsync::Config config;
+  config.strategy = "dp";
+  config.workers = 2;
+  config.train.batch = 8;
+  config.model.hidden = {16};
+  gradsync::LoopOptions loop;
+  loop.steps = 3;
+  const auto final_only =
+      gradsync::train_in_process(config, gradsync::testing::synthetic_data(), loop, {}, {});
+  CHECK(final_only[0].evals.size() == 1);
+  CHECK(final_only[0].between_steps_s == 0.0);
+  loop.eval_every = 1;  // after steps 1 and 2 as well: those the next step waits for
+  const auto every_step =
+      gradsync::train_in_process(config, gradsync::testing::synthetic_data(), loop, {}, {});
+  CHECK(every_step[0].evals.size() == 3);
+  CHECK(every_step[0].between_steps_s > 0.0);
 }
