@@ -56,7 +56,19 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
     replica(0);
   } else {
     std::vector<std::jthread> threads;
-    for (std::size_t r = 0; r < n; ++r) threads.emplace_back(replica, r);
+    try {
+      for (std::size_t r = 0; r < n; ++r) threads.emplace_back(replica, r);
+    } catch (...) {
+      // No thread for replica k (the process's thread limit): the running replicas would wait
+      // for it at their barriers and at `released`. Abort its strategy and the rest, which
+      // wakes them, and arrive for the replicas that never ran; the threads join on the way out.
+      const std::size_t started = threads.size();
+      for (std::size_t r = started; r < n; ++r) {
+        strategies[r]->abort("replica " + std::to_string(r) + " could not start a thread");
+      }
+      released.count_down(static_cast<std::ptrdiff_t>(n - started));
+      throw;
+    }
   }
   // The first replica to fail holds the cause; the others only saw the abort it triggered.
   for (std::size_t r = 0; r < n; ++r) {
