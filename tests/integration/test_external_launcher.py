@@ -3,7 +3,8 @@ variables, as mpirun or srun would give them): two workers started by hand from 
 train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
 same summary.json and trace.json as `gradsync run` would; the ranks' clocks share time zero
-(the end of the initial broadcast or INIT) though they started apart."""
+(the end of the initial broadcast, or a ps INIT the others waited for) though they started
+apart."""
 import csv
 import json
 import os
@@ -38,8 +39,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_by_hand(config_text, label):
-    """Starts the run's processes as another launcher would, then checks what rank 0 leaves."""
+def run_by_hand(config_text, label, late):
+    """Starts the run's processes as another launcher would, rank `late` 1.5 s after the other
+    (rank 1 first must wait for rank 0, not fail), then checks what rank 0 leaves."""
     with tempfile.TemporaryDirectory() as run_dir:
         config = os.path.join(run_dir, "config.yaml")
         with open(config, "w") as f:
@@ -53,9 +55,10 @@ def run_by_hand(config_text, label):
                  "--port", str(shard_port)],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             worker_args = ["--ps-endpoints", f"tcp://127.0.0.1:{shard_port}"]
-        for rank in (1, 0):  # rank 1 first: it must wait for rank 0, not fail
-            if rank == 0:
-                time.sleep(1.5)  # and its clock must still line up with rank 0's
+        # The late rank starts 1.5 s after the other; the ranks' clocks must still agree.
+        for rank in (1 - late, late):
+            if rank == late:
+                time.sleep(1.5)
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             procs.append(subprocess.Popen(
@@ -73,8 +76,8 @@ def run_by_hand(config_text, label):
         check({r["rank"] for r in rows} == {"0", "1"}, f"{label}: rows from both ranks")
         check(all(len(r) == len(rows[0]) and None not in r.values() for r in rows),
               f"{label}: no row torn by the other rank's writes")
-        # One time axis although rank 1 started 1.5 s before rank 0: a synchronous step ends
-        # at about the same moment on both ranks.
+        # One time axis although one rank started 1.5 s after the other: a synchronous step
+        # ends at about the same moment on both ranks.
         ends = {}
         for r in rows:
             ends.setdefault(r["step"], {})[r["rank"]] = float(r["time_s"])
@@ -106,7 +109,10 @@ def run_by_hand(config_text, label):
               f"{label}: per-process files folded and removed: {names}")
 
 
-run_by_hand(CONFIG, "allreduce")
-run_by_hand(PS_CONFIG, "ps")
+# allreduce: whichever rank is late, the ring's broadcast is a barrier (here rank 1 late).
+run_by_hand(CONFIG, "allreduce", late=1)
+# ps: a worker's init waits only for rank 0's INIT, so only a late rank 0 lines the clocks up
+# (README: "Ranks started apart share no clock").
+run_by_hand(PS_CONFIG, "ps", late=0)
 
 check.finish()
