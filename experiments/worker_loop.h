@@ -48,8 +48,8 @@ struct LoopOptions {
   int accumulation_steps = 1;    // micro-batches per step; sampler steps = steps * this
   Clock::time_point origin;      // the run's time zero, shared by every rank
   // Without gradsync's launcher (mpirun, srun, torchrun) no origin is shared: time zero is then
-  // when strategy.init() returns. allreduce's broadcast makes that one moment on every rank;
-  // a ps worker waits there only for rank 0's INIT, so one started later is behind by as much.
+  // when strategy.init() returns, which no rank does before every rank has joined (allreduce's
+  // broadcast; the ps shards' start gate, server/shard_state.h): one moment on every rank.
   bool origin_at_init = false;
   bool keep_params = false;  // copy the final parameters into the result (tests)
   bool evaluate = true;      // false: no test-set evaluation (a synthetic model)

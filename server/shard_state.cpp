@@ -172,10 +172,10 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
       return init(rank, payload);
     case MessageType::kPull:
     case MessageType::kPushPull:
-      if (!initialised_) {
-        // Rank 0's INIT may still be on its way: answer once the parameters exist. A worker
-        // has one request in flight, a few at most (a push_pull is one message per chunk);
-        // more is a flood, not a worker.
+      if (!initialised_ || !everyone_joined()) {
+        // Rank 0's INIT may still be on its way, or a worker has not joined yet (the start
+        // gate): answer once both happened. A worker has one request in flight, a few at most
+        // (a push_pull is one message per chunk); more is a flood, not a worker.
         const auto mine = std::count_if(before_init_.begin(), before_init_.end(),
                                         [&](const Deferred& d) { return d.rank == rank; });
         const auto limit = kMaxDeferredPerWorker * static_cast<long>(store_.chunks().size());
@@ -232,6 +232,7 @@ void ShardState::hello(const std::string& peer, const wire::Header& header, Cloc
         wire::make_header(MessageType::kHelloAck, options_.shard, version_, range_.begin,
                           range_.end, 0),
         {}});
+  if (everyone_joined()) open_start_gate();  // this was the last worker to join
 }
 
 void ShardState::bye(int rank) {

@@ -21,6 +21,11 @@
 //              or HELLO_ACK with this shard's key range. Binds the rank to `peer`.
 //   INIT       rank 0's initial parameters; REPLY with an empty range (no parameters). PULLs
 //              and PUSHPULLs that came before it are held, then answered in arrival order.
+//              Start gate: INIT, PULLs and PUSHPULLs are answered only once every worker has
+//              said HELLO (a resumed shard, initialised from its checkpoint, too), so each
+//              worker's first exchange ends after all have joined: the run's one common
+//              moment at start, as DDP's initial broadcast is (workers under other launchers
+//              take it as time zero).
 //   PULL       REPLY (in chunks) with the current parameters.
 //   PUSHPULL   one chunk of a worker's gradient for its step (the key range names the chunk);
 //              a worker pushes every chunk of its step, in order, before its next step.
@@ -134,7 +139,7 @@ class ShardState {
     Clock::time_point held_since;                 // ssp: when that reply began to wait
     Clock::time_point last_push;                  // its last PUSHPULL (or HELLO) arrived
   };
-  struct Deferred {  // a PULL or PUSHPULL that came before INIT
+  struct Deferred {  // a PULL or PUSHPULL that came before INIT (or before every HELLO)
     int rank;
     wire::Header header;
     Buffer payload;
@@ -160,6 +165,12 @@ class ShardState {
 
   // Parameters and updates (shard_updates.cpp).
   void init(int rank, const Buffer& payload);
+  void apply_init(const Buffer& payload);
+  // Every worker has said HELLO (none still absent): the start gate is open.
+  bool everyone_joined() const;
+  // Called when the last HELLO arrives: the held INIT, or a resumed shard's held requests.
+  void open_start_gate();
+  void answer_deferred();
   void push_pull(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
   void push_sync(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
   void push_async(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
@@ -193,6 +204,7 @@ class ShardState {
   std::vector<Worker> workers_;
   std::map<std::string, int> rank_of_peer_;
   std::deque<Deferred> before_init_;
+  std::optional<Buffer> pending_init_;  // rank 0's INIT, held at the start gate
   bool initialised_ = false;
   std::uint64_t version_ = 0;
   // sync: per chunk, how many workers pushed it this step; chunks updated and answered; and

@@ -15,18 +15,45 @@ void ShardState::init(int rank, const Buffer& payload) {
   const std::string& peer = workers_[rank].peer;
   std::string why;
   if (rank != 0) why = "INIT from worker " + std::to_string(rank) + ": only rank 0 initialises";
-  if (initialised_) why = "INIT again: the parameters are already initialised";
+  if (initialised_ || pending_init_) why = "INIT again: the parameters are already initialised";
   if (!why.empty()) {
     return answer_error(peer, why);
   }
+  if (!everyone_joined()) {
+    pending_init_ = payload;  // kept, not copied: answered when the last worker says HELLO
+    return;
+  }
+  apply_init(payload);
+}
+
+void ShardState::apply_init(const Buffer& payload) {
   store_.set(payload.bytes);
   initialised_ = true;
   // Rank 0 already holds these parameters: the acknowledgement is a REPLY of an empty range.
-  emit({peer,
+  emit({workers_[0].peer,
         wire::make_header(MessageType::kReply, options_.shard, version_, range_.begin, range_.begin,
                           0),
         {}});
   workers_[0].read_clock = slowest_clock(0);
+  answer_deferred();
+}
+
+bool ShardState::everyone_joined() const {
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](const Worker& w) { return w.presence == Presence::kAbsent; });
+}
+
+void ShardState::open_start_gate() {
+  if (pending_init_) {
+    const Buffer payload = std::move(*pending_init_);
+    pending_init_.reset();
+    // Rank 0 may have left since (BYE): its INIT still initialises, its ack goes nowhere.
+    return apply_init(payload);
+  }
+  if (initialised_) answer_deferred();  // resumed from a checkpoint: no INIT comes
+}
+
+void ShardState::answer_deferred() {
   // Answer what waited for the parameters, in arrival order, as if it came now.
   while (!before_init_.empty() && !failure_) {
     const Deferred d = std::move(before_init_.front());

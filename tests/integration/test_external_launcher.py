@@ -3,8 +3,8 @@ variables, as mpirun or srun would give them): two workers started by hand from 
 train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
 same summary.json and trace.json as `gradsync run` would; the ranks' clocks share time zero
-(the end of the initial broadcast, or a ps INIT the others waited for) though they started
-apart."""
+(the end of the initial broadcast, or of the first exchange with the shards) though they
+started apart."""
 import csv
 import json
 import os
@@ -109,10 +109,9 @@ def run_by_hand(config_text, label, late):
               f"{label}: per-process files folded and removed: {names}")
 
 
-# allreduce: whichever rank is late, the ring's broadcast is a barrier (here rank 1 late).
-run_by_hand(CONFIG, "allreduce", late=1)
-# ps: a worker's init waits only for rank 0's INIT, so only a late rank 0 lines the clocks up
-# (README: "Ranks started apart share no clock").
-run_by_hand(PS_CONFIG, "ps", late=0)
+# Either rank may come late: allreduce's initial broadcast is a barrier, and so is a ps run's
+# first exchange (its shards answer nothing until every worker said HELLO).
+run_by_hand(CONFIG, "allreduce", late=0)
+run_by_hand(PS_CONFIG, "ps", late=1)
 
 check.finish()

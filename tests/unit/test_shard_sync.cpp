@@ -41,6 +41,31 @@ TEST_CASE("ps shard: sync averages all N pushes once, holds PULL until INIT") {
         std::string::npos);
 }
 
+TEST_CASE("ps shard: INIT and PULLs wait at the start gate until every worker said HELLO") {
+  // Each worker's first exchange then ends after all have joined, whichever started first:
+  // the common moment workers under other launchers take as time zero.
+  Log log;
+  ShardState state(options_for(3, 10, Mode::kAsync, log), Clock::now());
+  Driver d{state, 10};
+  REQUIRE(d.hello(0, 3, 10).size() == 1);
+  REQUIRE(d.hello(2, 3, 10).size() == 1);
+  CHECK(d.init(1.f).empty());  // held: worker 1 has not joined
+  CHECK(d.pull(2).empty());
+  const auto out = d.hello(1, 3, 10);
+  REQUIRE(out.size() == 3);
+  CHECK((out[0].peer == "w1" && out[0].header.type == MessageType::kHelloAck));
+  CHECK((out[1].peer == "w0" && out[1].header.type == MessageType::kReply &&
+         out[1].header.payload_bytes == 0));  // INIT's ack
+  CHECK((out[2].peer == "w2" && first_param(out[2]) == 1.f));
+  // A second INIT while the first is held is refused as one.
+  Log log2;
+  ShardState gated(options_for(2, 10, Mode::kSync, log2), Clock::now());
+  Driver g{gated, 10};
+  REQUIRE(g.hello(0, 2, 10).size() == 1);
+  CHECK(g.init(1.f).empty());
+  CHECK(error_text(g.init(1.f).at(0)).find("INIT again") != std::string::npos);
+}
+
 TEST_CASE("ps shard: sync checkpoints its range; a shard resumed from it goes on without INIT") {
   // Two runs of 4 steps with momentum: one straight through, one that stops after step 2 and is
   // resumed by a fresh shard from the step-2 checkpoint. Both must end with the same parameters.
