@@ -49,7 +49,8 @@ struct LoopOptions {
   Clock::time_point origin;      // the run's time zero, shared by every rank
   // Without gradsync's launcher (mpirun, srun, torchrun) no origin is shared: time zero is then
   // when strategy.init() returns, which no rank does before every rank has joined (allreduce's
-  // broadcast; the ps shards' start gate, server/shard_state.h): one moment on every rank.
+  // broadcast; the ps shards' start gate, server/shard_state.h): one moment on every rank, to
+  // within the time the initial parameters take to reach it.
   bool origin_at_init = false;
   bool keep_params = false;  // copy the final parameters into the result (tests)
   bool evaluate = true;      // false: no test-set evaluation (a synthetic model)

@@ -197,6 +197,7 @@ class PsClient::Impl {
     while (!pending_.empty() && pending_.front().remaining == 0) {
       done_[pending_.front().ticket] = pending_.front().stats;
       pending_.pop_front();
+      answered_ = true;
     }
   }
 
@@ -257,7 +258,13 @@ class PsClient::Impl {
     }
   }
 
-  std::chrono::milliseconds reply_timeout() const { return options_.timeout + kShardVerdictSlack; }
+  // Until this client's first request is answered, the shards may hold it at their start gate
+  // until the last worker says HELLO, which they allow for `timeout` from their start: that much
+  // more on top (the answer may then still queue behind the others' on a shard's link).
+  std::chrono::milliseconds reply_timeout() const {
+    return options_.timeout + kShardVerdictSlack +
+           (answered_ ? std::chrono::milliseconds(0) : options_.timeout);
+  }
 
   std::string pending_operation(int shard) {
     const Request* request = next_request_for(shard);
@@ -342,6 +349,7 @@ class PsClient::Impl {
   Ticket next_ticket_ = 1;
   std::string broken_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
+  bool answered_ = false;  // a request completed: the shards' start gate is behind us
   LinkShaper<Queued, Arrived> shaper_{options_.link};
 };
 

@@ -6,7 +6,10 @@
 //   client.wait(t);                            // params now hold every shard's reply
 //
 // Rank 0 sends the initial parameters (init); the shards hold every other rank's pull or
-// push_pull until rank 0's INIT has arrived, so the other ranks may pull at once.
+// push_pull until rank 0's INIT has arrived, and every request (INIT included) until every
+// worker has said HELLO (their start gate), so the other ranks may pull at once. A client's
+// first request therefore waits up to twice the timeout (the gate, then the answer), later
+// ones the timeout, each plus 1 s (the shards' own verdict comes first).
 //
 // Each shard owns a contiguous key range of the flat parameter buffer (balanced_ranges();
 // ranges() after the handshake). push_pull sends each shard its gradient range as one PUSHPULL

@@ -272,3 +272,33 @@ TEST_CASE("ps link: a heartbeat thread that fails says why instead of stopping s
   std::this_thread::sleep_for(30ms);  // three beats' time: each would have thrown ETERM
   CHECK(beats.failure().empty());
 }
+
+TEST_CASE("ps link: a first pull held at the start gate waits out a late worker and the link") {
+  // 4 async workers, 4.7M floats (18.8 MB a reply: 1.5 s on the shard's 0.1 Gbit/s link),
+  // timeout 3 s. Workers 1 and 2 pull at once; worker 3 joins 2 s later, within the shard's
+  // HELLO deadline. The three replies then queue on the link: worker 2's is done about 5 s
+  // after it pulled, past the 4 s (timeout + 1 s) a reply gets; a first request gets the gate's
+  // timeout on top, so nobody gives up and nobody is blamed.
+  const std::uint64_t model = 4'700'000;
+  PsShardOptions o = shard_options(4, model, Mode::kAsync, 0.1);
+  o.timeout = 3s;
+  Served served(o);
+  std::vector<std::future<std::string>> workers;
+  for (int r = 0; r < 4; ++r) {
+    workers.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      if (r == 3) std::this_thread::sleep_for(2s);
+      PsClientOptions c = client_options(r, 4, model, served.shard->endpoint(), 0);
+      c.timeout = 3s;
+      try {
+        PsClient client(c);
+        std::vector<float> params(model, 1.f);
+        client.wait(r == 0 ? client.init(params) : client.pull(params));
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+      return "";
+    }));
+  }
+  for (int r = 0; r < 4; ++r) CHECK_MESSAGE(workers[r].get() == "", "worker " << r);
+  CHECK(served.join() == "");
+}
