@@ -22,7 +22,6 @@ namespace {
 // ResNet-50's 25,557,032 float32 parameters: the gradient volume DDP's papers quote.
 constexpr double kResNet50Bytes = 25'557'032.0 * 4;
 constexpr int kMaxServers = 1024;  // how far the "ps wins K>=" column looks
-constexpr double kMiB = 1 << 20;
 
 // Printed under the table: why the columns grow as they do.
 constexpr const char* kExplanation =
@@ -86,15 +85,10 @@ double model_bytes(const ModelOptions& o) {
   return static_cast<double>(parse_size(o.bytes));  // checked while parsing: byte_size()
 }
 
-// The number of all-reduces per step: DDP starts a new bucket every bucket_mb MiB.
-int ring_buckets(double bytes, double bucket_mb) {
-  return std::max(1, static_cast<int>(std::ceil(bytes / (bucket_mb * kMiB))));
-}
-
 int print_model(const ModelOptions& o) {
   const double bytes = model_bytes(o);
   const cost::LinkParams link{o.latency_us * 1e-6, 8.0 / (o.gbps * 1e9)};
-  const int buckets = ring_buckets(bytes, o.bucket_mb);
+  const int buckets = cost::ring_buckets(bytes, o.bucket_mb);
   std::cout << "alpha-beta model: S = " << format("%.1f", bytes / 1e6) << " MB of gradients, link "
             << format("%g", o.gbps)
             << " Gbit/s (beta = " << format("%.3g", link.beta_s_per_byte * 1e9)

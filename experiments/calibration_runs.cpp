@@ -61,7 +61,7 @@ bool is_run_folder(const fs::path& dir) {
 // What the model needs from summary.json.
 struct MeasuredRun {
   double parameters = 0;
-  double communicate_s = 0;  // communicate + wait, mean per step
+  double communicate_s = 0;         // communicate + wait, mean per step
   double collectives_per_step = 0;  // allreduce: the buckets it really used; 0: not recorded
 };
 
@@ -141,12 +141,7 @@ void read_run(const fs::path& dir, std::vector<cost::Observation>* out,
       // so their count can differ from the size alone's estimate below.
       scenario.buckets = static_cast<int>(std::lround(measured.collectives_per_step));
     } else {
-      // An older summary: about one bucket per bucket_mb MiB of gradients.
-      const double bucket_bytes = config.comm.bucket_mb * double(1 << 20);
-      scenario.buckets =
-          bucket_bytes > 0
-              ? std::max(1, static_cast<int>(std::ceil(scenario.model_bytes / bucket_bytes)))
-              : 1;
+      scenario.buckets = cost::ring_buckets(scenario.model_bytes, config.comm.bucket_mb);  // older
     }
   }
   out->push_back({label, scenario, measured.communicate_s});

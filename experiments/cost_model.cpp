@@ -34,6 +34,11 @@ void validate(const Scenario& s) {
 
 }  // namespace
 
+int ring_buckets(double model_bytes, double bucket_mb) {
+  if (!(bucket_mb > 0)) return 1;
+  return std::max(1, static_cast<int>(std::ceil(model_bytes / (bucket_mb * double(1 << 20)))));
+}
+
 Scheme parse_scheme(const std::string& name) {
   if (name == "dp") return Scheme::kDp;
   if (name == "ps") return Scheme::kPs;

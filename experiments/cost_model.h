@@ -30,12 +30,17 @@ enum class Scheme { kDp, kPs, kRing };
 Scheme parse_scheme(const std::string& name);
 std::string scheme_name(Scheme scheme);  // "dp", "ps", "ring"
 
+// B for a model of `model_bytes` in buckets of `bucket_mb` MiB: about one per bucket_mb MiB of
+// gradients, at least 1 (also for a bucket size of 0 or less). The allreduce strategy closes
+// buckets at layer boundaries, so a run's own count (summary.json) can differ.
+int ring_buckets(double model_bytes, double bucket_mb);
+
 struct Scenario {
   Scheme scheme = Scheme::kRing;
-  int workers = 1;           // N >= 1
-  int servers = 1;           // K >= 1, ps only
-  double model_bytes = 0;    // S
-  int buckets = 1;           // B >= 1, ring only: separate all-reduces per step
+  int workers = 1;         // N >= 1
+  int servers = 1;         // K >= 1, ps only
+  double model_bytes = 0;  // S
+  int buckets = 1;         // B >= 1, ring only: separate all-reduces per step
 };
 
 struct LinkParams {
@@ -48,7 +53,9 @@ struct LinkParams {
 struct CostTerms {
   double messages = 0;
   double bytes = 0;
-  double seconds(const LinkParams& link) const { return messages * link.alpha_s + bytes * link.beta_s_per_byte; }
+  double seconds(const LinkParams& link) const {
+    return messages * link.alpha_s + bytes * link.beta_s_per_byte;
+  }
 };
 
 // The critical path of one step. Throws ConfigError on N < 1, K < 1, B < 1 or S < 0.
