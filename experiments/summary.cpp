@@ -29,19 +29,10 @@ std::string human_bytes(std::uint64_t bytes) {
   return format(unit == 0 ? "%.0f" : "%.1f", value) + " " + units[unit];
 }
 
-// The step totals of rank `r`, less the time it spent waiting out another rank's work between
-// steps (rank 0's evaluations and checkpoints): in a synchronous run every rank waits for the
-// slowest one's, inside its next step's wait or communication. What it waited is the most any
-// rank spent between steps less its own; that comes out of wait_s first, then communicate_s.
-// async and ssp ranks do not wait for each other step by step: their totals stay as measured.
-StepStats own_step_totals(const Config& config, const std::vector<LoopResult>& per_rank,
-                          std::size_t r) {
-  StepStats t = per_rank[r].totals;
-  const bool lockstep = config.strategy != "ps" || config.ps.mode == "sync";
-  if (!lockstep) return t;
-  double most = 0;
-  for (const LoopResult& each : per_rank) most = std::max(most, each.between_steps_s);
-  double waited = most - per_rank[r].between_steps_s;
+// A rank's step totals less `waited`, the time it spent waiting out another rank's work
+// between steps (rank 0's evaluations and checkpoints): out of wait_s first, then
+// communicate_s.
+StepStats less_waited(StepStats t, double waited) {
   const double from_wait = std::min(waited, t.wait_s);
   t.wait_s -= from_wait;
   waited -= from_wait;
@@ -81,9 +72,18 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
       break;
     }
   }
+  // In a synchronous run every rank waits for the one that spent the most between steps, inside
+  // its next step's wait or communication: that much less its own. async and ssp ranks do not
+  // wait for each other step by step: their totals stay as measured.
+  const bool lockstep = config.strategy != "ps" || config.ps.mode == "sync";
+  double most_between = 0;
+  for (const LoopResult& each : per_rank)
+    most_between = std::max(most_between, each.between_steps_s);
   double rank_steps = 0;
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
-    const StepStats t = own_step_totals(config, per_rank, r);
+    const StepStats t =
+        lockstep ? less_waited(per_rank[r].totals, most_between - per_rank[r].between_steps_s)
+                 : per_rank[r].totals;
     const std::uint64_t bytes = t.bytes_sent + t.bytes_received;
     if (bytes > s.busiest_bytes) {
       s.busiest_bytes = bytes;
