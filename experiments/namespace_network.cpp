@@ -151,25 +151,26 @@ NamespaceNetwork::NamespaceNetwork(int processes, double gbps,
                       "false and use network.link_gbps alone");
   }
   GRADSYNC_CHECK(processes >= 1 && processes < 250, "namespace network: 1..249 processes");
+  // Every command with this network's timeout.
+  const auto run = [this](const std::vector<std::string>& argv) { must(argv, command_timeout_); };
   try {
-    must({"ip", "link", "add", bridge_, "type", "bridge"}, command_timeout_);
-    must({"ip", "link", "set", bridge_, "up"}, command_timeout_);
+    run({"ip", "link", "add", bridge_, "type", "bridge"});
+    run({"ip", "link", "set", bridge_, "up"});
     for (int i = 0; i < processes; ++i) {
       const std::string ns = namespace_name(i);
       const std::string inside = prefix_ + "v" + std::to_string(i);  // the process's NIC
       const std::string outside = bridge_port(i);
-      must({"ip", "netns", "add", ns}, command_timeout_);
+      run({"ip", "netns", "add", ns});
       ++made_;
-      must({"ip", "link", "add", inside, "type", "veth", "peer", "name", outside},
-           command_timeout_);
-      must({"ip", "link", "set", inside, "netns", ns}, command_timeout_);
-      must({"ip", "link", "set", outside, "master", bridge_, "up"}, command_timeout_);
-      must({"ip", "-n", ns, "addr", "add", address(i) + "/24", "dev", inside}, command_timeout_);
-      must({"ip", "-n", ns, "link", "set", inside, "up"}, command_timeout_);
-      must({"ip", "-n", ns, "link", "set", "lo", "up"}, command_timeout_);
+      run({"ip", "link", "add", inside, "type", "veth", "peer", "name", outside});
+      run({"ip", "link", "set", inside, "netns", ns});
+      run({"ip", "link", "set", outside, "master", bridge_, "up"});
+      run({"ip", "-n", ns, "addr", "add", address(i) + "/24", "dev", inside});
+      run({"ip", "-n", ns, "link", "set", inside, "up"});
+      run({"ip", "-n", ns, "link", "set", "lo", "up"});
       if (gbps > 0) {
-        must(tbf({"tc", "-n", ns}, inside, gbps), command_timeout_);  // what the process sends
-        must(tbf({"tc"}, outside, gbps), command_timeout_);           // what it receives
+        run(tbf({"tc", "-n", ns}, inside, gbps));  // what the process sends
+        run(tbf({"tc"}, outside, gbps));           // what it receives
       }
     }
   } catch (...) {
