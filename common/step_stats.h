@@ -11,8 +11,8 @@ struct StepStats {
   double wait_s = 0;         // blocked on other ranks (stragglers, barriers) doing nothing
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
-  std::uint64_t collectives =
-      0;  // allreduce: collectives issued (one per bucket), for the cost model
+  // allreduce: collectives issued (one per bucket), the B of the cost model's latency term
+  std::uint64_t collectives = 0;
   std::uint32_t staleness = 0;  // ps async/ssp: steps the parameters lagged behind (as SSP counts)
 };
 

@@ -63,9 +63,9 @@ void check_device_available(const Config& config) {
                       "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
   }
 #else
-  throw ConfigError(
-      config.name, "device",
-      "'" + config.device + "' is not available in this build (cpu only: " + "built without CUDA)");
+  throw ConfigError(config.name, "device",
+                    "'" + config.device +
+                        "' is not available in this build (cpu only: built without CUDA)");
 #endif
   if (config.strategy == "dp") check_dp_on_gpus(config.workers);
 }

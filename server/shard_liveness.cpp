@@ -58,11 +58,12 @@ void ShardState::check_silence(Clock::time_point now) {
 void ShardState::check_progress(Clock::time_point now) {
   const auto timeout = options_.timeout;
   const Worker& first_rank = workers_[0];
-  // Rank 0's "push" is its INIT, due from its HELLO on (last_push is the HELLO's time). An INIT
-  // held at the start gate was sent: a worker that never joins is check_silence()'s to name.
-  if (!before_init_.empty() && !pending_init_ && everyone_joined() &&
-      now - before_init_.front().since > timeout && first_rank.presence == Presence::kConnected &&
-      alive(first_rank, now) && now - first_rank.last_push > timeout) {
+  // Rank 0's "push" is its INIT, due from its HELLO on (last_push is the HELLO's time). Until
+  // every worker joined, an INIT may be held at the start gate: a worker that never joins is
+  // check_silence()'s to name.
+  if (!before_init_.empty() && everyone_joined() && now - before_init_.front().since > timeout &&
+      first_rank.presence == Presence::kConnected && alive(first_rank, now) &&
+      now - first_rank.last_push > timeout) {
     return fail({0, workers_[0].address, name() + " waiting for INIT",
                  "worker 0 did not send the initial parameters (INIT) within " +
                      seconds_text(timeout) +

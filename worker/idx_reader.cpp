@@ -147,14 +147,10 @@ IdxArray read_idx(const std::string& path) {
     // Compared before multiplying: a product past 2^64 would wrap and look small.
     const std::uint64_t dim = array.shape.back();
     if (dim != 0 && elements > kMaxElements / dim) {
-      elements = kMaxElements + 1;
-    } else {
-      elements *= dim;
-    }
-    if (elements > kMaxElements) {
       throw DataError(path, "implausible shape " + shape_string(array.shape) +
                                 " (more than 2^40 elements); the header is probably corrupt");
     }
+    elements *= dim;
   }
 
   const std::size_t header_bytes = 4 + dims.size();
