@@ -21,12 +21,18 @@ gradsync::LoopResult rank(double communicate_s, double wait_s, double between_st
   return r;
 }
 
+// A two-rank run of `strategy`, as summarize() reads it.
+gradsync::Config two_ranks(const std::string& strategy) {
+  gradsync::Config config;
+  config.strategy = strategy;
+  config.workers = 2;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("summary: synchronous ranks do not count rank 0's evaluations as their communication") {
-  gradsync::Config config;
-  config.strategy = "allreduce";
-  config.workers = 2;
+  gradsync::Config config = two_ranks("allreduce");
   // Rank 0 evaluated for 0.4 s between steps; rank 1 waited it out inside its next steps.
   const std::vector<gradsync::LoopResult> ranks = {rank(0.1, 0.0, 0.4), rank(0.5, 0.05, 0.0)};
   const gradsync::RunSummary s = gradsync::summarize(config, 1000, ranks);
@@ -44,9 +50,7 @@ TEST_CASE("summary: synchronous ranks do not count rank 0's evaluations as their
 }
 
 TEST_CASE("summary: a rank never gets less than nothing") {
-  gradsync::Config config;
-  config.strategy = "dp";
-  config.workers = 2;
+  const gradsync::Config config = two_ranks("dp");
   // Replica 1 spent less blocked time than replica 0's checkpoints took (it computed meanwhile).
   const std::vector<gradsync::LoopResult> ranks = {rank(0.1, 0.0, 0.4), rank(0.05, 0.1, 0.0)};
   const gradsync::RunSummary s = gradsync::summarize(config, 1000, ranks);
@@ -57,9 +61,7 @@ TEST_CASE("summary: a rank never gets less than nothing") {
 TEST_CASE("summary: only evaluations that a later step waits for count as between steps") {
   // The evaluation after the last step delays no one: the other ranks are done. Counting it
   // would erase their real communication from the summary.
-  gradsync::Config config;
-  config.strategy = "dp";
-  config.workers = 2;
+  gradsync::Config config = two_ranks("dp");
   config.train.batch = 8;
   config.model.hidden = {16};
   gradsync::LoopOptions loop;

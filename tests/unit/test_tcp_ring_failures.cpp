@@ -20,6 +20,22 @@ using namespace std::chrono_literals;
 using gradsync::Communicator;
 using gradsync::ReduceOp;
 
+namespace {
+
+// The message of the E that `call` throws; a failed check saying `expected` if it throws none.
+template <typename E, typename F>
+std::string error_of(F&& call, const std::string& expected) {
+  try {
+    call();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL_CHECK(expected);
+  return "";
+}
+
+}  // namespace
+
 TEST_CASE("tcp ring: a rank that never calls the collective makes the others time out naming it") {
   const int n = 3;
   const auto timeout = 600ms;
@@ -35,13 +51,9 @@ TEST_CASE("tcp ring: a rank that never calls the collective makes the others tim
       return;
     }
     const auto start = Clock::now();
-    std::string message;
-    try {
-      comm->allreduce(data, ReduceOp::kSum);
-      FAIL_CHECK("rank " << r << ": collective #2 should have timed out");
-    } catch (const gradsync::TimeoutError& e) {
-      message = e.what();
-    }
+    const std::string message = error_of<gradsync::TimeoutError>(
+        [&] { comm->allreduce(data, ReduceOp::kSum); },
+        "rank " + std::to_string(r) + ": collective #2 should have timed out");
     const auto elapsed = ms_since(start);
     others_failed.count_down();
     MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
@@ -74,13 +86,9 @@ TEST_CASE("tcp ring: a rank that destroys its communicator fails its neighbours 
       return;
     }
     const auto start = Clock::now();
-    std::string message;
-    try {
-      comm->allreduce(data, ReduceOp::kSum);
-      FAIL_CHECK("rank " << r << ": collective #2 should have failed");
-    } catch (const gradsync::PeerError& e) {
-      message = e.what();
-    }
+    const std::string message = error_of<gradsync::PeerError>(
+        [&] { comm->allreduce(data, ReduceOp::kSum); },
+        "rank " + std::to_string(r) + ": collective #2 should have failed");
     MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
     CHECK(ms_since(start) < 8000);  // before the 10 s timeout
     CHECK(message.find("rank 2 closed the connection") != std::string::npos);
@@ -183,24 +191,17 @@ TEST_CASE("tcp ring: a rank that aborts with a reason fails its neighbours namin
       comm->abort("rank 1 failed: results/metrics.csv: No space left on device");
       aborted.count_down();
       // Its own later calls say why too.
-      try {
-        comm->allreduce(data, ReduceOp::kSum);
-        FAIL_CHECK("an aborted communicator must fail");
-      } catch (const gradsync::Error& e) {
-        CHECK(std::string(e.what()).find("this rank aborted: rank 1 failed: results/metrics.csv") !=
-              std::string::npos);
-      }
+      CHECK(error_of<gradsync::Error>([&] { comm->allreduce(data, ReduceOp::kSum); },
+                                      "an aborted communicator must fail")
+                .find("this rank aborted: rank 1 failed: results/metrics.csv") !=
+            std::string::npos);
       return;
     }
     CHECK(aborted.wait(10s));
     const auto start = Clock::now();
-    std::string message;
-    try {
-      comm->allreduce(data, ReduceOp::kSum);
-      FAIL_CHECK("rank " << r << ": collective #2 should have failed");
-    } catch (const gradsync::PeerError& e) {
-      message = e.what();
-    }
+    const std::string message = error_of<gradsync::PeerError>(
+        [&] { comm->allreduce(data, ReduceOp::kSum); },
+        "rank " + std::to_string(r) + ": collective #2 should have failed");
     MESSAGE("rank " << r << ": " << message);
     CHECK(ms_since(start) < 8000);  // at once, not at the 10 s timeout
     // "(Broken pipe)" or nothing between them, depending on whether this rank was sending.
