@@ -1,181 +1,23 @@
 #include "allreduce/nccl/nccl_communicator.h"
 
 #include <cstring>
-#include <mutex>
-#include <thread>
-#include <type_traits>
 #include <utility>
 
+#include "allreduce/nccl/nccl_state.h"
 #include "common/error.h"
 
 namespace gradsync {
+
+using nccl::check_cuda;
+using nccl::OnDevice;
+using nccl::settle;
+
 namespace {
 
 // The oldest NCCL the communicator runs on. CMake refuses older headers; this refuses an older
 // library found at run time (LD_LIBRARY_PATH, another CUDA install): 2.14 has the non-blocking
 // ncclCommInitRankConfig that joining with a deadline needs, and ncclCommFinalize.
 constexpr int kMinimumNcclCode = 21400;
-
-}  // namespace
-
-struct NcclCommunicator::State {
-  int rank = 0;
-  int size = 1;
-  int device = 0;
-  std::chrono::milliseconds timeout{60000};
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaStream_t producer = nullptr;
-  cudaEvent_t producer_done = nullptr;  // re-recorded at every issue; a wait captures its state
-  float* barrier_scratch = nullptr;     // one float on the device for barrier()
-  std::uint64_t sequence = 0;           // collectives issued so far
-  CommCounters counters;
-  bool aborted = false;
-  std::mutex failure_mutex;
-  std::string failure;  // the first failure; every later call rethrows it
-
-  std::string where() const { return "NCCL on cuda:" + std::to_string(device); }
-
-  // Aborting releases NCCL's kernels and proxy threads stuck on a peer that will not come.
-  void abort_comm() {
-    if (comm != nullptr && !aborted) {
-      aborted = true;
-      ncclCommAbort(comm);
-      comm = nullptr;  // freed by the abort: nothing may reach it any more
-    }
-  }
-  void fail(const std::string& message) {
-    std::lock_guard lock(failure_mutex);
-    if (failure.empty()) failure = message;
-  }
-  void throw_if_failed() {
-    std::lock_guard lock(failure_mutex);
-    if (!failure.empty()) throw Error(failure);
-  }
-  std::string nccl_message(ncclResult_t result) const {
-    std::string text = ncclGetErrorString(result);
-    const char* last = comm != nullptr ? ncclGetLastError(comm) : nullptr;
-    if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
-    return text;
-  }
-};
-
-namespace {
-
-// Selects the communicator's device for the calling thread and restores the previous one.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device && cudaSetDevice(device) != cudaSuccess) {
-      cudaGetLastError();
-      throw Error("NCCL on cuda:" + std::to_string(device) + ": cudaSetDevice failed");
-    }
-  }
-  ~OnDevice() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-};
-
-void check_cuda(cudaError_t error, const char* call, const NcclCommunicator::State& state) {
-  if (error == cudaSuccess) return;
-  cudaGetLastError();
-  throw Error(state.where() + ": " + call + ": " + cudaGetErrorName(error) + ": " +
-              cudaGetErrorString(error));
-}
-
-// A non-blocking communicator may answer ncclInProgress while it finishes a call in the
-// background; nothing else may be called on it until that settles (NCCL's rule), so wait for
-// it, within the deadline.
-ncclResult_t settle(NcclCommunicator::State& state, ncclResult_t result,
-                    std::chrono::steady_clock::time_point deadline) {
-  while (result == ncclInProgress) {
-    if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
-    std::this_thread::yield();
-    ncclCommGetAsyncError(state.comm, &result);
-  }
-  return result;
-}
-
-class NcclWork final : public Work {
- public:
-  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, std::string what)
-      : state_(std::move(state)), done_(done), what_(std::move(what)) {}
-  ~NcclWork() override {
-    // Legal while the event is pending: its resources go when it completes.
-    if (done_ != nullptr) cudaEventDestroy(done_);
-  }
-
-  bool completed() const override {
-    return done_ == nullptr || complete_ || cudaEventQuery(done_) == cudaSuccess;
-  }
-
-  void wait(std::chrono::milliseconds timeout) override {
-    if (done_ == nullptr || complete_) return;
-    NcclCommunicator::State& s = *state_;
-    const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + timeout;
-    for (int polls = 0;; ++polls) {
-      s.throw_if_failed();  // another Work of this communicator failed: this one never will end
-      const cudaError_t query = cudaEventQuery(done_);
-      if (query == cudaSuccess) {
-        complete_ = true;
-        return;
-      }
-      if (query != cudaErrorNotReady) {
-        cudaGetLastError();
-        fail_and_throw<Error>(std::string("CUDA error while waiting: ") +
-                              cudaGetErrorName(query) + ": " + cudaGetErrorString(query));
-      }
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(s.comm, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        fail_and_throw<Error>("NCCL error: " + s.nccl_message(async));
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        fail_and_throw<TimeoutError>(
-            "not complete after " + std::to_string(timeout.count()) +
-            " ms; NCCL cannot tell which rank is late (any of the " + std::to_string(s.size) +
-            " ranks that has not issued this collective); the communicator was aborted");
-      }
-      // Spin briefly for the short collectives of a training step, then stop burning a core.
-      if (polls < 2000) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
-  }
-
- private:
-  template <typename E>
-  [[noreturn]] void fail_and_throw(const std::string& problem) {
-    NcclCommunicator::State& s = *state_;
-    // The failure is recorded before the abort, as abort() does: a Work waiting beside this one
-    // then stops at throw_if_failed() with this reason, rather than querying the aborted
-    // communicator and recording its "invalid argument" as the cause.
-    if constexpr (std::is_same_v<E, TimeoutError>) {
-      TimeoutError error(s.rank, s.where(), what_, problem);
-      s.fail(error.what());
-      s.abort_comm();
-      throw error;
-    } else {
-      const std::string message = "rank " + std::to_string(s.rank) + " (" + s.where() +
-                                  ") during " + what_ + ": " + problem;
-      s.fail(message);
-      s.abort_comm();
-      throw Error(message);
-    }
-  }
-
-  std::shared_ptr<NcclCommunicator::State> state_;
-  cudaEvent_t done_;
-  std::string what_;
-  bool complete_ = false;
-};
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
 
@@ -224,14 +66,13 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
   }
   if (options.device < 0 || options.device >= visible) {
     throw Error(state->where() + ": device " + std::to_string(options.device) +
-                " is not visible to rank " + std::to_string(rank) + " (" +
-                std::to_string(visible) + " device(s))");
+                " is not visible to rank " + std::to_string(rank) + " (" + std::to_string(visible) +
+                " device(s))");
   }
   if (int code = 0; ncclGetVersion(&code) != ncclSuccess || code < kMinimumNcclCode) {
-    throw Error(state->where() + ": the NCCL library loaded is " + version() +
-                " (built against " + std::to_string(NCCL_MAJOR) + "." +
-                std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) +
-                "); gradsync needs 2.14 or newer");
+    throw Error(state->where() + ": the NCCL library loaded is " + version() + " (built against " +
+                std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+                std::to_string(NCCL_PATCH) + "); gradsync needs 2.14 or newer");
   }
   OnDevice on(options.device);
 
@@ -329,7 +170,7 @@ std::shared_ptr<Work> NcclCommunicator::issue(
   const std::uint64_t sequence = s.sequence++;
   const std::string what = std::string(operation) + " #" + std::to_string(sequence) + " (" +
                            std::to_string(count) + " floats)";
-  if (count == 0) return std::make_shared<NcclWork>(state_, nullptr, what);
+  if (count == 0) return nccl::make_work(state_, nullptr, what);
   OnDevice on(s.device);
   if (s.producer != nullptr) {
     // Hand-off by event: this stream waits on the device for the producer's work so far; the
@@ -340,8 +181,8 @@ std::shared_ptr<Work> NcclCommunicator::issue(
   const auto deadline = std::chrono::steady_clock::now() + s.timeout;
   const ncclResult_t result = settle(s, call(s.comm, s.stream), deadline);
   if (result != ncclSuccess) {
-    const std::string message = "rank " + std::to_string(s.rank) + " (" + s.where() +
-                                ") during " + what + ": " +
+    const std::string message = "rank " + std::to_string(s.rank) + " (" + s.where() + ") during " +
+                                what + ": " +
                                 (result == ncclInProgress ? "NCCL did not accept the call in time"
                                                           : s.nccl_message(result));
     s.abort_comm();
@@ -350,7 +191,7 @@ std::shared_ptr<Work> NcclCommunicator::issue(
   }
   cudaEvent_t done = nullptr;
   check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate", s);
-  auto work = std::make_shared<NcclWork>(state_, done, what);  // owns the event from here
+  auto work = nccl::make_work(state_, done, what);  // owns the event from here
   check_cuda(cudaEventRecord(done, s.stream), "cudaEventRecord", s);
   s.counters.bytes_sent += bytes_sent;
   s.counters.bytes_received += bytes_received;
@@ -368,10 +209,10 @@ void check_device_buffer(const void* data, std::size_t count, const char* operat
   cudaPointerAttributes attributes{};
   const cudaError_t error = cudaPointerGetAttributes(&attributes, data);
   if (error != cudaSuccess) cudaGetLastError();
-  const bool on_device = error == cudaSuccess &&
-                         (attributes.type == cudaMemoryTypeDevice ||
-                          attributes.type == cudaMemoryTypeManaged) &&
-                         attributes.device == state.device;
+  const bool on_device =
+      error == cudaSuccess &&
+      (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged) &&
+      attributes.device == state.device;
   if (!on_device) {
     throw Error(state.where() + ": " + operation + " was given a buffer that is not device " +
                 "memory of cuda:" + std::to_string(state.device) +
@@ -380,8 +221,9 @@ void check_device_buffer(const void* data, std::size_t count, const char* operat
 }
 
 std::uint64_t ring_share(std::uint64_t bytes, int n, int factor) {
-  return n <= 1 ? 0 : bytes * static_cast<std::uint64_t>(factor) *
-                          static_cast<std::uint64_t>(n - 1) / static_cast<std::uint64_t>(n);
+  return n <= 1 ? 0
+                : bytes * static_cast<std::uint64_t>(factor) * static_cast<std::uint64_t>(n - 1) /
+                      static_cast<std::uint64_t>(n);
 }
 
 }  // namespace
@@ -402,8 +244,8 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_async(std::span<float> data, i
   const bool is_root = rank() == root;
   return issue("broadcast", data.size(), is_root ? bytes : 0, is_root ? 0 : bytes,
                [&](ncclComm_t comm, cudaStream_t stream) {
-                 return ncclBroadcast(data.data(), data.data(), data.size(), ncclFloat, root,
-                                      comm, stream);
+                 return ncclBroadcast(data.data(), data.data(), data.size(), ncclFloat, root, comm,
+                                      stream);
                });
 }
 
@@ -427,8 +269,7 @@ std::shared_ptr<Work> NcclCommunicator::barrier_async() {
   });
 }
 
-std::shared_ptr<Work> NcclCommunicator::reduce_async(std::span<float> data, ReduceOp op,
-                                                     int root) {
+std::shared_ptr<Work> NcclCommunicator::reduce_async(std::span<float> data, ReduceOp op, int root) {
   GRADSYNC_CHECK(root >= 0 && root < size(), "reduce root outside [0, size)");
   check_device_buffer(data.data(), data.size(), "reduce", *state_);
   const std::uint64_t bytes = size() > 1 ? data.size_bytes() : 0;
@@ -436,8 +277,8 @@ std::shared_ptr<Work> NcclCommunicator::reduce_async(std::span<float> data, Redu
   return issue("reduce", data.size(), is_root ? 0 : bytes,
                is_root ? bytes * static_cast<std::uint64_t>(size() - 1) : 0,
                [&](ncclComm_t comm, cudaStream_t stream) {
-                 return ncclReduce(data.data(), data.data(), data.size(), ncclFloat,
-                                   nccl_op(op), root, comm, stream);
+                 return ncclReduce(data.data(), data.data(), data.size(), ncclFloat, nccl_op(op),
+                                   root, comm, stream);
                });
 }
 
