@@ -10,6 +10,7 @@
 #include "apps/size_options.h"
 #include "apps/teach_command.h"
 #include "common/error.h"
+#include "common/malloc_policy.h"
 #include "experiments/bench/collective_bench.h"
 #include "experiments/bench/mlp_throughput.h"
 #include "experiments/bench/ps_bench.h"
@@ -73,6 +74,8 @@ int run_command(const std::string& preset_arg, const std::vector<std::string>& o
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread starts: ZeroMQ's receive buffers reuse freed pages (malloc_policy.h).
+  gradsync::keep_freed_memory_mapped();
   CLI::App app{
       "gradsync: one model, several gradient-synchronisation strategies, measured "
       "side by side"};
@@ -218,7 +221,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_ps
       ->add_option("--round-seconds", ps_bench_options.round_seconds,
-                   "each side's share of one round")
+                   "each side's share of one round (at least 5 round trips)")
       ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   bench_ps->add_flag("--json", ps_bench_options.json, "one JSON object per size");

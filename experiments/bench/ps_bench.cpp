@@ -16,6 +16,9 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kWhere = "gradsync bench ps";
 constexpr int kWarmupRoundTrips = 3;
 constexpr int kMaxRoundTrips = 1000;  // per side per round
+// At 16M floats 0.1 s is one or two round trips, and a round of those measured mostly the
+// machine's noise: the ratio of two runs differed by 15 points.
+constexpr int kMinRoundTrips = 5;
 
 // CPU time of every thread of this process: the side being timed, its I/O threads and its
 // servers. The sides not being timed idle meanwhile: each echo server and shard wakes from
@@ -64,10 +67,10 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   ps.round_trips(kWarmupRoundTrips);
   chunked.round_trips(kWarmupRoundTrips);
   one_message.round_trips(kWarmupRoundTrips);
-  // Round trips per side per round: enough for round_seconds at the ps's pace.
+  // Round trips per side per round: enough for round_seconds at the ps's pace, at least 5.
   const double guess = seconds_per_round_trip(ps, kWarmupRoundTrips);
-  const int count = static_cast<int>(
-      std::clamp(o.round_seconds / std::max(guess, 1e-9), 1.0, double{kMaxRoundTrips}));
+  const int count = static_cast<int>(std::clamp(o.round_seconds / std::max(guess, 1e-9),
+                                                double{kMinRoundTrips}, double{kMaxRoundTrips}));
   std::vector<double> ps_cpu, chunked_cpu;
   const auto times =
       paired_rounds({[&] { return seconds_per_round_trip(ps, count, &ps_cpu); },

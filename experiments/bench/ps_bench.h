@@ -47,7 +47,7 @@ struct PsBenchOptions {
   std::vector<std::uint64_t> floats = {std::uint64_t{1} << 20, std::uint64_t{1} << 24};
   int shards = 1;
   int rounds = 21;             // paired rounds per size (odd, so the median is one round)
-  double round_seconds = 0.1;  // each side's share of one round; sets the round trips per round
+  double round_seconds = 0.1;  // each side's share of one round: its round trips (at least 5)
   bool json = false;
 };
 

@@ -7,6 +7,7 @@
 //   build/bin/gradsync_ps_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
+#include "common/malloc_policy.h"
 #include "experiments/bench/ps_loopback.h"
 
 namespace {
@@ -48,4 +49,12 @@ BENCHMARK(BM_ZmqEchoChunked)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// Allocation as in gradsync itself (malloc_policy.h), so these rows match `gradsync bench ps`.
+int main(int argc, char** argv) {
+  gradsync::keep_freed_memory_mapped();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
