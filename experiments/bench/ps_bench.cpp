@@ -62,11 +62,13 @@ void validate(const PsBenchOptions& o) {
 
 PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   PsLoopback ps(floats, o.shards);
-  ZmqEchoLoopback chunked(floats, ZmqEchoLoopback::kAsPs, o.shards);
-  ZmqEchoLoopback one_message(floats, ZmqEchoLoopback::kOneMessage, 1);
+  ZmqRawLoopback chunked(floats, ZmqRawLoopback::kAsPs, o.shards);
+  ZmqRawLoopback one_message(floats, ZmqRawLoopback::kOneMessage, 1);
+  ZmqRawLoopback stream(floats, ZmqRawLoopback::kStream, o.shards);
   ps.round_trips(kWarmupRoundTrips);
   chunked.round_trips(kWarmupRoundTrips);
   one_message.round_trips(kWarmupRoundTrips);
+  stream.round_trips(kWarmupRoundTrips);
   // Round trips per side per round: enough for round_seconds at the ps's pace, at least 5.
   const double guess = seconds_per_round_trip(ps, kWarmupRoundTrips);
   const int count = static_cast<int>(std::clamp(o.round_seconds / std::max(guess, 1e-9),
@@ -75,7 +77,8 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   const auto times =
       paired_rounds({[&] { return seconds_per_round_trip(ps, count, &ps_cpu); },
                      [&] { return seconds_per_round_trip(chunked, count, &chunked_cpu); },
-                     [&] { return seconds_per_round_trip(one_message, count); }},
+                     [&] { return seconds_per_round_trip(one_message, count); },
+                     [&] { return seconds_per_round_trip(stream, count); }},
                     o.rounds);
   PsBenchRow row;
   row.floats = floats;
@@ -84,8 +87,10 @@ PsBenchRow measure(const PsBenchOptions& o, std::uint64_t floats) {
   row.ps_ms = median(times[0]) * 1e3;
   row.chunked_ms = median(times[1]) * 1e3;
   row.one_message_ms = median(times[2]) * 1e3;
+  row.stream_ms = median(times[3]) * 1e3;
   row.vs_chunked = speed_ratio(times[0], times[1]);
   row.vs_one_message = speed_ratio(times[0], times[2]);
+  row.vs_stream = speed_ratio(times[0], times[3]);
   row.ps_cpu_ms = median(ps_cpu) * 1e3;
   row.chunked_cpu_ms = median(chunked_cpu) * 1e3;
   row.cpu_ratio = speed_ratio(ps_cpu, chunked_cpu);
@@ -144,21 +149,24 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
   if (!o.json) {
     out += sprint(
         "# gradsync bench ps: push+pull round trip (1 worker, %d shard%s, sync, momentum SGD on "
-        "the shards)\n# against raw ZeroMQ echoing the same bytes (zero-copy, no update): "
-        "'chunked' in the ps's chunks over\n# the same %d connection%s, '1 msg' as one "
-        "message. 127.0.0.1; %d rounds per size, each timing every\n# side back to back, the "
-        "order reversed every other round. times: median over rounds of the mean\n# round "
-        "trip; GB/s: payload out and back; vs: median over rounds of raw time / ps time (100%%: "
-        "as fast\n# as raw), lowest and highest round beside it; #wrong: parameters != a "
-        "local replay of the steps;\n# cpu(ms): median CPU time of all threads per round trip; "
-        "cores: cpu / time, ps/chunked; cpu ratio:\n# median over rounds of chunked cpu / ps cpu. "
-        "Where both sides keep the cores equally busy,\n# 'vs chunked' is about the cpu ratio: "
-        "the ps is as far behind as the work it adds\n",
+        "the shards)\n# against raw ZeroMQ moving the same bytes (zero-copy, no update): "
+        "'chunked' echoed in the ps's chunks over\n# the same %d connection%s, '1 msg' echoed "
+        "as one message, 'stream' one way (the payload twice,\n# in the ps's chunks: raw "
+        "loopback throughput, as libzmq's local_thr). 127.0.0.1; %d rounds per size, each\n# "
+        "timing every side back to back, the order reversed every other round. times: median "
+        "over rounds\n# of the mean round trip; GB/s: payload out and back; vs: median over "
+        "rounds of raw time / ps time\n# (100%%: as fast as raw), for chunked the lowest and "
+        "highest round beside it; #wrong: parameters\n# != a local replay of the steps; "
+        "cpu(ms): median CPU time of all threads per round trip; cores:\n# cpu / time, "
+        "ps/chunked; cpu ratio: median over rounds of chunked cpu / ps cpu. Where both sides\n# "
+        "keep the cores equally busy, 'vs chunked' is about the cpu ratio: the ps is as far "
+        "behind as the\n# work it adds\n",
         o.shards, o.shards == 1 ? "" : "s", o.shards, o.shards == 1 ? "" : "s", o.rounds);
-    out += sprint("#%11s %12s %6s %6s %8s %11s %9s %8s %10s %6s %6s %9s %11s %16s %9s %9s %7s\n",
-                  "floats", "bytes", "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)",
-                  "ps(GB/s)", "vs chunked", "min", "max", "vs 1msg", "ps cpu(ms)",
-                  "chunked cpu(ms)", "cores", "cpu ratio", "#wrong");
+    out += sprint(
+        "#%11s %12s %6s %6s %8s %11s %9s %10s %8s %10s %6s %6s %9s %9s %11s %16s %9s %9s %7s\n",
+        "floats", "bytes", "rounds", "trips", "ps(ms)", "chunked(ms)", "1msg(ms)", "stream(ms)",
+        "ps(GB/s)", "vs chunked", "min", "max", "vs 1msg", "vs stream", "ps cpu(ms)",
+        "chunked cpu(ms)", "cores", "cpu ratio", "#wrong");
   }
   for (const PsBenchRow& r : rows) {
     const auto floats = static_cast<unsigned long long>(r.floats);
@@ -167,25 +175,30 @@ std::string render_ps_bench(const PsBenchOptions& o, const std::vector<PsBenchRo
       out += sprint(
           "{\"floats\": %llu, \"bytes\": %llu, \"shards\": %d, \"rounds\": %d, "
           "\"round_trips_per_round\": %d, \"ps_ms\": %.4f, \"raw_chunked_ms\": %.4f, "
-          "\"raw_one_message_ms\": %.4f, \"ps_speed_vs_raw_chunked\": %.4f, "
+          "\"raw_one_message_ms\": %.4f, \"raw_stream_ms\": %.4f, "
+          "\"ps_speed_vs_raw_chunked\": %.4f, "
           "\"ps_speed_vs_raw_chunked_min\": %.4f, \"ps_speed_vs_raw_chunked_max\": %.4f, "
-          "\"ps_speed_vs_raw_one_message\": %.4f, \"ps_cpu_ms\": %.4f, "
+          "\"ps_speed_vs_raw_one_message\": %.4f, \"ps_speed_vs_raw_stream\": %.4f, "
+          "\"ps_speed_vs_raw_stream_min\": %.4f, \"ps_speed_vs_raw_stream_max\": %.4f, "
+          "\"ps_cpu_ms\": %.4f, "
           "\"raw_chunked_cpu_ms\": %.4f, \"ps_cores_busy\": %.3f, \"raw_chunked_cores_busy\": "
           "%.3f, \"raw_chunked_cpu_vs_ps\": %.4f, \"raw_chunked_cpu_vs_ps_min\": %.4f, "
           "\"raw_chunked_cpu_vs_ps_max\": %.4f, \"wrong\": %llu}\n",
           floats, floats * sizeof(float), o.shards, r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
-          r.one_message_ms, r.vs_chunked.median, r.vs_chunked.min, r.vs_chunked.max,
-          r.vs_one_message.median, r.ps_cpu_ms, r.chunked_cpu_ms, r.ps_cores_busy,
-          r.chunked_cores_busy, r.cpu_ratio.median, r.cpu_ratio.min, r.cpu_ratio.max, wrong);
+          r.one_message_ms, r.stream_ms, r.vs_chunked.median, r.vs_chunked.min, r.vs_chunked.max,
+          r.vs_one_message.median, r.vs_stream.median, r.vs_stream.min, r.vs_stream.max,
+          r.ps_cpu_ms, r.chunked_cpu_ms, r.ps_cores_busy, r.chunked_cores_busy, r.cpu_ratio.median,
+          r.cpu_ratio.min, r.cpu_ratio.max, wrong);
       continue;
     }
     out += sprint(
-        " %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% %11.3f "
-        "%16.3f %4.1f/%-4.1f %8.0f%% %7llu\n",
+        " %11llu %12llu %6d %6d %8.3f %11.3f %9.3f %10.3f %8.2f %9.0f%% %5.0f%% %5.0f%% %8.0f%% "
+        "%8.0f%% %11.3f %16.3f %4.1f/%-4.1f %8.0f%% %7llu\n",
         floats, floats * sizeof(float), r.rounds, r.round_trips, r.ps_ms, r.chunked_ms,
-        r.one_message_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
-        r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100, r.ps_cpu_ms,
-        r.chunked_cpu_ms, r.ps_cores_busy, r.chunked_cores_busy, r.cpu_ratio.median * 100, wrong);
+        r.one_message_ms, r.stream_ms, gb_per_s(r.floats, r.ps_ms), r.vs_chunked.median * 100,
+        r.vs_chunked.min * 100, r.vs_chunked.max * 100, r.vs_one_message.median * 100,
+        r.vs_stream.median * 100, r.ps_cpu_ms, r.chunked_cpu_ms, r.ps_cores_busy,
+        r.chunked_cores_busy, r.cpu_ratio.median * 100, wrong);
   }
   return out;
 }

@@ -5,7 +5,7 @@
 //   options.floats = {1 << 20, 1 << 24};
 //   std::cout << run_ps_bench(options);   // the table, or JSON lines
 //
-// Three sides (ps_loopback.h):
+// Four sides (ps_loopback.h):
 //   ps:        K PsShards (sync mode, momentum SGD) each serving on a thread of its own with its
 //              own ZeroMQ context, and one PsClient (N = 1) doing push_pull + wait, as a worker
 //              does every step;
@@ -13,7 +13,10 @@
 //              connections, all sent before any is received), echoed, nothing else: the
 //              comparison that isolates what the ps adds (headers, the update on the shard,
 //              the copy of the reply into the parameters);
-//   1 message: raw ZeroMQ moving the whole payload as one message over one connection.
+//   1 message: raw ZeroMQ moving the whole payload as one message over one connection;
+//   stream:    raw ZeroMQ loopback throughput (libzmq's local_thr/remote_thr): the round trip's
+//              bytes, the payload twice, streamed one way in the ps's chunks over the same K
+//              connections, dropped on arrival, one ack per connection at the end.
 // Speeds are reported as raw time / ps time: 100% means the ps is as fast as raw ZeroMQ.
 //
 // Why rounds: on a small machine every side shares the same cores with its I/O threads, so
@@ -65,8 +68,10 @@ struct PsBenchRow {
   double ps_ms = 0;     // median over rounds of the mean round trip
   double chunked_ms = 0;
   double one_message_ms = 0;
+  double stream_ms = 0;       // the round trip's bytes, one way
   SpeedRatio vs_chunked;      // ps speed as a fraction of raw ZeroMQ in the ps's layout
   SpeedRatio vs_one_message;  // ... and of raw ZeroMQ sending one message
+  SpeedRatio vs_stream;       // ... and of raw ZeroMQ's one-way throughput
   // CPU time per round trip (every thread of the process, median over rounds); cores busy:
   // that CPU time over the wall time; and, round by round, chunked cpu / ps cpu (below 1: the
   // ps spends more CPU on a round trip). Where both sides keep the same number of cores busy,
@@ -76,7 +81,7 @@ struct PsBenchRow {
   double ps_cores_busy = 0;
   double chunked_cores_busy = 0;
   SpeedRatio cpu_ratio;
-  std::uint64_t wrong = 0;    // parameters that differ from the local replay
+  std::uint64_t wrong = 0;  // parameters that differ from the local replay
 };
 
 // Runs every size; throws ConfigError for invalid options before anything runs.

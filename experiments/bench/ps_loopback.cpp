@@ -145,10 +145,12 @@ void PsLoopback::finish() { impl_->finish(); }
 
 namespace {
 
-// One raw echo server: a ROUTER in a context of its own, echoing every message on its thread.
-class EchoServer {
+// One raw server: a ROUTER in a context of its own, on a thread of its own. It echoes every
+// message as received, or, with `ack_every` bytes, drops what it receives (as libzmq's
+// local_thr does) and sends one empty message back each time that many more bytes are in.
+class RawServer {
  public:
-  explicit EchoServer(KeyRange whole) {
+  RawServer(KeyRange whole, std::uint64_t ack_every) : ack_every_(ack_every) {
     router_.set(zmq::sockopt::linger, 0);
     set_queue_room(router_, whole);  // as a shard's: room for a few payloads' chunks
     router_.bind("tcp://127.0.0.1:*");
@@ -176,12 +178,22 @@ class EchoServer {
       zmq::message_t id, body;
       while (router_.recv(id, zmq::recv_flags::dontwait)) {
         (void)router_.recv(body);
+        if (ack_every_ == 0) {
+          router_.send(id, zmq::send_flags::sndmore);
+          router_.send(body, zmq::send_flags::none);  // the received buffer itself: no copy
+          continue;
+        }
+        received_ += body.size();
+        if (received_ < ack_every_) continue;
+        received_ -= ack_every_;
         router_.send(id, zmq::send_flags::sndmore);
-        router_.send(body, zmq::send_flags::none);  // the received buffer itself: no copy
+        router_.send(zmq::message_t(), zmq::send_flags::none);
       }
     }
   }
 
+  const std::uint64_t ack_every_;  // 0: echo
+  std::uint64_t received_ = 0;
   zmq::context_t context_{1};
   zmq::socket_t router_{context_, zmq::socket_type::router};
   std::string endpoint_;
@@ -192,9 +204,10 @@ class EchoServer {
 
 }  // namespace
 
-class ZmqEchoLoopback::Impl {
+class ZmqRawLoopback::Impl {
  public:
-  Impl(std::uint64_t floats, Layout layout, int connections) : payload_(floats, 0.5f) {
+  Impl(std::uint64_t floats, Layout layout, int connections)
+      : payload_(floats, 0.5f), stream_(layout == Layout::kStream) {
     const KeyRange whole{0, floats};  // sizes every queue: no connection carries more
     if (layout == Layout::kOneMessage) {
       connections = 1;
@@ -208,7 +221,13 @@ class ZmqEchoLoopback::Impl {
       pieces_ = send_order(chunks, 0);
     }
     for (int k = 0; k < connections; ++k) {
-      servers_.push_back(std::make_unique<EchoServer>(whole));
+      // A stream's server acks once its connection carried the round trip's bytes: its pieces,
+      // out and back, both one way.
+      std::uint64_t ack_every = 0;
+      for (const ShardPiece& piece : pieces_) {
+        if (stream_ && piece.shard == k) ack_every += 2 * piece.keys.size() * sizeof(float);
+      }
+      servers_.push_back(std::make_unique<RawServer>(whole, ack_every));
       dealers_.emplace_back(client_context_, zmq::socket_type::dealer);
       dealers_.back().set(zmq::sockopt::linger, 0);
       dealers_.back().set(zmq::sockopt::sndtimeo, static_cast<int>(kTimeout / 1ms));
@@ -219,29 +238,33 @@ class ZmqEchoLoopback::Impl {
 
   void round_trips(int count) {
     if (const std::string failed = server_failures(); !failed.empty()) {
-      throw Error("bench ps: raw ZeroMQ echo" + failed);
+      throw Error("bench ps: raw ZeroMQ" + failed);
     }
     std::vector<zmq::pollitem_t> items;
     for (zmq::socket_t& dealer : dealers_) items.push_back({dealer.handle(), 0, ZMQ_POLLIN, 0});
     for (int i = 0; i < count; ++i) {
-      for (const ShardPiece& piece : pieces_) {
-        // The caller's buffer itself, as PsClient sends a gradient: no copy, nothing to free.
-        zmq::message_t out(
-            payload_.data() + piece.keys.begin, piece.keys.size() * sizeof(float),
-            [](void*, void*) {}, nullptr);
-        if (!dealers_[piece.shard].send(out, zmq::send_flags::none)) {
-          throw Error("bench ps: the raw ZeroMQ echo took no message within 60 s" +
-                      server_failures());
+      for (int pass = 0; pass < (stream_ ? 2 : 1); ++pass) {
+        for (const ShardPiece& piece : pieces_) {
+          // The caller's buffer itself, as PsClient sends a gradient: no copy, nothing to free.
+          zmq::message_t out(
+              payload_.data() + piece.keys.begin, piece.keys.size() * sizeof(float),
+              [](void*, void*) {}, nullptr);
+          if (!dealers_[piece.shard].send(out, zmq::send_flags::none)) {
+            throw Error("bench ps: the raw ZeroMQ side took no message within 60 s" +
+                        server_failures());
+          }
         }
       }
+      // An echo returns every piece; a stream, one ack per connection.
+      const std::size_t expected = stream_ ? dealers_.size() : pieces_.size();
       std::size_t received = 0, bytes = 0;
       const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-      while (received < pieces_.size()) {
+      while (received < expected) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0 || zmq::poll(items, left) == 0) {
-          throw Error("bench ps: the raw ZeroMQ echo returned " + std::to_string(received) +
-                      " of " + std::to_string(pieces_.size()) + " messages within 60 s" +
+          throw Error("bench ps: the raw ZeroMQ side returned " + std::to_string(received) +
+                      " of " + std::to_string(expected) + " messages within 60 s" +
                       server_failures());
         }
         for (zmq::socket_t& dealer : dealers_) {
@@ -252,9 +275,11 @@ class ZmqEchoLoopback::Impl {
           }
         }
       }
-      // The pieces tile the payload: every byte of it must have come back.
-      if (const std::size_t sent = payload_.size() * sizeof(float); bytes != sent) {
-        throw Error("bench ps: the raw ZeroMQ echo returned " + std::to_string(bytes) +
+      // An echo's pieces tile the payload: every byte of it must have come back. A stream's acks
+      // are empty: its server counted the bytes.
+      const std::size_t sent = stream_ ? 0 : payload_.size() * sizeof(float);
+      if (bytes != sent) {
+        throw Error("bench ps: the raw ZeroMQ side returned " + std::to_string(bytes) +
                     " bytes of " + std::to_string(sent));
       }
     }
@@ -265,23 +290,24 @@ class ZmqEchoLoopback::Impl {
     std::string text;
     for (auto& server : servers_) {
       if (const std::string f = server->failure(); !f.empty()) {
-        text += "; an echo server failed: " + f;
+        text += "; a raw server failed: " + f;
       }
     }
     return text;
   }
 
   std::vector<float> payload_;
+  const bool stream_;
   std::vector<ShardPiece> pieces_;  // connection (as "shard") and keys of each message
-  std::vector<std::unique_ptr<EchoServer>> servers_;
+  std::vector<std::unique_ptr<RawServer>> servers_;
   // One client context (one I/O thread), as a worker's PsClient has; its sockets close first.
   zmq::context_t client_context_{1};
   std::vector<zmq::socket_t> dealers_;
 };
 
-ZmqEchoLoopback::ZmqEchoLoopback(std::uint64_t floats, Layout layout, int connections)
+ZmqRawLoopback::ZmqRawLoopback(std::uint64_t floats, Layout layout, int connections)
     : impl_(std::make_unique<Impl>(floats, layout, connections)) {}
-ZmqEchoLoopback::~ZmqEchoLoopback() = default;
-void ZmqEchoLoopback::round_trips(int count) { impl_->round_trips(count); }
+ZmqRawLoopback::~ZmqRawLoopback() = default;
+void ZmqRawLoopback::round_trips(int count) { impl_->round_trips(count); }
 
 }  // namespace gradsync

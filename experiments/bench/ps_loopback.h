@@ -3,7 +3,7 @@
 //
 //   PsLoopback ps(1 << 20, 1);        // K = 1 shard on its own thread, one client, INIT done
 //   ps.round_trips(100);              // 100 push_pull + wait, as a worker's steps
-//   ZmqEchoLoopback echo(1 << 20, ZmqEchoLoopback::kOneMessage, 1);
+//   ZmqRawLoopback echo(1 << 20, ZmqRawLoopback::kOneMessage, 1);
 //   echo.round_trips(100);            // 100 DEALER -> ROUTER -> DEALER echoes of 4 MiB
 //   ps.finish();                      // BYE, join the shards, rethrow a shard's failure
 //
@@ -11,15 +11,20 @@
 // fixed pattern, so after any number of steps the parameters are known by replaying them with
 // a local Sgd (check()).
 //
-// ZmqEchoLoopback: raw ZeroMQ moving the same bytes out and back, sent without a copy from the
-// caller's buffer and echoed without a copy (the received frame itself), no optimizer, nothing
-// copied into place. Two layouts:
-//   kOneMessage: the whole payload as one message over one connection: ZeroMQ's own best case
-//     for a single transfer, but nothing overlaps (the echo starts once the last byte is in);
-//   kAsPs: the ps's layout: `connections` ROUTERs (one per shard, each in its own context and
-//     thread, as shard processes), the payload cut into the same chunks over the same balanced
-//     ranges, every chunk sent before any is received; so the difference to the ps is only
-//     what the ps adds (headers, the update, the copy into the parameters).
+// ZmqRawLoopback: raw ZeroMQ moving the same bytes, sent without a copy from the caller's
+// buffer, no optimizer, nothing copied into place. Three layouts:
+//   kOneMessage: the whole payload as one message over one connection, echoed (the received
+//     frame itself, no copy): ZeroMQ's own best case for a single transfer, but nothing
+//     overlaps (the echo starts once the last byte is in);
+//   kAsPs: the ps's layout, echoed: `connections` ROUTERs (one per shard, each in its own
+//     context and thread, as shard processes), the payload cut into the same chunks over the
+//     same balanced ranges, every chunk sent before any is received; so the difference to the
+//     ps is only what the ps adds (headers, the update, the copy into the parameters);
+//   kStream: raw ZeroMQ loopback throughput, as libzmq's local_thr/remote_thr measure it: the
+//     round trip's bytes (the payload twice) go one way, in the ps's chunks over the same
+//     connections, and each server drops them as they come and acks once all are in. No reply
+//     path: what a round trip costs beyond moving its bytes (its first chunk's reply waits for
+//     the update and the way back) is not in it.
 //
 // Threads: each object is driven from one thread; they start and own their server threads.
 // Every wait is bounded (60 s) and throws naming what it waited for; a failure on a server
@@ -54,16 +59,17 @@ class PsLoopback {
   std::unique_ptr<Impl> impl_;
 };
 
-class ZmqEchoLoopback {
+class ZmqRawLoopback {
  public:
-  enum class Layout { kOneMessage, kAsPs };
+  enum class Layout { kOneMessage, kAsPs, kStream };
   static constexpr Layout kOneMessage = Layout::kOneMessage;
   static constexpr Layout kAsPs = Layout::kAsPs;
+  static constexpr Layout kStream = Layout::kStream;
 
-  ZmqEchoLoopback(std::uint64_t floats, Layout layout, int connections);
-  ~ZmqEchoLoopback();
-  ZmqEchoLoopback(const ZmqEchoLoopback&) = delete;
-  ZmqEchoLoopback& operator=(const ZmqEchoLoopback&) = delete;
+  ZmqRawLoopback(std::uint64_t floats, Layout layout, int connections);
+  ~ZmqRawLoopback();
+  ZmqRawLoopback(const ZmqRawLoopback&) = delete;
+  ZmqRawLoopback& operator=(const ZmqRawLoopback&) = delete;
 
   void round_trips(int count);
 

@@ -22,8 +22,8 @@ void BM_PsPushPull(benchmark::State& state) {
                           static_cast<std::int64_t>(sizeof(float)));
 }
 
-void echo_round_trips(benchmark::State& state, gradsync::ZmqEchoLoopback::Layout layout) {
-  gradsync::ZmqEchoLoopback echo(static_cast<std::uint64_t>(state.range(0)), layout, 1);
+void echo_round_trips(benchmark::State& state, gradsync::ZmqRawLoopback::Layout layout) {
+  gradsync::ZmqRawLoopback echo(static_cast<std::uint64_t>(state.range(0)), layout, 1);
   echo.round_trips(3);
   for (auto _ : state) echo.round_trips(1);
   state.SetBytesProcessed(state.iterations() * 2 * state.range(0) *
@@ -31,11 +31,11 @@ void echo_round_trips(benchmark::State& state, gradsync::ZmqEchoLoopback::Layout
 }
 
 void BM_ZmqEcho(benchmark::State& state) {
-  echo_round_trips(state, gradsync::ZmqEchoLoopback::kOneMessage);
+  echo_round_trips(state, gradsync::ZmqRawLoopback::kOneMessage);
 }
 
 void BM_ZmqEchoChunked(benchmark::State& state) {
-  echo_round_trips(state, gradsync::ZmqEchoLoopback::kAsPs);
+  echo_round_trips(state, gradsync::ZmqRawLoopback::kAsPs);
 }
 
 // 1M and 16M floats (4 MiB and 64 MiB), in wall-clock time: the work is on other threads.

@@ -34,11 +34,13 @@ TEST_CASE("the ps side of the bench ends where a local replay of its steps ends"
   }
 }
 
-TEST_CASE("the raw sides echo the payload in one message or in the ps's chunks") {
-  for (const auto layout : {ZmqEchoLoopback::kOneMessage, ZmqEchoLoopback::kAsPs}) {
-    ZmqEchoLoopback echo(kFloats, layout, 3);
-    // Returns once every message came back with every byte: a short one throws.
-    CHECK_NOTHROW(echo.round_trips(3));
+TEST_CASE("the raw sides echo the payload in one message or in the ps's chunks, or stream it") {
+  for (const auto layout :
+       {ZmqRawLoopback::kOneMessage, ZmqRawLoopback::kAsPs, ZmqRawLoopback::kStream}) {
+    ZmqRawLoopback raw(kFloats, layout, 3);
+    // Returns once every message came back with every byte, or every server acked all the
+    // bytes its connection carried: a short echo throws, a short stream times out.
+    CHECK_NOTHROW(raw.round_trips(3));
   }
 }
 
@@ -53,9 +55,18 @@ TEST_CASE("a ps side destroyed without finish() leaves at once, not after the sh
 
 TEST_CASE("paired rounds reverse the order of the sides every other round") {
   std::string order;
-  const auto times = paired_rounds({[&] { order += 'a'; return 1.0; },
-                                    [&] { order += 'b'; return 2.0; },
-                                    [&] { order += 'c'; return 3.0; }},
+  const auto times = paired_rounds({[&] {
+                                      order += 'a';
+                                      return 1.0;
+                                    },
+                                    [&] {
+                                      order += 'b';
+                                      return 2.0;
+                                    },
+                                    [&] {
+                                      order += 'c';
+                                      return 3.0;
+                                    }},
                                    3);
   CHECK(order == "abccbaabc");
   REQUIRE(times.size() == 3);
@@ -85,6 +96,8 @@ TEST_CASE("bench ps reports every side and the replay check for every size") {
     CHECK(row.wrong == 0);
     CHECK(row.vs_chunked.median > 0);
     CHECK(row.vs_one_message.median > 0);
+    CHECK(row.vs_stream.median > 0);
+    CHECK(row.stream_ms > 0);
     // CPU per round trip is the round trip's own: no more than every core for its whole time
     // (a little slack for the clocks being read one after the other).
     const double cores = std::max(1u, std::thread::hardware_concurrency());
@@ -103,6 +116,7 @@ TEST_CASE("bench ps reports every side and the replay check for every size") {
   const std::string json = render_ps_bench(options, rows);
   CHECK(json.find("\"floats\": 1000,") != std::string::npos);
   CHECK(json.find("\"ps_speed_vs_raw_chunked\": ") != std::string::npos);
+  CHECK(json.find("\"ps_speed_vs_raw_stream\": ") != std::string::npos);
   CHECK(json.find("\"raw_chunked_cpu_vs_ps\": ") != std::string::npos);
 }
 
