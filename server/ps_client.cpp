@@ -1,7 +1,6 @@
 #include "server/ps_client.h"
 
 #include <algorithm>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <thread>
@@ -9,6 +8,7 @@
 
 #include "common/error.h"
 #include "server/link_shaper.h"
+#include "server/reply_copy.h"
 #include "server/shard_link.h"
 
 namespace gradsync {
@@ -306,8 +306,7 @@ class PsClient::Impl {
                           wire::range_text(r.begin, r.end) + ", got " + h.to_string());
     }
     if (message.payload.size() > 0) {
-      std::memcpy(request.dest.data() + h.key_begin, message.payload.data(),
-                  message.payload.size());
+      copy_(request.dest.data() + h.key_begin, message.payload.data(), message.payload.size());
     }
     request.stats.bytes_received += wire::kHeaderBytes + message.payload.size();
     request.stats.max_staleness = std::max(request.stats.max_staleness, h.aux);
@@ -351,6 +350,7 @@ class PsClient::Impl {
   std::unique_ptr<HeartbeatSender> heartbeat_;
   bool answered_ = false;  // a request completed: the shards' start gate is behind us
   LinkShaper<Queued, Arrived> shaper_{options_.link};
+  const ReplyCopy copy_{options_.model_size * sizeof(float)};  // cached or streaming stores
 };
 
 PsClient::PsClient(const PsClientOptions& options) : impl_(std::make_unique<Impl>(options)) {}

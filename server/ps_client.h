@@ -14,7 +14,8 @@
 // Each shard owns a contiguous key range of the flat parameter buffer (balanced_ranges();
 // ranges() after the handshake). push_pull sends each shard its gradient range as one PUSHPULL
 // per 512 KiB chunk (chunk_ranges(); round-robin over the shards), from the caller's buffer
-// without a copy when it is large, and copies each shard's reply into `params`. A shard
+// without a copy when it is large, and copies each shard's reply into `params` (with
+// non-temporal stores when the model outgrows the cache: reply_copy.h). A shard
 // replies chunk by chunk, in order, each chunk as soon as its optimizer has updated it — in
 // sync mode as soon as every worker pushed that chunk — so pushing later chunks overlaps
 // updating and returning earlier ones (BytePS's pipelining), and the copy of one reply chunk
