@@ -14,11 +14,13 @@
 // before, 42 and 37 ms after). libzmq 4.3 has no hook for the allocation of its receive
 // buffers, so the process's allocator is where this is set.
 //
-// What it costs: up to kTrimThresholdBytes of freed memory per arena stays mapped, and blocks
-// below kMmapThresholdBytes come from the arenas rather than from mmap.
+// What it costs: freed memory stays with the process for reuse instead of going back to the
+// kernel at once. The main arena returns what lies free at its top beyond kTrimThresholdBytes;
+// a thread's arena (heaps of at most 64 MiB each) keeps what it used while the heap lives.
+// Blocks below kMmapThresholdBytes come from the arenas rather than from mmap.
 //
-// Returns false, changing nothing, where glibc's malloc is not the one in use: the sanitizers
-// replace it with their own (whose mallopt sets nothing), and other C libraries lack it.
+// Returns false, changing nothing, where glibc's malloc is not the one in use: in a sanitizer
+// build (ASan and TSan bring their own allocators) and with other C libraries.
 #pragma once
 
 #include <cstddef>

@@ -48,10 +48,17 @@ std::size_t last_level_cache_bytes() {
   return static_cast<std::size_t>(std::max({l3, l2, 0L}));
 }
 
+#if defined(__SSE2__)
+constexpr bool kCanStream = true;
+#else
+constexpr bool kCanStream = false;
+#endif
+
 ReplyCopy::ReplyCopy(std::size_t model_bytes, std::size_t cache_bytes)
-    : streaming_(cache_bytes > 0 && model_bytes > cache_bytes) {}
+    : streaming_(kCanStream && cache_bytes > 0 && model_bytes > cache_bytes) {}
 
 void ReplyCopy::operator()(float* dst, const void* src, std::size_t bytes) const {
+  if (bytes == 0) return;  // an empty chunk may come with null pointers, which memcpy forbids
 #if defined(__SSE2__)
   if (streaming_) {
     const auto* from = static_cast<const unsigned char*>(src);

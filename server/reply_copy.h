@@ -5,11 +5,13 @@
 //
 // A model larger than the last-level cache cannot stay cached until the next forward pass:
 // its later chunks evict its earlier ones. For such a model the copy uses non-temporal stores,
-// which write whole lines without first reading each destination line into the cache (half
-// of a cached copy's memory traffic) and leave the cache to the chunks still arriving. A model
+// which write whole lines without first reading each destination line into the cache (with
+// the source cached, as a chunk just received is, that read is half of the copy's memory
+// traffic) and leave the cache to the chunks still arriving. A model
 // that fits is copied with memcpy, so the forward pass finds it cached. At 16M floats (64 MiB,
 // twice this machine's L3) `gradsync bench ps --floats 16M --round-seconds 0.4` ran the round
 // trip in 35.2, 35.7 and 33.2 ms against 36.5, 38.6 and 37.3 ms with memcpy (alternating runs).
+// Without SSE2 (not x86-64) it always uses memcpy. Stateless after construction: any thread.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,7 @@ std::size_t last_level_cache_bytes();
 class ReplyCopy {
  public:
   // Streams when model_bytes exceeds cache_bytes (never when cache_bytes is 0: unknown).
+  // The default reads sysfs: construct once per client, not per chunk.
   explicit ReplyCopy(std::size_t model_bytes, std::size_t cache_bytes = last_level_cache_bytes());
 
   bool streaming() const { return streaming_; }

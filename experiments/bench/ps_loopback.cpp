@@ -224,9 +224,15 @@ class ZmqRawLoopback::Impl {
       // A stream's server acks once its connection carried the round trip's bytes: its pieces,
       // out and back, both one way.
       std::uint64_t ack_every = 0;
+      std::size_t echoes = 0;
       for (const ShardPiece& piece : pieces_) {
-        if (stream_ && piece.shard == k) ack_every += 2 * piece.keys.size() * sizeof(float);
+        if (piece.shard != k) continue;
+        ++echoes;
+        if (stream_) ack_every += 2 * piece.keys.size() * sizeof(float);
       }
+      // A server with nothing to count would echo instead of acking.
+      GRADSYNC_CHECK(!stream_ || ack_every > 0, "a stream connection that carries no bytes");
+      replies_per_round_.push_back(stream_ ? 1 : echoes);
       servers_.push_back(std::make_unique<RawServer>(whole, ack_every));
       dealers_.emplace_back(client_context_, zmq::socket_type::dealer);
       dealers_.back().set(zmq::sockopt::linger, 0);
@@ -255,22 +261,28 @@ class ZmqRawLoopback::Impl {
           }
         }
       }
-      // An echo returns every piece; a stream, one ack per connection.
-      const std::size_t expected = stream_ ? dealers_.size() : pieces_.size();
-      std::size_t received = 0, bytes = 0;
+      // An echo returns every piece; a stream, one ack per connection. More from a connection
+      // than it owes (an ack too early, or twice) is a broken side, not a fast one.
+      std::vector<std::size_t> received(dealers_.size(), 0);
+      std::size_t owed = 0, bytes = 0;
+      for (const std::size_t n : replies_per_round_) owed += n;
       const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-      while (received < expected) {
+      while (owed > 0) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0 || zmq::poll(items, left) == 0) {
-          throw Error("bench ps: the raw ZeroMQ side returned " + std::to_string(received) +
-                      " of " + std::to_string(expected) + " messages within 60 s" +
-                      server_failures());
+          throw Error("bench ps: the raw ZeroMQ side still owed " + std::to_string(owed) +
+                      " messages after 60 s" + server_failures());
         }
-        for (zmq::socket_t& dealer : dealers_) {
+        for (std::size_t k = 0; k < dealers_.size(); ++k) {
           zmq::message_t back;
-          while (dealer.recv(back, zmq::recv_flags::dontwait)) {
-            ++received;
+          while (dealers_[k].recv(back, zmq::recv_flags::dontwait)) {
+            if (++received[k] > replies_per_round_[k]) {
+              throw Error("bench ps: raw ZeroMQ connection " + std::to_string(k) + " returned " +
+                          std::to_string(received[k]) + " messages in a round that owed " +
+                          std::to_string(replies_per_round_[k]));
+            }
+            --owed;
             bytes += back.size();
           }
         }
@@ -298,7 +310,8 @@ class ZmqRawLoopback::Impl {
 
   std::vector<float> payload_;
   const bool stream_;
-  std::vector<ShardPiece> pieces_;  // connection (as "shard") and keys of each message
+  std::vector<ShardPiece> pieces_;              // connection (as "shard") and keys of each message
+  std::vector<std::size_t> replies_per_round_;  // per connection
   std::vector<std::unique_ptr<RawServer>> servers_;
   // One client context (one I/O thread), as a worker's PsClient has; its sockets close first.
   zmq::context_t client_context_{1};

@@ -20,8 +20,9 @@ long thread_minor_faults() {
 }  // namespace
 
 TEST_CASE("keep_freed_memory_mapped: receive buffers freed and allocated again do not fault") {
+  // As gradsync's main() does; this test process keeps the policy for the tests that follow.
   if (!gradsync::keep_freed_memory_mapped()) {
-    MESSAGE("skipped: the allocator in use is not glibc's (a sanitizer build?)");
+    MESSAGE("skipped: the allocator in use is not glibc's (a sanitizer build)");
     return;
   }
   // What ZeroMQ's I/O thread does with a 16 MiB payload arriving in 512 KiB chunks: a fresh
