@@ -1,7 +1,8 @@
 // push_pull round trips against raw ZeroMQ, on loopback, as Google Benchmark rows: one shard
 // (K = 1), one worker (N = 1), momentum SGD on the shard, versus DEALER/ROUTER echoes of the
-// same payload (ps_loopback.h): as one message, and in the ps's own chunks. Bytes = the payload
-// out and back, so bytes_per_second is the GB/s of a round trip. The rows run one after the
+// same payload (ps_loopback.h): as one message, and in the ps's own chunks; and versus the
+// same bytes streamed one way (raw loopback throughput). Bytes = the payload out and back, so
+// bytes_per_second is the GB/s of a round trip. The rows run one after the
 // other, so a machine whose speed drifts moves their ratios. `gradsync bench ps` alternates
 // its sides round by round instead; its `vs chunked` is the figure to quote.
 //   build/bin/gradsync_ps_bench --benchmark_min_time=2
@@ -22,7 +23,7 @@ void BM_PsPushPull(benchmark::State& state) {
                           static_cast<std::int64_t>(sizeof(float)));
 }
 
-void echo_round_trips(benchmark::State& state, gradsync::ZmqRawLoopback::Layout layout) {
+void raw_round_trips(benchmark::State& state, gradsync::ZmqRawLoopback::Layout layout) {
   gradsync::ZmqRawLoopback echo(static_cast<std::uint64_t>(state.range(0)), layout, 1);
   echo.round_trips(3);
   for (auto _ : state) echo.round_trips(1);
@@ -31,11 +32,15 @@ void echo_round_trips(benchmark::State& state, gradsync::ZmqRawLoopback::Layout 
 }
 
 void BM_ZmqEcho(benchmark::State& state) {
-  echo_round_trips(state, gradsync::ZmqRawLoopback::kOneMessage);
+  raw_round_trips(state, gradsync::ZmqRawLoopback::kOneMessage);
 }
 
 void BM_ZmqEchoChunked(benchmark::State& state) {
-  echo_round_trips(state, gradsync::ZmqRawLoopback::kAsPs);
+  raw_round_trips(state, gradsync::ZmqRawLoopback::kAsPs);
+}
+
+void BM_ZmqStream(benchmark::State& state) {
+  raw_round_trips(state, gradsync::ZmqRawLoopback::kStream);
 }
 
 // 1M and 16M floats (4 MiB and 64 MiB), in wall-clock time: the work is on other threads.
@@ -46,6 +51,7 @@ BENCHMARK(BM_ZmqEchoChunked)
     ->Arg(1 << 24)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ZmqStream)->Arg(1 << 20)->Arg(1 << 24)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
