@@ -305,9 +305,7 @@ class PsClient::Impl {
                       "expected a REPLY for keys from " + std::to_string(at) + " within " +
                           wire::range_text(r.begin, r.end) + ", got " + h.to_string());
     }
-    if (message.payload.size() > 0) {
-      copy_(request.dest.data() + h.key_begin, message.payload.data(), message.payload.size());
-    }
+    copy_(request.dest.data() + h.key_begin, message.payload.data(), message.payload.size());
     request.stats.bytes_received += wire::kHeaderBytes + message.payload.size();
     request.stats.max_staleness = std::max(request.stats.max_staleness, h.aux);
     request.cursor[k] = h.key_end;

@@ -7,10 +7,10 @@
 // its later chunks evict its earlier ones. For such a model the copy uses non-temporal stores,
 // which write whole lines without first reading each destination line into the cache (with
 // the source cached, as a chunk just received is, that read is half of the copy's memory
-// traffic) and leave the cache to the chunks still arriving. A model
-// that fits is copied with memcpy, so the forward pass finds it cached. At 16M floats (64 MiB,
-// twice this machine's L3) `gradsync bench ps --floats 16M --round-seconds 0.4` ran the round
-// trip in 35.2, 35.7 and 33.2 ms against 36.5, 38.6 and 37.3 ms with memcpy (alternating runs).
+// traffic) and leave the cache to the chunks still arriving. A model that fits is copied with
+// memcpy, so the forward pass finds it cached. At 16M floats (64 MiB, twice this machine's L3)
+// `gradsync bench ps --floats 16M --round-seconds 0.4` ran the round trip in 35.2, 35.7 and
+// 33.2 ms against 36.5, 38.6 and 37.3 ms with memcpy (alternating runs).
 // Without SSE2 (not x86-64) it always uses memcpy. Stateless after construction: any thread.
 #pragma once
 

@@ -2,9 +2,9 @@
 // (K = 1), one worker (N = 1), momentum SGD on the shard, versus DEALER/ROUTER echoes of the
 // same payload (ps_loopback.h): as one message, and in the ps's own chunks; and versus the
 // same bytes streamed one way (raw loopback throughput). Bytes = the payload out and back, so
-// bytes_per_second is the GB/s of a round trip. The rows run one after the
-// other, so a machine whose speed drifts moves their ratios. `gradsync bench ps` alternates
-// its sides round by round instead; its `vs chunked` is the figure to quote.
+// bytes_per_second is the GB/s of a round trip. The rows run one after the other, so a machine
+// whose speed drifts moves their ratios. `gradsync bench ps` alternates its sides round by round
+// instead; its `vs chunked` is the figure to quote.
 //   build/bin/gradsync_ps_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
@@ -24,9 +24,9 @@ void BM_PsPushPull(benchmark::State& state) {
 }
 
 void raw_round_trips(benchmark::State& state, gradsync::ZmqRawLoopback::Layout layout) {
-  gradsync::ZmqRawLoopback echo(static_cast<std::uint64_t>(state.range(0)), layout, 1);
-  echo.round_trips(3);
-  for (auto _ : state) echo.round_trips(1);
+  gradsync::ZmqRawLoopback raw(static_cast<std::uint64_t>(state.range(0)), layout, 1);
+  raw.round_trips(3);
+  for (auto _ : state) raw.round_trips(1);
   state.SetBytesProcessed(state.iterations() * 2 * state.range(0) *
                           static_cast<std::int64_t>(sizeof(float)));
 }
