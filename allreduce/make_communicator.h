@@ -6,7 +6,7 @@
 //   CommunicatorOptions options;
 //   options.tcp = ring_options;            // timeout and store prefix are shared by both
 //   options.device = model.device();
-//   options.producer_stream = model_stream(model);        // worker/cuda/cuda_mlp.h; may be null
+//   options.producer_stream = model_stream(model);        // model/cuda/cuda_mlp.h; may be null
 //   std::shared_ptr<Communicator> comm = make_communicator(store, rank, world, options);
 //
 // Collective: every rank calls it. Throws gradsync::Error for a device in a build without NCCL,

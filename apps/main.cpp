@@ -11,15 +11,15 @@
 #include "apps/teach_command.h"
 #include "common/error.h"
 #include "common/malloc_policy.h"
-#include "experiments/bench/collective_bench.h"
-#include "experiments/bench/mlp_throughput.h"
-#include "experiments/bench/ps_bench.h"
+#include "bench/collective_bench.h"
+#include "bench/mlp_throughput.h"
+#include "bench/ps_bench.h"
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
-#include "experiments/server_process.h"
+#include "worker/server_process.h"
 #include "experiments/sweep.h"
-#include "experiments/worker_process.h"
-#include "server/ps_client.h"
+#include "worker/worker_process.h"
+#include "strategies/ps/ps_client.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include "apps/size_options.h"
 #include "common/error.h"
-#include "experiments/bench/collective_bench.h"
+#include "bench/collective_bench.h"
 #include "experiments/calibration_runs.h"
 #include "experiments/cost_model.h"
 

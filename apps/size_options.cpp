@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "experiments/bench/collective_bench.h"
+#include "bench/collective_bench.h"
 
 namespace gradsync {
 namespace {

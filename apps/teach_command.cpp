@@ -7,8 +7,8 @@
 
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
-#include "experiments/teach/dp_vs_ddp.h"
-#include "experiments/teach/ring_schedule.h"
+#include "teach/dp_vs_ddp.h"
+#include "teach/ring_schedule.h"
 
 namespace gradsync {
 namespace {

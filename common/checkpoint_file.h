@@ -18,7 +18,7 @@
 //   32   8  total           floats in the whole model
 //   40   8  begin, 48 8 end   this part's range [begin, end)
 //   56   8  optimizer steps  updates the optimizer had taken (torch's first-step rule)
-//   64   L  description     the model, as experiments/checkpoints.h describes it
+//   64   L  description     the model, as worker/checkpoints.h describes it
 //   ..      params[end - begin] floats, then momentum[end - begin] floats
 //   ..   4  CRC-32 (zlib) of every byte before it
 // Writing goes to <file>.tmp, is fsync'd, renamed, and the folder fsync'd: a crash leaves the
@@ -46,7 +46,7 @@ struct CheckpointPart {
 };
 
 // Beside the parts of a step folder: the settings the run trained with, "key value" lines
-// (experiments/checkpoints.h, training_settings). Optional; reading a checkpoint ignores it.
+// (worker/checkpoints.h, training_settings). Optional; reading a checkpoint ignores it.
 inline constexpr const char* kCheckpointSettingsFile = "training.txt";
 
 // "<root>/step-00000050" (zero-padded so that names sort by step).

@@ -24,7 +24,7 @@
 #include "common/error.h"
 #include "experiments/preset_schema.h"
 #include "experiments/yaml_schema.h"
-#include "worker/idx_reader.h"
+#include "model/idx_reader.h"
 
 namespace gradsync {
 namespace {

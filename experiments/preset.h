@@ -1,6 +1,6 @@
 // Presets: YAML files that describe one run or a comparison of several.
 //
-//   strategy: single          # top-level keys: the base configuration (experiments/config.h)
+//   strategy: single          # top-level keys: the base configuration (common/config.h)
 //   workers: 1
 //   train: {epochs: 10, batch: 64, lr: 0.05}
 //   runs:                     # optional: each entry overrides the base; one run per entry
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.h"
+#include "common/config.h"
 
 namespace gradsync {
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "strategies/strategy_factory.h"
+#include "strategies/make_strategy.h"
 
 namespace gradsync {
 namespace {

@@ -9,7 +9,7 @@
 //   <output.dir>/latest -> the folder above
 //
 // `single` and `dp` run in this process (dp as one thread per replica); `allreduce` runs one
-// `gradsync worker` process per rank under the local launcher (experiments/launcher.h). A
+// `gradsync worker` process per rank under the local launcher (launch/launcher.h). A
 // failure of any replica or process stops the others and propagates the first failure's
 // error; files already written stay as they are.
 #pragma once
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.h"
+#include "common/config.h"
 #include "experiments/preset.h"
-#include "experiments/summary.h"
-#include "worker/dataset.h"
+#include "worker/summary.h"
+#include "model/dataset.h"
 
 namespace gradsync {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/config.h"
+#include "common/config.h"
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
 

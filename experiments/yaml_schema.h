@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "experiments/config.h"
+#include "common/config.h"
 
 namespace gradsync::yaml_schema {
 

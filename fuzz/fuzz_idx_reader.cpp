@@ -1,4 +1,4 @@
-// libFuzzer target: the IDX reader (worker/idx_reader.h), gzip-compressed or raw.
+// libFuzzer target: the IDX reader (model/idx_reader.h), gzip-compressed or raw.
 //
 // read_idx() only takes a path, so each input is written to an in-memory file (memfd) and read
 // back through /proc/self/fd/N: no disk traffic, no temp files left behind by a crash. An
@@ -17,7 +17,7 @@
 
 #include "common/error.h"
 #include "fuzz/fuzz_support.h"
-#include "worker/idx_reader.h"
+#include "model/idx_reader.h"
 
 namespace {
 

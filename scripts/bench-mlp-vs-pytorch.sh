@@ -57,7 +57,7 @@ samples_per_s() { sed -n 's/.*samples\/s=\([0-9.]*\).*/\1/p' <<<"$1"; }
 ratios=()
 for ((i = 1; i <= pairs; i++)); do
   ours_line=$("$gradsync" bench mlp "${common[@]}" "${ours_args[@]}")
-  theirs_line=$(OMP_NUM_THREADS=1 "$python" experiments/bench/torch_mlp.py "${common[@]}" "${theirs_args[@]}")
+  theirs_line=$(OMP_NUM_THREADS=1 "$python" bench/torch_mlp.py "${common[@]}" "${theirs_args[@]}")
   ours=$(samples_per_s "$ours_line")
   theirs=$(samples_per_s "$theirs_line")
   # What ran: the BLAS behind PyTorch on CPU, the GPU's name on GPU.

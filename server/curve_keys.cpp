@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 
 namespace gradsync {
 namespace {

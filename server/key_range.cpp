@@ -3,7 +3,7 @@
 
 #include "common/error.h"
 #include "common/wire_format.h"
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 
 namespace gradsync {
 

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "server/message.h"
-#include "worker/sgd.h"
+#include "model/optimizer/sgd.h"
 
 namespace gradsync {
 

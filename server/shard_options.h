@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "server/ps_client.h"
-#include "worker/sgd.h"
+#include "strategies/ps/ps_client.h"
+#include "model/optimizer/sgd.h"
 
 namespace gradsync {
 

@@ -255,7 +255,7 @@ void ShardState::write_checkpoint() const {
       (std::filesystem::path(folder) / checkpoint_part_name(options_.shard, options_.shards))
           .string(),
       part);
-  // The run's settings, once per step (experiments/checkpoints.h: training_settings).
+  // The run's settings, once per step (worker/checkpoints.h: training_settings).
   if (options_.shard == 0 && !options_.checkpoint_settings.empty()) {
     const std::string problem = write_checkpoint_settings(folder, options_.checkpoint_settings);
     if (!problem.empty()) {

@@ -16,7 +16,7 @@
 
 #include "common/wire_format.h"
 #include "server/message.h"
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 
 namespace gradsync {
 

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "strategies/sync_strategy.h"
-#include "worker/sgd.h"
+#include "model/optimizer/sgd.h"
 
 namespace gradsync {
 

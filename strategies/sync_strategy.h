@@ -1,5 +1,5 @@
 // SyncStrategy: how a rank's gradients become updated parameters. The one worker loop
-// (experiments/worker_loop.h) calls it and knows nothing else about the strategy:
+// (worker/worker_loop.h) calls it and knows nothing else about the strategy:
 //
 //   strategy.init(params)                 // all replicas start equal
 //   for each step:
@@ -21,7 +21,7 @@
 #include <string_view>
 
 #include "common/step_stats.h"
-#include "worker/optimizer.h"
+#include "model/optimizer/optimizer.h"
 
 namespace gradsync {
 

@@ -75,7 +75,7 @@ def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound
     last = err.strip().splitlines()[-1] if err.strip() else ""
     check(launcher.returncode not in (0, None), f"the run failed (exit {launcher.returncode})")
     check(elapsed < bound_s, f"the run ended {elapsed:.1f} s after the kill (bound {bound_s} s)")
-    # experiments/launcher.cpp: "<name> (pid N) was killed by signal 9 (Killed); stopped ..."
+    # launch/launcher.cpp: "<name> (pid N) was killed by signal 9 (Killed); stopped ..."
     said = f"{name} (pid {victim}) was killed by signal 9"
     check(said in last, f"the error names the killed process and its signal: {said!r} in {last!r}")
     time.sleep(0.5)

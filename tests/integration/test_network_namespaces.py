@@ -1,5 +1,5 @@
 """`network: {namespaces: true, link_gbps: X}`: every process of a multi-process run in its own
-network namespace on a veth shaped by tbf (experiments/namespace_network.h).
+network namespace on a veth shaped by tbf (launch/namespace_network.h).
 
 1. The ring and a parameter server run across the namespaces (the shard listens on its
    namespace's address, not 127.0.0.1) and their communication time per step is that of the

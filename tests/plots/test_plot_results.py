@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "plots", "plot_results.py")
 PYTHON = "/usr/bin/python3"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# metrics.csv exactly as gradsync writes it (common/metrics_writer.h).
+# metrics.csv exactly as gradsync writes it (worker/metrics_writer.h).
 HEADER = ("step,rank,epoch,time_s,loss,compute_s,communicate_s,wait_s,"
           "bytes_sent,bytes_received,staleness")
 

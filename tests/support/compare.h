@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 namespace gradsync::testing {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 #include "server/shard_state.h"
 #include "tests/support/shard_options.h"
 

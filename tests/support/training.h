@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "experiments/in_process.h"
-#include "worker/sgd.h"
-#include "worker/synthetic_data.h"
+#include "worker/in_process.h"
+#include "model/optimizer/sgd.h"
+#include "model/synthetic_data.h"
 
 namespace gradsync::testing {
 

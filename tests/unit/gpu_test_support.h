@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "common/random.h"
-#include "experiments/model_factory.h"
-#include "worker/dataset.h"
+#include "worker/model_factory.h"
+#include "model/dataset.h"
 
 namespace gradsync::testing {
 

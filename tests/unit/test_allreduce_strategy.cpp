@@ -4,14 +4,14 @@
 
 #include "allreduce/in_memory_store.h"
 #include "allreduce/tcp/tcp_ring.h"
-#include "experiments/in_process.h"
-#include "experiments/worker_loop.h"
-#include "strategies/allreduce_strategy.h"
+#include "worker/in_process.h"
+#include "worker/worker_loop.h"
+#include "strategies/allreduce/allreduce_strategy.h"
 #include "tests/support/compare.h"
 #include "tests/support/training.h"
-#include "worker/mlp.h"
-#include "worker/sampler.h"
-#include "worker/synthetic_data.h"
+#include "model/mlp.h"
+#include "model/sampler.h"
+#include "model/synthetic_data.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Checkpoint files (common/checkpoint_file.h) and how a run finds and reads them
-// (experiments/checkpoints.h): round trip, every kind of damage refused with the file named,
+// (worker/checkpoints.h): round trip, every kind of damage refused with the file named,
 // resolution of the newest complete checkpoint, parts of any ranges joined.
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "common/checkpoint_file.h"
 #include "allreduce/in_memory_store.h"
 #include "common/error.h"
-#include "experiments/checkpoints.h"
+#include "worker/checkpoints.h"
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;

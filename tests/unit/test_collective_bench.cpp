@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "experiments/bench/collective_bench.h"
+#include "bench/collective_bench.h"
 
 namespace gradsync {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/random.h"
-#include "worker/cpu_gemm.h"
+#include "model/cpu_gemm.h"
 
 namespace {
 

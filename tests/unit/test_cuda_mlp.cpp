@@ -8,11 +8,11 @@
 
 #include "../support/compare.h"
 #include "gpu_test_support.h"
-#include "worker/cuda/cuda_mlp.h"
-#include "worker/cuda/device_buffer.h"
-#include "worker/cuda/device_sgd.h"
-#include "worker/mlp.h"
-#include "worker/sgd.h"
+#include "model/cuda/cuda_mlp.h"
+#include "model/cuda/device_buffer.h"
+#include "model/cuda/device_sgd.h"
+#include "model/mlp.h"
+#include "model/optimizer/sgd.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -3,14 +3,14 @@
 #include <thread>
 
 #include "common/error.h"
-#include "experiments/in_process.h"
-#include "experiments/run_plan.h"
-#include "strategies/dp_strategy.h"
-#include "strategies/strategy_factory.h"
+#include "worker/in_process.h"
+#include "worker/run_plan.h"
+#include "strategies/dp/dp_strategy.h"
+#include "strategies/make_strategy.h"
 #include "tests/support/compare.h"
 #include "tests/support/training.h"
-#include "worker/mlp.h"
-#include "worker/synthetic_data.h"
+#include "model/mlp.h"
+#include "model/synthetic_data.h"
 
 namespace {
 

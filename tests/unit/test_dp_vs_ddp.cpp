@@ -2,7 +2,7 @@
 // link) is computed right, and runs that are neither dp nor allreduce are left out.
 #include <doctest/doctest.h>
 
-#include "experiments/teach/dp_vs_ddp.h"
+#include "teach/dp_vs_ddp.h"
 
 namespace {
 

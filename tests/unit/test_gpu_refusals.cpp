@@ -13,15 +13,15 @@
 #include "allreduce/in_memory_store.h"
 #include "allreduce/make_communicator.h"
 #include "common/error.h"
-#include "experiments/bench/collective_bench.h"
-#include "experiments/bench/mlp_throughput.h"
-#include "experiments/model_factory.h"
+#include "bench/collective_bench.h"
+#include "bench/mlp_throughput.h"
+#include "worker/model_factory.h"
 #include "experiments/run_experiment.h"
-#include "strategies/host_staged_strategy.h"
+#include "strategies/allreduce/host_staged_strategy.h"
 #include "strategies/single_strategy.h"
-#include "strategies/strategy_factory.h"
+#include "strategies/make_strategy.h"
 #include "tests/support/temp_dir.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 namespace {
 

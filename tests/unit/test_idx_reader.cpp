@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "worker/idx_reader.h"
+#include "model/idx_reader.h"
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "experiments/launcher.h"
+#include "launch/launcher.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/metrics_writer.h"
+#include "worker/metrics_writer.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "common/random.h"
-#include "worker/mlp.h"
+#include "model/mlp.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "experiments/namespace_network.h"
+#include "launch/namespace_network.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

@@ -10,8 +10,8 @@
 #include "allreduce/nccl/nccl_communicator.h"
 #include "common/error.h"
 #include "gpu_test_support.h"
-#include "worker/cuda/cuda_device.h"
-#include "worker/cuda/device_buffer.h"
+#include "model/cuda/cuda_device.h"
+#include "model/cuda/device_buffer.h"
 
 namespace {
 

@@ -10,8 +10,8 @@
 
 #include "common/error.h"
 #include "common/wire_format.h"
-#include "experiments/bench/ps_bench.h"
-#include "experiments/bench/ps_loopback.h"
+#include "bench/ps_bench.h"
+#include "bench/ps_loopback.h"
 
 namespace gradsync {
 namespace {

@@ -17,9 +17,9 @@
 #include "common/error.h"
 #include "common/wire_format.h"
 #include "experiments/cost_model.h"
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 #include "server/ps_shard.h"
-#include "server/shard_link.h"
+#include "strategies/ps/shard_link.h"
 
 using namespace gradsync;
 using namespace std::chrono_literals;

@@ -2,15 +2,15 @@
 
 #include <thread>
 
-#include "experiments/in_process.h"
-#include "experiments/worker_loop.h"
+#include "worker/in_process.h"
+#include "worker/worker_loop.h"
 #include "server/ps_shard.h"
-#include "strategies/ps_strategy.h"
+#include "strategies/ps/ps_strategy.h"
 #include "tests/support/compare.h"
 #include "tests/support/training.h"
-#include "worker/mlp.h"
-#include "worker/sampler.h"
-#include "worker/synthetic_data.h"
+#include "model/mlp.h"
+#include "model/sampler.h"
+#include "model/synthetic_data.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "experiments/rank_outputs.h"
+#include "worker/rank_outputs.h"
 #include "tests/support/temp_dir.h"
 
 namespace gradsync {

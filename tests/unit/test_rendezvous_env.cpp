@@ -3,7 +3,7 @@
 #include <map>
 
 #include "common/error.h"
-#include "common/rendezvous_env.h"
+#include "launch/rendezvous_env.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/reply_copy.h"
+#include "strategies/ps/reply_copy.h"
 
 using gradsync::ReplyCopy;
 

@@ -14,7 +14,7 @@
 #include "allreduce/in_memory_store.h"
 #include "allreduce/tcp/tcp_ring.h"
 #include "common/error.h"
-#include "experiments/teach/ring_schedule.h"
+#include "teach/ring_schedule.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "worker/sampler.h"
+#include "model/sampler.h"
 
 using gradsync::DistributedSampler;
 

@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "worker/sgd.h"
+#include "model/optimizer/sgd.h"
 
 TEST_CASE("sgd: plain step is p -= lr * g") {
   gradsync::Sgd sgd(2, {0.5, 0.0, 0.0});

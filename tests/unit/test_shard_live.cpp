@@ -8,7 +8,7 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "server/ps_client.h"
+#include "strategies/ps/ps_client.h"
 #include "server/ps_shard.h"
 #include "server/shard_state.h"
 #include "tests/support/shard_driver.h"

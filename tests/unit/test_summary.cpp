@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "experiments/in_process.h"
-#include "experiments/summary.h"
+#include "worker/in_process.h"
+#include "worker/summary.h"
 #include "tests/support/training.h"
 
 namespace {

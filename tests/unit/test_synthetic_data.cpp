@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "worker/synthetic_data.h"
+#include "model/synthetic_data.h"
 
 using gradsync::SyntheticDataOptions;
 

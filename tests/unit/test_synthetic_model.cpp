@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/synthetic_model.h"
+#include "model/synthetic_model.h"
 
 namespace {
 

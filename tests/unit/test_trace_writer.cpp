@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "common/trace_writer.h"
+#include "worker/trace_writer.h"
 
 namespace gradsync {
 namespace {

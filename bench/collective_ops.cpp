@@ -1,0 +1,108 @@
+// The collectives `gradsync bench allreduce` measures, one plug-in each (collective_bench.h's
+// CollectiveOp): initial data, expected values in closed form, bus factor, the call itself.
+#include <array>
+#include <string>
+
+#include "allreduce/communicator.h"
+#include "common/error.h"
+#include "bench/collective_bench.h"
+
+namespace gradsync {
+namespace {
+
+constexpr const char* kWhere = "bench";
+
+// Data repeat with this prime period: a segment delivered to the wrong offset is caught unless
+// the offset error is a multiple of it, which ring segment boundaries never are by accident.
+// n * kPeriod + n(n+1)/2 < 2^24 for n <= kMaxRanks keeps every partial sum exact in float.
+constexpr std::size_t kPeriod = 32749;
+
+// ---- Plug-ins. Bus factors and sizes are explained beside CollectiveOp and in
+// docs/benchmarks.md; the data below is chosen so that each expected value has a closed form.
+
+std::size_t buffer_count(std::size_t bytes, int /*n*/) {
+  return std::max<std::size_t>(1, bytes / sizeof(float));
+}
+// The gathered output holds n equal parts, so round down to a multiple of n.
+std::size_t gathered_count(std::size_t bytes, int n) {
+  const auto parts = static_cast<std::size_t>(n);
+  return std::max(parts, bytes / sizeof(float) / parts * parts);
+}
+float pattern(std::size_t i) { return static_cast<float>(i % kPeriod); }
+
+// allreduce (sum): rank r holds (r + 1) + p(i), so the sum is n(n+1)/2 + n * p(i).
+double allreduce_bus(int n) { return 2.0 * (n - 1) / n; }
+void allreduce_init(int rank, int /*n*/, std::size_t count, RankBuffers& b) {
+  b.in.clear();
+  b.out.resize(count);
+  for (std::size_t i = 0; i < count; ++i) b.out[i] = static_cast<float>(rank + 1) + pattern(i);
+}
+float allreduce_expected(int n, std::size_t /*count*/, std::size_t i) {
+  return static_cast<float>(n * (n + 1) / 2) + static_cast<float>(n) * pattern(i);
+}
+// Sum, not average: averaging would add a scaling pass that Gloo's sum does not make. In the
+// timed loop the values grow by a factor n per iteration (possibly to inf, which costs nothing
+// extra on x86); only the separate verification run after it is checked.
+void allreduce_run(Communicator& comm, RankBuffers& b) { comm.allreduce(b.out, ReduceOp::kSum); }
+
+// broadcast from rank 0: the root holds 1 + p(i); the others start at -1 so that a rank that
+// received nothing is counted wrong.
+double broadcast_bus(int /*n*/) { return 1.0; }
+void broadcast_init(int rank, int /*n*/, std::size_t count, RankBuffers& b) {
+  b.in.clear();
+  b.out.assign(count, -1.0f);
+  if (rank == 0) {
+    for (std::size_t i = 0; i < count; ++i) b.out[i] = 1.0f + pattern(i);
+  }
+}
+float broadcast_expected(int /*n*/, std::size_t /*count*/, std::size_t i) {
+  return 1.0f + pattern(i);
+}
+void broadcast_run(Communicator& comm, RankBuffers& b) { comm.broadcast(b.out, 0); }
+
+// allgather: rank r contributes r + 256 * p(j) for its j-th element, so each gathered element
+// says which rank (low 8 bits) and which position (the rest) it came from.
+double allgather_bus(int n) { return static_cast<double>(n - 1) / n; }
+void allgather_init(int rank, int n, std::size_t count, RankBuffers& b) {
+  const std::size_t part = count / static_cast<std::size_t>(n);
+  b.in.resize(part);
+  for (std::size_t j = 0; j < part; ++j) b.in[j] = static_cast<float>(rank) + 256.0f * pattern(j);
+  b.out.assign(count, -1.0f);
+}
+float allgather_expected(int n, std::size_t count, std::size_t i) {
+  const std::size_t part = count / static_cast<std::size_t>(n);
+  return static_cast<float>(i / part) + 256.0f * pattern(i % part);
+}
+void allgather_run(Communicator& comm, RankBuffers& b) { comm.allgather(b.in, b.out); }
+
+const std::array<CollectiveOp, 3>& collective_ops() {
+  static const std::array<CollectiveOp, 3> ops = {{
+      {"allreduce", "sum, in place", allreduce_bus, buffer_count, allreduce_init,
+       allreduce_expected, allreduce_run},
+      {"broadcast", "root 0, in place", broadcast_bus, buffer_count, broadcast_init,
+       broadcast_expected, broadcast_run},
+      {"allgather", "out of place", allgather_bus, gathered_count, allgather_init,
+       allgather_expected, allgather_run},
+  }};
+  return ops;
+}
+
+}  // namespace
+
+const CollectiveOp& find_collective_op(const std::string& name) {
+  std::string valid;
+  for (const CollectiveOp& op : collective_ops()) {
+    if (op.name == name) return op;
+    valid += (valid.empty() ? "" : ", ") + op.name;
+  }
+  throw ConfigError(kWhere, "--op", "unknown collective '" + name + "' (valid: " + valid + ")");
+}
+
+std::uint64_t count_wrong(const CollectiveOp& op, int n, const RankBuffers& buffers) {
+  std::uint64_t wrong = 0;
+  const std::size_t count = buffers.out.size();
+  for (std::size_t i = 0; i < count; ++i) wrong += buffers.out[i] != op.expected(n, count, i);
+  return wrong;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,19 @@
+// `gradsync bench mlp --device gpu`: the CUDA MLP's training throughput at a given batch, with
+// the same pool, model and optimizer settings as the CPU benchmark (mlp_throughput.h) and as
+// `bench/torch_mlp.py --device cuda`, so the two run the same work on the same GPU.
+// A step is forward_backward (which waits for its stream: the loss reaches the host, as
+// loss.item() would) and DeviceSgd::step (which waits for the update).
+#pragma once
+
+#include <string>
+
+#include "bench/mlp_throughput.h"
+
+namespace gradsync {
+
+// The result line "gradsync: samples/s=... steps=... seconds=... batch=... device=cuda:N
+// gpu=<name>", or JSON with options.json. Throws ConfigError naming --device without CUDA or
+// without a visible GPU.
+std::string run_gpu_mlp_bench(const MlpBenchOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,119 @@
+#include "bench/nccl_bench.h"
+
+#include "common/error.h"
+#ifdef GRADSYNC_HAVE_NCCL
+#include "allreduce/in_memory_store.h"
+#include "allreduce/nccl/nccl_communicator.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/cuda_device.h"
+#include "model/cuda/device_buffer.h"
+#endif
+
+namespace gradsync {
+
+#ifdef GRADSYNC_HAVE_NCCL
+namespace {
+
+// One rank: its communicator on GPU `rank` and device mirrors of the host buffers.
+class NcclRank final : public BenchRank {
+ public:
+  NcclRank(const CollectiveOp& op, std::unique_ptr<NcclCommunicator> comm)
+      : op_(op), comm_(std::move(comm)) {}
+
+  void barrier() override { comm_->barrier(); }
+
+  void run(RankBuffers& buffers) override { run_many(buffers, 1); }
+
+  void run_many(RankBuffers& /*buffers*/, int times) override {
+    std::shared_ptr<Work> last;
+    for (int k = 0; k < times; ++k) last = issue();
+    // One stream, in order: the last one done means all are.
+    if (last) last->wait(comm_->timeout());
+  }
+
+  void load(RankBuffers& buffers) override {
+    cuda::DeviceGuard on(comm_->device());
+    copy_in(in_, buffers.in);
+    copy_in(out_, buffers.out);
+  }
+
+  void unload(RankBuffers& buffers) override {
+    cuda::DeviceGuard on(comm_->device());
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(buffers.out.data(), out_.data(), out_.bytes(),
+                                   cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  std::shared_ptr<Work> issue() {
+    if (op_.name == "allreduce") return comm_->allreduce_async(out_.span(), ReduceOp::kSum);
+    if (op_.name == "broadcast") return comm_->broadcast_async(out_.span(), 0);
+    return comm_->allgather_async(in_.span(), out_.span());
+  }
+
+  // Reallocates only when the row's size changes. The device is synchronised before and after:
+  // a cudaMemcpy from pageable memory may return before its DMA lands, and the communicator's
+  // non-blocking stream would not wait for it.
+  static void copy_in(cuda::DeviceBuffer<float>& device, const std::vector<float>& host) {
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+    if (device.size() != host.size()) device = cuda::DeviceBuffer<float>(host.size());
+    if (!host.empty()) {
+      GRADSYNC_CUDA_CHECK(
+          cudaMemcpy(device.data(), host.data(), device.bytes(), cudaMemcpyHostToDevice));
+    }
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  const CollectiveOp& op_;
+  std::unique_ptr<NcclCommunicator> comm_;
+  cuda::DeviceBuffer<float> in_;
+  cuda::DeviceBuffer<float> out_;
+};
+
+}  // namespace
+
+GpuSweep nccl_sweep_setup(CollectiveBenchOptions& options) {
+  const int visible = cuda::cuda_device_count();
+  if (visible == 0) {
+    throw ConfigError("bench", "--device",
+                      "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
+  }
+  if (options.ranks <= 0) options.ranks = visible;
+  if (options.ranks > visible) {
+    throw ConfigError("bench", "--ranks",
+                      std::to_string(options.ranks) + " ranks need " +
+                          std::to_string(options.ranks) + " GPUs (one rank per GPU: NCCL " +
+                          "cannot put two ranks on one device); " + std::to_string(visible) +
+                          " visible");
+  }
+  return {"NCCL " + NcclCommunicator::version() + ", GPUs 0.." +
+          std::to_string(options.ranks - 1) + ", one rank per GPU"};
+}
+
+std::vector<SizeResult> nccl_measure(const SweepSpec& spec) {
+  // The Store must outlive every communicator made over it: measure_sweep joins its threads.
+  InMemoryStore store;
+  return measure_sweep(spec, [&](int rank) -> std::unique_ptr<BenchRank> {
+    NcclOptions options;
+    options.device = rank;
+    options.timeout = spec.timeout;
+    options.store_prefix = "bench";
+    return std::make_unique<NcclRank>(*spec.op,
+                                      NcclCommunicator::create(store, rank, spec.ranks, options));
+  });
+}
+
+#else
+
+GpuSweep nccl_sweep_setup(CollectiveBenchOptions& /*options*/) {
+  throw ConfigError("bench", "--device",
+                    "gpu needs a gradsync built with CUDA and NCCL (this build has no NCCL)");
+}
+
+std::vector<SizeResult> nccl_measure(const SweepSpec& /*spec*/) {
+  throw ConfigError("bench", "--device",
+                    "gpu needs a gradsync built with CUDA and NCCL (this build has no NCCL)");
+}
+
+#endif
+
+}  // namespace gradsync

@@ -1,0 +1,111 @@
+// The fully resolved configuration of one run. Every field has a default; presets (YAML) and
+// `--set key=value` override them. The schema, with each key's meaning, is in
+// experiments/preset.cpp (kSchema) and docs/presets.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+struct TrainConfig {
+  std::int64_t steps = 0;         // > 0: exactly this many steps; 0: run `epochs` whole epochs
+  std::int64_t epochs = 1;
+  int batch = 64;                 // per worker, as in DistributedDataParallel
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  std::uint64_t seed = 1;
+  std::int64_t eval_every = 0;    // steps between test-set evaluations; 0 = once per epoch
+  double target_accuracy = 0.85;  // for time-to-accuracy in summary.json
+  int accumulation_steps = 1;     // micro-batches per optimizer step, no communication between
+};
+
+struct DataConfig {
+  std::string kind = "fashion-mnist";  // fashion-mnist | idx | synthetic
+  std::string dir;                     // idx: an MNIST-format directory; fashion-mnist: optional
+  // synthetic teacher-student set
+  std::int64_t train_samples = 8192;
+  std::int64_t test_samples = 2048;
+  int dim = 32;
+  int classes = 10;
+
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct ModelConfig {
+  std::string kind = "mlp";              // mlp | synthetic
+  std::vector<int> hidden = {256, 256};  // mlp: hidden layer widths; input and output from data
+  // synthetic: a stand-in with real gradient buffers of `parameters` floats, split into
+  // `layers` equal layers, whose forward+backward takes `compute_ms` of wall time (an
+  // accelerator's compute, during which the CPU is free). ResNet-50 has 25.6M parameters.
+  std::int64_t parameters = 25'557'032;
+  double compute_ms = 100;
+  int layers = 50;
+};
+
+struct CommConfig {
+  double timeout_s = 60;    // every wait on another rank or replica
+  double bucket_mb = 25;    // allreduce: gradient bucket size (DistributedDataParallel's default)
+  bool overlap = true;      // allreduce: reduce each bucket as soon as backward has filled it
+  bool uneven_inputs = false;  // allreduce: DDP's Join, for ranks with different batch counts
+};
+
+struct PsConfig {
+  int servers = 1;                   // K shards, each owning a contiguous key range
+  std::string mode = "sync";         // sync | async | ssp
+  int staleness = 2;                 // ssp: how many steps a worker may run ahead of the slowest
+  bool continue_without_dead_workers = false;  // async: drop a silent worker and go on
+  std::string bind = "127.0.0.1";    // the interface shards listen on
+  std::string curve_keys;            // a key file (gradsync server --gen-keys); empty: no CURVE
+  double heartbeat_s = 1.0;
+};
+
+// Link emulation: every process's sends and receives through the transports are capped at
+// link_gbps (a token bucket per direction, as a full-duplex NIC), so a parameter server's one
+// link saturates as a real one would. 0: no cap.
+// namespaces (root, multi-process runs): the same cap enforced by the kernel instead, each
+// process in its own network namespace on a tbf-shaped veth (launch/namespace_network.h).
+struct NetworkConfig {
+  double link_gbps = 0;
+  bool namespaces = false;
+};
+
+// `gradsync sweep`: every run of the preset at each of these worker counts.
+struct SweepConfig {
+  std::vector<int> workers;
+};
+
+// Checkpoints: every `every` steps the run's state (parameters, optimizer state, step; the
+// sampler's position follows from the step) is written atomically under `dir`, by rank 0 or, for
+// ps, by every server shard for its key range. `gradsync run PRESET --resume DIR` continues.
+struct CheckpointConfig {
+  std::int64_t every = 0;   // steps between checkpoints; 0: none
+  std::string dir;          // empty: <run folder>/checkpoints
+  std::string resume;       // a checkpoint to continue from (worker/checkpoints.h)
+};
+
+struct OutputConfig {
+  std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
+  std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
+  std::string progress = "auto";  // auto | terminal | plain | off
+};
+
+struct Config {
+  std::string name;             // run name: `runs[i].name`, else "<strategy>-<workers>"
+  std::string strategy = "single";
+  int workers = 1;
+  std::string device = "cpu";   // cpu | gpu (one GPU per worker from LOCAL_RANK; dp: G devices)
+  TrainConfig train;
+  DataConfig data;
+  ModelConfig model;
+  CommConfig comm;
+  PsConfig ps;
+  NetworkConfig network;
+  SweepConfig sweep;
+  CheckpointConfig checkpoint;
+  OutputConfig output;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,204 @@
+#include "model/cuda/cuda_mlp.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/cuda_device.h"
+
+namespace gradsync {
+namespace {
+
+// A model sees its training set and its test set; a third would evict the older one.
+constexpr std::size_t kCachedDatasets = 2;
+
+}  // namespace
+
+CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
+    : widths_(std::move(widths)),
+      max_batch_(max_batch),
+      device_(device),
+      datasets_(kCachedDatasets, widths_.empty() ? 0 : widths_.back()) {
+  GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
+  // The host model defines the layout (and checks the widths): both models index the flat
+  // buffers the same way by construction, not by keeping two copies of the arithmetic.
+  layers_ = Mlp(widths_, 1).layers();
+  cuda::require_device(device_, "CudaMlp");
+  cuda::DeviceGuard on(device_);
+  stream_ = cuda::make_stream();
+  // Plain FP32 products (no TF32 tensor-op shortcut), as PyTorch's default and as the CPU.
+  cublas_ = cuda::make_cublas(stream_.get());
+
+  const std::size_t count = layers_.back().end();
+  params_ = cuda::DeviceBuffer<float>(count);
+  grads_ = cuda::DeviceBuffer<float>(count);
+  params_.zero(stream_.get());
+  grads_.zero(stream_.get());
+  const auto batch = static_cast<std::size_t>(max_batch_);
+  for (int width : widths_) {
+    activations_.emplace_back(static_cast<std::size_t>(width) * batch);
+  }
+  for (std::size_t l = 1; l < widths_.size(); ++l) {
+    deltas_.emplace_back(static_cast<std::size_t>(widths_[l]) * batch);
+  }
+  indices_ = cuda::DeviceBuffer<std::int64_t>(batch);
+  staged_indices_ = cuda::PinnedBuffer<std::int64_t>(batch);
+  sample_loss_ = cuda::DeviceBuffer<double>(batch);
+  sample_correct_ = cuda::DeviceBuffer<int>(batch);
+  totals_ = cuda::DeviceBuffer<kernels::LossTotals>(1);
+  host_totals_ = cuda::PinnedBuffer<kernels::LossTotals>(1);
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+// The stream is the last member: destroyed first, it waits for its work before the buffers
+// that work reads are freed (also when the constructor failed after enqueueing the memsets).
+CudaMlp::~CudaMlp() = default;
+
+void CudaMlp::init_params(std::uint64_t seed) {
+  Mlp host(widths_, 1);
+  host.init_params(seed);
+  copy_params_from_host(host.params());
+}
+
+void CudaMlp::copy_params_to_host(std::span<float> out) {
+  GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
+  cuda::DeviceGuard on(device_);
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpy(out.data(), params_.data(), params_.bytes(), cudaMemcpyDeviceToHost));
+}
+
+void CudaMlp::copy_params_from_host(std::span<const float> in) {
+  GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
+  cuda::DeviceGuard on(device_);
+  // On the model's stream, then waited for: a plain cudaMemcpy from pageable memory may return
+  // before its DMA lands, and the non-blocking streams that read params_ next would not wait.
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), params_.bytes(),
+                                      cudaMemcpyHostToDevice, stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+void CudaMlp::copy_grads_to_host(std::span<float> out) {
+  GRADSYNC_CHECK(out.size() == param_count(), "copy_grads_to_host: size != param_count()");
+  cuda::DeviceGuard on(device_);
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpy(out.data(), grads_.data(), grads_.bytes(), cudaMemcpyDeviceToHost));
+}
+
+void CudaMlp::gemm(cublasOperation_t a_op, cublasOperation_t b_op, int m, int n, int k,
+                   const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                   int ldc) {
+  const float one = 1.0f;
+  GRADSYNC_CUBLAS_CHECK(
+      cublasSgemm(cublas_.get(), a_op, b_op, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+}
+
+void CudaMlp::forward(const cuda::DeviceDataset& data, const std::int64_t* indices,
+                      std::int64_t first, int batch) {
+  GRADSYNC_CUDA_CHECK(kernels::gather_columns(data.features.data(), data.dim, indices, first,
+                                              batch, activations_.front().data(), stream_.get()));
+  const int last = static_cast<int>(layers_.size()) - 1;
+  for (int l = 0; l <= last; ++l) {
+    const LayerRange& r = layers_[l];
+    // Z (out x batch) = W (out x in) * X (in x batch), all column-major.
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, r.out, batch, r.in, params_.data() + r.weight_offset, r.out,
+         activations_[l].data(), r.in, 0.0f, activations_[l + 1].data(), r.out);
+    GRADSYNC_CUDA_CHECK(kernels::add_bias(activations_[l + 1].data(),
+                                          params_.data() + r.bias_offset, r.out, batch, l < last,
+                                          stream_.get()));
+  }
+}
+
+void CudaMlp::loss(const cuda::DeviceDataset& data, const std::int64_t* indices,
+                   std::int64_t first, int batch, const float* grad_scale) {
+  GRADSYNC_CUDA_CHECK(kernels::softmax_cross_entropy(
+      activations_.back().data(), widths_.back(), batch, data.labels.data(), indices, first,
+      grad_scale != nullptr ? *grad_scale : 1.0f,
+      grad_scale != nullptr ? deltas_.back().data() : nullptr, sample_loss_.data(),
+      sample_correct_.data(), stream_.get()));
+  GRADSYNC_CUDA_CHECK(kernels::add_loss_totals(sample_loss_.data(), sample_correct_.data(), batch,
+                                               totals_.data(), stream_.get()));
+}
+
+kernels::LossTotals CudaMlp::read_totals() {
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host_totals_.data(), totals_.data(),
+                                      sizeof(kernels::LossTotals), cudaMemcpyDeviceToHost,
+                                      stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  return *host_totals_.data();
+}
+
+double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                                 float grad_scale, bool accumulate) {
+  const int batch = static_cast<int>(indices.size());
+  GRADSYNC_CHECK(batch >= 1 && batch <= max_batch_, "batch size outside [1, max_batch]");
+  GRADSYNC_CHECK(data.dim == widths_.front(), "dataset width does not match the model input");
+  for (const std::int64_t i : indices) {
+    GRADSYNC_CHECK(i >= 0 && i < data.size, "batch index outside the dataset");
+  }
+  cuda::DeviceGuard on(device_);
+  const cuda::DeviceDataset& device_data = datasets_.get(data, stream_.get());
+  // The pinned copy is free to overwrite: the previous step's upload finished before that step
+  // returned (it synchronised on its loss).
+  std::memcpy(staged_indices_.data(), indices.data(), indices.size_bytes());
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(indices_.data(), staged_indices_.data(),
+                                      indices.size_bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  totals_.zero(stream_.get());
+  forward(device_data, indices_.data(), 0, batch);
+  loss(device_data, indices_.data(), 0, batch, &grad_scale);
+
+  const float beta = accumulate ? 1.0f : 0.0f;
+  for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
+    const LayerRange& r = layers_[l];
+    const float* delta = deltas_[l].data();
+    const float* in = activations_[l].data();
+    // dW (out x in) = delta (out x batch) * X^T (batch x in); beta 1 adds to the micro-batches
+    // accumulated so far.
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, r.out, r.in, batch, delta, r.out, in, r.in, beta,
+         grads_.data() + r.weight_offset, r.out);
+    GRADSYNC_CUDA_CHECK(kernels::bias_gradient(delta, r.out, batch,
+                                               grads_.data() + r.bias_offset, accumulate,
+                                               stream_.get()));
+    // Enqueued, not finished: see the header on how a consumer orders itself after stream().
+    if (grad_ready_) grad_ready_(r.weight_offset, r.end());
+    if (l == 0) break;  // nobody needs the gradient with respect to the input
+    // dX (in x batch) = W^T (in x out) * delta (out x batch), then ReLU's derivative.
+    float* prev = deltas_[l - 1].data();
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, r.in, batch, r.out, params_.data() + r.weight_offset, r.out,
+         delta, r.out, 0.0f, prev, r.in);
+    GRADSYNC_CUDA_CHECK(kernels::relu_backward(
+        prev, in, static_cast<std::size_t>(r.in) * static_cast<std::size_t>(batch), stream_.get()));
+  }
+  // One synchronisation per step: the loss must reach the host anyway, and waiting for the
+  // whole stream makes grads() final for whatever reads it next, on any stream.
+  return read_totals().loss_sum / batch;
+}
+
+Evaluation CudaMlp::evaluate(const Dataset& data) {
+  GRADSYNC_CHECK(data.dim == widths_.front(), "dataset width does not match the model input");
+  Evaluation result;
+  result.samples = data.size;
+  if (data.size == 0) return result;
+  cuda::DeviceGuard on(device_);
+  const cuda::DeviceDataset& device_data = datasets_.get(data, stream_.get());
+  totals_.zero(stream_.get());
+  for (std::int64_t start = 0; start < data.size; start += max_batch_) {
+    const int batch = static_cast<int>(std::min<std::int64_t>(max_batch_, data.size - start));
+    forward(device_data, nullptr, start, batch);
+    loss(device_data, nullptr, start, batch, nullptr);
+  }
+  const kernels::LossTotals totals = read_totals();
+  result.loss = totals.loss_sum / static_cast<double>(data.size);
+  result.accuracy = static_cast<double>(totals.correct) / static_cast<double>(data.size);
+  return result;
+}
+
+cudaStream_t model_stream(Model& model) {
+  auto* gpu = dynamic_cast<CudaMlp*>(&model);
+  return gpu != nullptr ? gpu->stream() : nullptr;
+}
+
+}  // namespace gradsync

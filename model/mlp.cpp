@@ -1,0 +1,165 @@
+#include "model/mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/random.h"
+#include "model/cpu_gemm.h"
+
+namespace gradsync {
+
+Mlp::Mlp(std::vector<int> widths, int max_batch)
+    : widths_(std::move(widths)), max_batch_(max_batch) {
+  GRADSYNC_CHECK(widths_.size() >= 2, "an MLP needs at least an input and an output width");
+  GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
+  std::size_t offset = 0;
+  for (std::size_t l = 0; l + 1 < widths_.size(); ++l) {
+    const int in = widths_[l], out = widths_[l + 1];
+    GRADSYNC_CHECK(in >= 1 && out >= 1, "layer widths must be positive");
+    LayerRange layer{offset, offset + static_cast<std::size_t>(in) * out, in, out};
+    offset = layer.end();
+    layers_.push_back(layer);
+  }
+  params_.assign(offset, 0.f);
+  grads_.assign(offset, 0.f);
+  for (int width : widths_) activations_.emplace_back(width, max_batch_);
+  std::size_t largest_weight = 0;
+  for (std::size_t l = 1; l < widths_.size(); ++l) {
+    deltas_.emplace_back(widths_[l], max_batch_);
+    largest_weight = std::max(largest_weight, layers_[l - 1].bias_offset - layers_[l - 1].weight_offset);
+  }
+  transposed_weight_.resize(largest_weight);
+}
+
+void Mlp::init_params(std::uint64_t seed) {
+  SplitMix64 rng(seed);
+  for (const LayerRange& layer : layers_) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(layer.in));
+    for (std::size_t i = layer.weight_offset; i < layer.end(); ++i) {
+      params_[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    }
+  }
+}
+
+Mlp::VectorMap Mlp::bias(FlatBuffer& buffer, int layer) {
+  const LayerRange& r = layers_[layer];
+  return VectorMap(buffer.data() + r.bias_offset, r.out);
+}
+
+void Mlp::gather(const Dataset& data, std::span<const std::int64_t> indices) {
+  GRADSYNC_CHECK(data.dim == widths_.front(), "dataset width does not match the model input");
+  // Samples are rows of the dataset and columns of the input: one contiguous copy each.
+  Matrix& input = activations_.front();
+  for (std::size_t j = 0; j < indices.size(); ++j) {
+    std::memcpy(input.col(static_cast<Eigen::Index>(j)).data(), data.sample(indices[j]).data(),
+                sizeof(float) * static_cast<std::size_t>(data.dim));
+  }
+}
+
+void Mlp::forward(int batch) {
+  const int last = static_cast<int>(layers_.size()) - 1;
+  for (int l = 0; l <= last; ++l) {
+    auto in = activations_[l].leftCols(batch);
+    auto out = activations_[l + 1].leftCols(batch);
+    const LayerRange& r = layers_[l];
+    gemm_nn(r.out, batch, r.in, params_.data() + r.weight_offset, r.out, in.data(), r.in,
+            out.data(), r.out);
+    const VectorMap b = bias(params_, l);
+    // Bias and ReLU in one pass over the output, while it is still in cache.
+    if (l < last) {
+      out = (out.colwise() + b).cwiseMax(0.f);
+    } else {
+      out.colwise() += b;
+    }
+  }
+}
+
+std::pair<double, std::int64_t> Mlp::softmax_cross_entropy(const Dataset& data,
+                                                           std::span<const std::int64_t> indices,
+                                                           int batch, bool want_grad,
+                                                           float grad_scale) {
+  const Matrix& logits = activations_.back();
+  Matrix& delta = deltas_.back();
+  const int classes = widths_.back();
+  const float inv_batch = grad_scale / static_cast<float>(batch);
+  double loss = 0;
+  std::int64_t correct = 0;
+  for (int j = 0; j < batch; ++j) {
+    const float* z = logits.col(j).data();
+    const int label = data.labels[static_cast<std::size_t>(indices[j])];
+    GRADSYNC_CHECK(label >= 0 && label < classes, "label outside the model's classes");
+    // Subtracting the max keeps exp() from overflowing; log-sum-exp then gives the loss.
+    const int argmax = static_cast<int>(std::max_element(z, z + classes) - z);
+    const float zmax = z[argmax];
+    float sum = 0;
+    for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - zmax);
+    loss += std::log(static_cast<double>(sum)) - (z[label] - zmax);
+    correct += (argmax == label);
+    if (want_grad) {
+      // d(mean loss)/dz = (softmax(z) - onehot(label)) / batch
+      float* d = delta.col(j).data();
+      const float scale = inv_batch / sum;
+      for (int c = 0; c < classes; ++c) d[c] = std::exp(z[c] - zmax) * scale;
+      d[label] -= inv_batch;
+    }
+  }
+  return {loss, correct};
+}
+
+double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                             float grad_scale, bool accumulate) {
+  const int batch = static_cast<int>(indices.size());
+  GRADSYNC_CHECK(batch >= 1 && batch <= max_batch_, "batch size outside [1, max_batch]");
+  gather(data, indices);
+  forward(batch);
+  const double loss_sum = softmax_cross_entropy(data, indices, batch, true, grad_scale).first;
+
+  for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
+    auto delta = deltas_[l].leftCols(batch);
+    auto in = activations_[l].leftCols(batch);
+    const LayerRange& r = layers_[l];
+    gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in,
+            grads_.data() + r.weight_offset, r.out, accumulate);
+    if (accumulate) {
+      bias(grads_, l) += delta.rowwise().sum();
+    } else {
+      bias(grads_, l) = delta.rowwise().sum();
+    }
+    if (grad_ready_) grad_ready_(r.weight_offset, r.end());
+    if (l == 0) break;  // nobody needs the gradient with respect to the input
+    auto prev = deltas_[l - 1].leftCols(batch);
+    transpose(r.out, r.in, params_.data() + r.weight_offset, transposed_weight_.data());
+    gemm_nn(r.in, batch, r.out, transposed_weight_.data(), r.in, delta.data(), r.out,
+            prev.data(), r.in);
+    // ReLU's derivative: pass the gradient where the activation was positive.
+    prev = (in.array() > 0.f).select(prev, 0.f);
+  }
+  return loss_sum / batch;
+}
+
+Evaluation Mlp::evaluate(const Dataset& data) {
+  Evaluation result;
+  eval_indices_.resize(static_cast<std::size_t>(max_batch_));
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  for (std::int64_t start = 0; start < data.size; start += max_batch_) {
+    const int batch = static_cast<int>(std::min<std::int64_t>(max_batch_, data.size - start));
+    for (int j = 0; j < batch; ++j) eval_indices_[j] = start + j;
+    std::span<const std::int64_t> indices(eval_indices_.data(), static_cast<std::size_t>(batch));
+    gather(data, indices);
+    forward(batch);
+    const auto [loss, right] = softmax_cross_entropy(data, indices, batch, false);
+    loss_sum += loss;
+    correct += right;
+  }
+  result.samples = data.size;
+  if (data.size > 0) {
+    result.loss = loss_sum / static_cast<double>(data.size);
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(data.size);
+  }
+  return result;
+}
+
+}  // namespace gradsync

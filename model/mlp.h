@@ -1,0 +1,91 @@
+// A multi-layer perceptron (Linear -> ReLU -> ... -> Linear) with softmax cross-entropy, on
+// Eigen, over ONE flat parameter buffer and ONE flat gradient buffer.
+//
+// Layout of both buffers, layer by layer in forward order: W_l (out x in, column-major, so a
+// layer is `Z = W * X` with samples as columns), then b_l (out). Every strategy works on those
+// flat buffers: a bucket, a parameter-server key range or an all-reduce is a range of them.
+//
+// All activations and scratch matrices are allocated once for `max_batch`; a step allocates
+// nothing. Not thread-safe: one Mlp per replica.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "model/dataset.h"
+#include "model/model.h"
+
+namespace gradsync {
+
+struct LayerRange {
+  std::size_t weight_offset, bias_offset;  // into params() / grads()
+  int in, out;
+  std::size_t end() const { return bias_offset + static_cast<std::size_t>(out); }
+};
+
+class Mlp final : public Model {
+ public:
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+
+  // widths = {input, hidden..., classes}; at least {input, classes}.
+  Mlp(std::vector<int> widths, int max_batch);
+
+  // PyTorch's nn.Linear default: W, b ~ U(-1/sqrt(in), 1/sqrt(in)), from `seed` alone.
+  void init_params(std::uint64_t seed) override;
+
+  std::span<float> params() override { return params_; }
+  std::span<float> grads() override { return grads_; }
+  std::span<const float> params() const { return params_; }
+  std::size_t param_count() const override { return params_.size(); }
+  const std::vector<LayerRange>& layers() const { return layers_; }
+  const std::vector<int>& widths() const { return widths_; }
+
+  // Gathers `indices` of `data` into the input matrix, runs forward and backward, and writes
+  // grad_scale times the gradient of the mean loss over the batch into grads(): overwriting
+  // them, or adding to them when `accumulate` (micro-batches of one optimizer step, with
+  // grad_scale = 1/k). Returns the mean loss. indices.size() must be in [1, max_batch].
+  double forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                          float grad_scale = 1.0f, bool accumulate = false) override;
+
+  // Each layer's range, last layer first (see Model).
+  void set_grad_ready_callback(GradReadyCallback callback) override {
+    grad_ready_ = std::move(callback);
+  }
+
+  // Test loss and accuracy over the whole dataset (in chunks of max_batch); parameters unchanged.
+  Evaluation evaluate(const Dataset& data) override;
+
+ private:
+  // Aligned to Eigen's widest packet: vectorised loops then split every range into the same
+  // head, body and tail on every run and every replica, so equal inputs give bit-equal
+  // gradients. With malloc's 16-byte alignment the split, and so the float summation order,
+  // would depend on where the heap happened to put the buffer.
+  using FlatBuffer = std::vector<float, Eigen::aligned_allocator<float>>;
+  using VectorMap = Eigen::Map<Eigen::VectorXf>;
+  VectorMap bias(FlatBuffer& buffer, int layer);
+
+  void gather(const Dataset& data, std::span<const std::int64_t> indices);
+  void forward(int batch);
+  // Softmax cross-entropy on the logits of `batch` columns; leaves d(loss)/d(logits) in
+  // delta_.back() when `want_grad`, and returns the summed loss and the correct count.
+  std::pair<double, std::int64_t> softmax_cross_entropy(const Dataset& data,
+                                                        std::span<const std::int64_t> indices,
+                                                        int batch, bool want_grad,
+                                                        float grad_scale = 1.0f);
+
+  std::vector<int> widths_;
+  int max_batch_;
+  std::vector<LayerRange> layers_;
+  FlatBuffer params_;
+  FlatBuffer grads_;
+  std::vector<Matrix> activations_;  // [0] = input, [l+1] = output of layer l (ReLU'd)
+  std::vector<Matrix> deltas_;       // [l] = d(loss)/d(pre-activation of layer l)
+  FlatBuffer transposed_weight_;      // W^T of one layer, for the input gradient
+  std::vector<std::int64_t> eval_indices_;
+  GradReadyCallback grad_ready_;
+};
+
+}  // namespace gradsync

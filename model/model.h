@@ -1,0 +1,70 @@
+// Model: what the worker loop trains. One flat parameter buffer and one flat gradient buffer,
+// whose ranges are what every strategy moves (a bucket, a key range, an all-reduce).
+//
+//   model.init_params(seed);                              // the same on every replica
+//   loss = model.forward_backward(data, batch_indices);   // fills grads()
+//   model.evaluate(test)                                  // loss and accuracy, params unchanged
+//
+// Implementations: Mlp (model/mlp.h), a real network; SyntheticModel
+// (model/synthetic_model.h), a stand-in with a chosen size and compute time.
+// Buffers stay at the same address for the model's lifetime. Not thread-safe: one per replica.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <span>
+
+#include "common/error.h"
+#include "model/dataset.h"
+
+namespace gradsync {
+
+struct Evaluation {
+  double loss = 0;      // mean loss
+  double accuracy = 0;  // fraction of argmax == label (0 for a model without classes)
+  std::int64_t samples = 0;
+};
+
+class Model {
+ public:
+  using GradReadyCallback = std::function<void(std::size_t begin, std::size_t end)>;
+
+  virtual ~Model() = default;
+
+  virtual void init_params(std::uint64_t seed) = 0;
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual std::size_t param_count() const = 0;
+
+  // Runs forward and backward on `indices` of `data` and writes grad_scale times the gradient
+  // of the mean loss into grads(): overwriting them, or adding to them when `accumulate`
+  // (micro-batches of one optimizer step). Returns the mean loss.
+  virtual double forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                                  float grad_scale = 1.0f, bool accumulate = false) = 0;
+
+  // Called during backward with each layer's range [begin, end) of grads() as soon as it is
+  // final (last layer first), so a strategy can start reducing it while backward continues.
+  virtual void set_grad_ready_callback(GradReadyCallback callback) = 0;
+
+  // Where params() and grads() live: -1 for host memory, else the CUDA device ordinal. Code that
+  // reads or writes parameter values outside a strategy (checkpoints, tests) goes through
+  // copy_params_to_host / copy_params_from_host, which work for either.
+  virtual int device() const { return -1; }
+  // Both spans hold exactly param_count() floats.
+  virtual void copy_params_to_host(std::span<float> out) {
+    GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
+    std::copy(params().begin(), params().end(), out.begin());
+  }
+  virtual void copy_params_from_host(std::span<const float> in) {
+    GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
+    std::copy(in.begin(), in.end(), params().begin());
+  }
+
+  // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
+  virtual bool evaluates() const { return true; }
+  virtual Evaluation evaluate(const Dataset& data) = 0;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,143 @@
+#include "strategies/allreduce/allreduce_strategy.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/stopwatch.h"
+
+namespace gradsync {
+
+AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
+                                     const AllreduceStrategyOptions& options)
+    : comm_(std::move(comm)), options_(options) {
+  GRADSYNC_CHECK(comm_ != nullptr, "allreduce needs a communicator");
+  GRADSYNC_CHECK(options_.bucket_bytes > 0, "bucket size must be positive");
+}
+
+AllreduceStrategy::~AllreduceStrategy() { settle(); }
+
+void AllreduceStrategy::abort(const std::string& reason) {
+  // The peers hear why (not only that this rank's connections closed), and this rank's
+  // in-flight bucket reductions fail at once instead of at their timeout.
+  comm_->abort(reason);
+  settle();
+}
+
+void AllreduceStrategy::settle() {
+  // Only this rank's in-flight bucket reductions need settling, so that no one writes into a
+  // buffer about to go away.
+  for (const auto& work : in_flight_) {
+    try {
+      work->wait(comm_->timeout());
+    } catch (const std::exception&) {
+      // Failed: it no longer touches the buffer. Timed out: the communicator's destructor,
+      // which runs before the model's buffers go (see worker_process.cpp), ends it.
+    }
+  }
+  in_flight_.clear();
+  deferred_.clear();
+}
+
+void AllreduceStrategy::init(std::span<float> params) {
+  // DDP broadcasts module state from rank 0 at construction: replicas start equal even if
+  // their initialisation differed.
+  comm_->broadcast(params, 0);
+  sgd_ = make_sgd(params.size(), options_.sgd, options_.device);
+  counted_ = comm_->counters();
+}
+
+void AllreduceStrategy::gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) {
+  if (!step_started_) {
+    step_started_ = true;
+    pending_begin_ = pending_end_ = grads.size();
+    issued_ranges_.clear();
+  }
+  // Ranges must arrive back to front and contiguous: that is what lets a bucket be one range.
+  GRADSYNC_CHECK(end == pending_begin_ && begin < end,
+                 "gradient ranges must arrive contiguous, from the end of the buffer");
+  pending_begin_ = begin;
+  if ((pending_end_ - pending_begin_) * sizeof(float) >= options_.bucket_bytes) close_bucket(grads);
+}
+
+void AllreduceStrategy::close_bucket(std::span<float> grads) {
+  const std::pair<std::size_t, std::size_t> range{pending_begin_, pending_end_};
+  pending_end_ = pending_begin_;
+  if (range.first == range.second) return;
+  issued_ranges_.push_back(range);
+  if (options_.overlap) {
+    in_flight_.push_back(comm_->allreduce_async(
+        grads.subspan(range.first, range.second - range.first), reduce_op()));
+  } else {
+    deferred_.push_back(range);
+  }
+}
+
+void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> params) {
+  Stopwatch exposed;
+  if (!step_started_) {
+    // No gradient_ready calls (a model without the hook): the whole buffer is one region.
+    pending_begin_ = 0;
+    pending_end_ = grads.size();
+    issued_ranges_.clear();
+  }
+  pending_begin_ = 0;  // whatever backward left: the first layers' gradients
+  close_bucket(grads);
+  for (const auto& [begin, end] : deferred_) {
+    in_flight_.push_back(comm_->allreduce_async(grads.subspan(begin, end - begin), reduce_op()));
+  }
+  deferred_.clear();
+  for (const auto& work : in_flight_) work->wait(comm_->timeout());
+  in_flight_.clear();
+  step_started_ = false;
+  if (options_.join_uneven) {
+    // Summed, not averaged: only the ranks that still train contributed a gradient.
+    const float scale = 1.0f / static_cast<float>(count_active(true));
+    for (float& g : grads) g *= scale;
+  }
+  ++steps_;
+
+  stats_ = StepStats{};
+  // Communication that overlapped backward is hidden; what is left is the exposed part.
+  stats_.communicate_s = exposed.seconds();
+  Stopwatch update;
+  sgd_->step(params, grads);
+  stats_.compute_s = update.seconds();
+  // Counted from the previous step's end, so buckets sent during backward are included.
+  const CommCounters now = comm_->counters();
+  stats_.bytes_sent = now.bytes_sent - counted_.bytes_sent;
+  stats_.bytes_received = now.bytes_received - counted_.bytes_received;
+  stats_.collectives = now.collectives - counted_.collectives;
+  counted_ = now;
+}
+
+int AllreduceStrategy::count_active(bool active) {
+  float flag = active ? 1.0f : 0.0f;
+  comm_->allreduce(std::span<float>(&flag, 1), ReduceOp::kSum);
+  return static_cast<int>(flag + 0.5f);
+}
+
+void AllreduceStrategy::finish(std::span<float> grads, std::span<float> params) {
+  if (!options_.join_uneven || comm_->size() == 1) return;
+  // Shadow the steps the other ranks still take: the same buckets, with zero gradients, in
+  // the same order, then a zero flag. `last_buckets` of our own last step is the layout.
+  std::fill(grads.begin(), grads.end(), 0.0f);
+  std::vector<std::pair<std::size_t, std::size_t>> layout = issued_ranges_;
+  if (layout.empty()) layout = {{0, grads.size()}};
+  for (;;) {
+    std::vector<std::shared_ptr<Work>> works;
+    for (const auto& [begin, end] : layout) {
+      works.push_back(comm_->allreduce_async(grads.subspan(begin, end - begin), ReduceOp::kSum));
+    }
+    for (const auto& work : works) work->wait(comm_->timeout());
+    if (count_active(false) == 0) break;
+    std::fill(grads.begin(), grads.end(), 0.0f);  // the others' sums landed here; not ours
+  }
+  // The rank that took the most steps holds the final parameters (ties: the lowest rank).
+  std::vector<float> steps(static_cast<std::size_t>(comm_->size()));
+  const float mine = static_cast<float>(steps_);
+  comm_->allgather(std::span<const float>(&mine, 1), steps);
+  const int root = static_cast<int>(std::max_element(steps.begin(), steps.end()) - steps.begin());
+  comm_->broadcast(params, root);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,91 @@
+// `allreduce`: DistributedDataParallel's recipe on any Communicator (TcpRing on CPUs).
+//
+//   init:         parameters broadcast from rank 0, so every replica starts equal
+//   backward:     gradient ranges arrive last layer first (gradient_ready); they are grouped
+//                 into buckets of whole layers, never split: a bucket closes with the layer
+//                 that brings it to `bucket_bytes`, so it may exceed that (as DDP's
+//                 compute_bucket_assignment_by_size does), and each bucket's allreduce
+//                 starts the moment backward has filled it, overlapping the rest of backward
+//   synchronize:  the last partial bucket is issued, every bucket awaited (averaged over the
+//                 ranks), then the same optimizer step runs on every rank: parameters stay
+//                 bit-identical without ever being sent
+//
+// With overlap off, the same buckets are reduced one after another once backward is done:
+// the baseline that shows what overlap buys.
+//
+// Uneven inputs (`join_uneven`, DDP's Join): every step ends with a one-float allreduce of
+// "still training" flags, and gradients are averaged over the ranks that contributed. A rank
+// that runs out of batches enters finish() and keeps answering the others' collectives with
+// zero gradients and a zero flag until the flags sum to zero; then the rank that trained
+// longest broadcasts its parameters so every rank ends equal. Without it, ranks with fewer
+// batches simply leave and the others fail with a timeout naming them, never hang. Gradient
+// accumulation needs nothing here: the loop forwards gradient_ready only on the last micro-batch
+// (DDP's no_sync). One object per rank process; not thread-safe. Waits use the communicator's
+// timeout.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "allreduce/communicator.h"
+#include "strategies/sync_strategy.h"
+#include "model/optimizer/sgd.h"
+
+namespace gradsync {
+
+struct AllreduceStrategyOptions {
+  std::size_t bucket_bytes = 25u << 20;  // DistributedDataParallel's bucket_cap_mb = 25
+  bool overlap = true;
+  bool join_uneven = false;
+  SgdOptions sgd;
+  int device = -1;  // where the model's buffers live (Model::device())
+};
+
+class AllreduceStrategy final : public SyncStrategy {
+ public:
+  AllreduceStrategy(std::shared_ptr<Communicator> comm, const AllreduceStrategyOptions& options);
+  // Waits (bounded by the communicator's timeout) for reductions still in flight: they write
+  // into the model's gradient buffer, which may be freed right after.
+  ~AllreduceStrategy() override;
+
+  std::string_view name() const override { return "allreduce"; }
+  int rank() const override { return comm_->rank(); }
+  void init(std::span<float> params) override;
+  void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override;
+  void synchronize(std::span<float> grads, std::span<float> params) override;
+  void finish(std::span<float> grads, std::span<float> params) override;
+  void abort(const std::string& reason) override;
+  StepStats last_step_stats() const override { return stats_; }
+  Optimizer* optimizer() override { return sgd_.get(); }
+
+  // Buckets of the last step as [begin, end) ranges, in the order they were issued (tests).
+  const std::vector<std::pair<std::size_t, std::size_t>>& last_buckets() const {
+    return issued_ranges_;
+  }
+
+ private:
+  // Waits (bounded by the communicator's timeout) for the bucket reductions still in flight.
+  void settle();
+  void close_bucket(std::span<float> grads);
+  // The flag round that ends a step under join_uneven: returns how many ranks trained.
+  int count_active(bool active);
+  ReduceOp reduce_op() const { return options_.join_uneven ? ReduceOp::kSum : ReduceOp::kAvg; }
+
+  std::shared_ptr<Communicator> comm_;
+  AllreduceStrategyOptions options_;
+  std::unique_ptr<Optimizer> sgd_;
+  StepStats stats_;
+  CommCounters counted_;  // counters at the end of the previous step
+  // The ready region not yet in a bucket: [pending_begin_, pending_end_). Backward fills the
+  // buffer from its end towards its start, so the region grows downwards.
+  std::size_t pending_begin_ = 0;
+  std::size_t pending_end_ = 0;
+  bool step_started_ = false;
+  std::vector<std::shared_ptr<Work>> in_flight_;
+  std::vector<std::pair<std::size_t, std::size_t>> deferred_;  // overlap off
+  std::vector<std::pair<std::size_t, std::size_t>> issued_ranges_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace gradsync

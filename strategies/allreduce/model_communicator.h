@@ -1,0 +1,26 @@
+// make_model_communicator: the communicator a worker process's `allreduce` strategy needs for
+// the model it trains: TcpRing for a model in host memory, NcclCommunicator on the model's
+// device for a GPU model, ordered after the model's stream so that bucket reductions issued
+// from its gradient-ready callback start right after that layer's kernels
+// (allreduce/make_communicator.h, model/cuda/cuda_mlp.h).
+//
+//   comm = make_model_communicator(*store, env.rank, env.world_size, ring_options, *model);
+//
+// Collective: every rank calls it. The model must outlive the communicator (its stream is
+// used by every collective); the Store too.
+#pragma once
+
+#include <memory>
+
+#include "allreduce/communicator.h"
+#include "allreduce/store.h"
+#include "allreduce/tcp/tcp_ring.h"
+#include "model/model.h"
+
+namespace gradsync {
+
+std::shared_ptr<Communicator> make_model_communicator(Store& store, int rank, int size,
+                                                      const TcpRingOptions& ring_options,
+                                                      Model& model);
+
+}  // namespace gradsync

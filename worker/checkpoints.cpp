@@ -1,0 +1,369 @@
+#include "worker/checkpoints.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+
+#include "common/checkpoint_file.h"
+#include "common/error.h"
+#include "worker/model_factory.h"
+
+namespace gradsync {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kPartName(R"(part-(\d+)-of-(\d+)\.ckpt)");
+const std::regex kStepName(R"(step-(\d+))");
+
+// A number from a file name; a name that no writer makes (too many digits) is named in the error.
+std::uint64_t parse_number(const std::string& digits, const fs::path& file) {
+  try {
+    return std::stoull(digits);
+  } catch (const std::exception&) {
+    throw DataError(file.string(), "not a checkpoint name gradsync writes");
+  }
+}
+
+// The part files of a step folder, by index, and how many there should be (0 when the names
+// disagree on it, which no writer does).
+struct PartListing {
+  std::map<int, fs::path> parts;
+  int expected = -1;
+  bool consistent = true;
+  bool complete() const {
+    if (!consistent || expected <= 0 || static_cast<int>(parts.size()) != expected) return false;
+    return parts.rbegin()->first == expected - 1;
+  }
+  // What resolving or loading an incomplete `folder` says.
+  DataError incomplete(const std::string& folder) const {
+    return DataError(folder, "incomplete checkpoint: " + std::to_string(parts.size()) + " of " +
+                                 std::to_string(std::max(expected, 1)) +
+                                 " part files (part-<k>-of-<K>.ckpt) present");
+  }
+};
+
+PartListing list_parts(const fs::path& folder) {
+  PartListing listing;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, kPartName)) continue;
+    const int part = static_cast<int>(std::min<std::uint64_t>(parse_number(m[1], entry.path()), 1 << 20));
+    const int of = static_cast<int>(std::min<std::uint64_t>(parse_number(m[2], entry.path()), 1 << 20));
+    if (listing.expected != -1 && listing.expected != of) listing.consistent = false;
+    listing.expected = of;
+    listing.parts[part] = entry.path();
+  }
+  return listing;
+}
+
+bool is_step_folder(const fs::path& path) {
+  return std::regex_match(path.filename().string(), kStepName);
+}
+
+// The step-<N> folders directly in `folder`, by step (none when it cannot be read).
+std::map<std::uint64_t, fs::path> step_folders(const fs::path& folder) {
+  std::map<std::uint64_t, fs::path> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && std::regex_match(name, m, kStepName)) {
+      steps[parse_number(m[1], entry.path())] = entry.path();
+    }
+  }
+  return steps;
+}
+
+// The newest complete step folder in `folder`, if any holds step folders at all.
+std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_folder) {
+  const std::map<std::uint64_t, fs::path> steps = step_folders(folder);
+  any_step_folder = !steps.empty();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (list_parts(it->second).complete()) return it->second;
+  }
+  return std::nullopt;
+}
+
+ConfigError no_checkpoint(const std::string& path, const std::string& why) {
+  return ConfigError("checkpoint", "checkpoint.resume", path + ": " + why);
+}
+
+}  // namespace
+
+std::string model_description(const Config& config, const std::vector<int>& widths) {
+  if (config.model.kind == "synthetic") {
+    return "synthetic " + std::to_string(config.model.parameters) + " in " +
+           std::to_string(config.model.layers) + " layers";
+  }
+  std::string text = config.model.kind + " ";
+  for (std::size_t i = 0; i < widths.size(); ++i) {
+    if (i > 0) text += '-';
+    text += std::to_string(widths[i]);
+  }
+  return text;
+}
+
+std::string checkpoint_root(const Config& config, const std::string& run_dir) {
+  // A named folder is shared by every run of the preset (and every sweep point): each run
+  // writes below its own name, so two runs never write the same step folder.
+  if (!config.checkpoint.dir.empty()) return (fs::path(config.checkpoint.dir) / config.name).string();
+  return (fs::path(run_dir) / "checkpoints").string();
+}
+
+void claim_checkpoint_root(const Config& config) {
+  if (config.checkpoint.dir.empty() || config.checkpoint.every <= 0) return;  // a fresh run folder
+  const fs::path root = checkpoint_root(config, "");
+  const std::uint64_t resumed =
+      config.checkpoint.resume.empty() ? 0 : checkpoint_step(config.checkpoint.resume);
+  const std::map<std::uint64_t, fs::path> steps = step_folders(root);
+  if (const auto later = steps.upper_bound(resumed); later != steps.end()) {
+    throw ConfigError(config.name, "checkpoint.dir",
+                      root.string() + " already holds " + later->second.filename().string() +
+                          (config.checkpoint.resume.empty()
+                               ? ", from an earlier run"
+                               : ", after the step being resumed") +
+                          ": this run would overwrite it. Resume from the newest (--resume " +
+                          root.string() + ") or choose another checkpoint.dir");
+  }
+}
+
+std::string resolve_checkpoint(const std::string& path, const std::string& run) {
+  // "step-00000050/" (as shell completion writes it) names the same folder as "step-00000050".
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) throw no_checkpoint(path, "no such folder");
+  if (is_step_folder(p)) {
+    const PartListing listing = list_parts(p);
+    if (!listing.complete()) throw listing.incomplete(path);
+    return p.string();
+  }
+  bool any_step_folder = false;
+  if (const auto newest = newest_complete(p, any_step_folder)) return newest->string();
+  if (any_step_folder) throw no_checkpoint(path, "no complete checkpoint in its step-* folders");
+  if (fs::is_directory(p / "checkpoints", ec)) return resolve_checkpoint((p / "checkpoints").string(), run);
+  if (!run.empty() && fs::is_directory(p / run, ec)) return resolve_checkpoint((p / run).string(), run);
+  throw no_checkpoint(path, "no checkpoint here (no step-* folder, no checkpoints/, no " +
+                                (run.empty() ? std::string("run folder") : run + "/") + ")");
+}
+
+std::uint64_t checkpoint_step(const std::string& step_folder) {
+  const PartListing listing = list_parts(step_folder);
+  GRADSYNC_CHECK(!listing.parts.empty(), "checkpoint_step of a folder without parts");
+  return read_checkpoint_part(listing.parts.begin()->second.string(), true).step;
+}
+
+TrainingState load_training_state(const std::string& step_folder, const std::string& description,
+                                  std::uint64_t total, std::uint64_t begin, std::uint64_t end) {
+  GRADSYNC_CHECK(begin <= end && end <= total, "load_training_state: range outside the model");
+  const PartListing listing = list_parts(step_folder);
+  if (!listing.complete()) throw listing.incomplete(step_folder);
+  TrainingState state;
+  state.params.resize(end - begin);
+  state.momentum.resize(end - begin);
+  std::uint64_t covered_to = 0;  // parts tile [0, total) in index order
+  bool first = true;
+  for (const auto& [index, file] : listing.parts) {
+    // Headers first: a part that does not overlap this range is checked no further.
+    const std::string name = file.string();
+    CheckpointPart head = read_checkpoint_part(name, true);
+    if (head.description != description || head.total != total) {
+      throw DataError(name, "is a checkpoint of another model (" + head.description + ", " +
+                                std::to_string(head.total) + " parameters); this run trains " +
+                                description + ", " + std::to_string(total) + " parameters");
+    }
+    if (head.begin != covered_to) {
+      throw DataError(name, "part " + std::to_string(index) + " starts at key " +
+                                std::to_string(head.begin) + ", the parts before it end at " +
+                                std::to_string(covered_to));
+    }
+    covered_to = head.end;
+    if (head.end <= begin || head.begin >= end) continue;  // not in the range asked for
+    const CheckpointPart part = read_checkpoint_part(name);
+    if (first) {
+      state.step = part.step;
+      state.optimizer_steps = part.optimizer_steps;
+      first = false;
+    } else if (part.step != state.step || part.optimizer_steps != state.optimizer_steps) {
+      throw DataError(name, "is of step " + std::to_string(part.step) + " (" +
+                                std::to_string(part.optimizer_steps) +
+                                " optimizer updates), the other parts of " + step_folder +
+                                " of step " + std::to_string(state.step) + " (" +
+                                std::to_string(state.optimizer_steps) + ")");
+    }
+    const std::uint64_t from = std::max(begin, part.begin);
+    const std::uint64_t to = std::min(end, part.end);
+    std::copy(part.params.begin() + static_cast<std::ptrdiff_t>(from - part.begin),
+              part.params.begin() + static_cast<std::ptrdiff_t>(to - part.begin),
+              state.params.begin() + static_cast<std::ptrdiff_t>(from - begin));
+    std::copy(part.momentum.begin() + static_cast<std::ptrdiff_t>(from - part.begin),
+              part.momentum.begin() + static_cast<std::ptrdiff_t>(to - part.begin),
+              state.momentum.begin() + static_cast<std::ptrdiff_t>(from - begin));
+  }
+  if (covered_to != total) {
+    throw DataError(step_folder, "its parts cover keys [0, " + std::to_string(covered_to) +
+                                     ") of " + std::to_string(total));
+  }
+  if (first) state.step = checkpoint_step(step_folder);  // an empty range: only the step
+  return state;
+}
+
+void validate_checkpointing(const Config& config) {
+  const bool used = config.checkpoint.every > 0 || !config.checkpoint.resume.empty();
+  if (used && config.strategy == "ps" && config.ps.mode != "sync") {
+    throw ConfigError(config.name, config.checkpoint.every > 0 ? "checkpoint.every" : "checkpoint.resume",
+                      "ps in " + config.ps.mode +
+                          " mode cannot checkpoint: its shards share no step at which the "
+                          "model is one consistent state (use ps.mode: sync)");
+  }
+}
+
+RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
+                                   std::int64_t last_step, const std::string& run_dir, int rank) {
+  validate_checkpointing(config);
+  RunCheckpoints out;
+  const std::string description = model_description(config, widths);
+  const bool ps = config.strategy == "ps";
+  if (!config.checkpoint.resume.empty()) {
+    const std::string folder = resolve_checkpoint(config.checkpoint.resume, config.name);
+    const std::uint64_t total = static_cast<std::uint64_t>(model_parameters(config, widths));
+    // A ps worker's parameters come from the shards, which read their own ranges.
+    out.resume = load_training_state(folder, description, total, 0, ps ? 0 : total);
+    out.resumed_from = folder;
+    if (static_cast<std::int64_t>(out.resume->step) >= last_step) {
+      throw ConfigError(config.name, "checkpoint.resume",
+                        folder + " is at step " + std::to_string(out.resume->step) +
+                            " and the run ends at step " + std::to_string(last_step) +
+                            ": nothing left to train (raise train.steps)");
+    }
+  }
+  if (config.checkpoint.every > 0 && rank == 0 && !ps) {
+    out.writer.emplace(checkpoint_root(config, run_dir), config.checkpoint.every, last_step,
+                       description, training_settings(config));
+  }
+  return out;
+}
+
+void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std::string& folder,
+                           std::chrono::milliseconds timeout) {
+  const std::string step_key = "checkpoint/resume/step";
+  const std::string folder_key = "checkpoint/resume/folder";
+  if (rank == 0) {
+    store.set(folder_key, folder);  // first: a rank that sees the step may read the folder
+    store.set(step_key, std::to_string(step));
+    return;
+  }
+  const std::string rank0_step = store.get(step_key, timeout);
+  if (rank0_step == std::to_string(step)) return;
+  throw ConfigError("rank " + std::to_string(rank), "checkpoint.resume",
+                    "resumes from " + folder + " (step " + std::to_string(step) +
+                        ") but rank 0 from " + store.get(folder_key, timeout) + " (step " +
+                        rank0_step +
+                        "): name one step folder, so that every rank reads the same one");
+}
+
+namespace {
+
+// The shortest text that reads back as the same double: 0.05 stays "0.05", and two learning
+// rates that differ anywhere differ in the file.
+std::string exact(double value) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, value);
+  return error == std::errc() ? std::string(text, end) : std::to_string(value);
+}
+
+}  // namespace
+
+std::string training_settings(const Config& config) {
+  std::ostringstream out;
+  out << "strategy " << config.strategy << "\n"
+      << "workers " << config.workers << "\n"
+      << "data.kind " << config.data.kind << "\n"
+      << "train.batch " << config.train.batch << "\n"
+      << "train.accumulation_steps " << config.train.accumulation_steps << "\n"
+      << "train.lr " << exact(config.train.lr) << "\n"
+      << "train.momentum " << exact(config.train.momentum) << "\n"
+      << "train.weight_decay " << exact(config.train.weight_decay) << "\n"
+      << "train.seed " << config.train.seed << "\n";
+  if (config.strategy == "ps") {
+    out << "ps.servers " << config.ps.servers << "\n"
+        << "ps.mode " << config.ps.mode << "\n";
+  }
+  return out.str();
+}
+
+std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config) {
+  std::ifstream file(fs::path(step_folder) / kCheckpointSettingsFile);
+  if (!file) return {};
+  // "key value" lines, in order; a line without a space is not ours and is skipped: the note
+  // is a courtesy, not a check.
+  auto read = [](std::istream& in) {
+    std::vector<std::pair<std::string, std::string>> settings;
+    for (std::string line; std::getline(in, line);) {
+      const auto space = line.find(' ');
+      if (space == std::string::npos) continue;
+      settings.emplace_back(line.substr(0, space), line.substr(space + 1));
+    }
+    return settings;
+  };
+  std::istringstream current(training_settings(config));
+  const auto now_list = read(current);
+  const std::map<std::string, std::string> now(now_list.begin(), now_list.end());
+  std::vector<std::string> changed;
+  for (const auto& [key, then] : read(file)) {
+    const auto it = now.find(key);
+    const std::string value = it == now.end() ? "(not used)" : it->second;
+    if (value != then) changed.push_back(key + " " + then + " -> " + value);
+  }
+  return changed;
+}
+
+void note_changed_settings(const Config& config, const std::string& step_folder) {
+  const std::vector<std::string> changed = changed_settings(step_folder, config);
+  if (changed.empty()) return;
+  std::string line = "gradsync: run " + config.name + " resumes " + step_folder +
+                     " with other settings: ";
+  for (std::size_t i = 0; i < changed.size(); ++i) line += (i ? ", " : "") + changed[i];
+  std::cerr << line << " (it goes on with the new ones)\n";
+}
+
+Checkpointer::Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
+                           std::string description, std::string settings)
+    : root_(std::move(root)),
+      every_(every),
+      last_step_(last_step),
+      description_(std::move(description)),
+      settings_(std::move(settings)) {}
+
+bool Checkpointer::due(std::int64_t steps_done) const {
+  return every_ > 0 && (steps_done % every_ == 0 || steps_done == last_step_);
+}
+
+void Checkpointer::save(std::int64_t steps_done, Model& model, const Optimizer& optimizer) const {
+  CheckpointPart part;
+  part.step = static_cast<std::uint64_t>(steps_done);
+  part.total = model.param_count();
+  part.begin = 0;
+  part.end = part.total;
+  part.optimizer_steps = optimizer.steps_taken();
+  part.description = description_;
+  part.params.resize(part.total);
+  part.momentum.resize(part.total);
+  model.copy_params_to_host(part.params);
+  optimizer.save_state(part.momentum);
+  const std::string folder = checkpoint_step_folder(root_, part.step);
+  write_checkpoint_part((fs::path(folder) / checkpoint_part_name(0, 1)).string(), part);
+  if (const std::string problem = write_checkpoint_settings(folder, settings_); !problem.empty()) {
+    std::cerr << "gradsync: warning: " << problem << " (the checkpoint itself is complete)\n";
+  }
+}
+
+}  // namespace gradsync

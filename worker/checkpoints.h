@@ -1,0 +1,128 @@
+// Checkpoint and resume for every strategy (preset `checkpoint: {every, dir, resume}`,
+// `gradsync run PRESET --resume DIR`). The files are common/checkpoint_file.h's parts:
+//
+//   single, dp, allreduce: rank 0 writes one part, the whole buffer with its optimizer state;
+//   ps (sync):             each shard writes the part of its key range (server/ps_shard).
+//
+// A checkpoint is written every `every` steps and after the last step, into
+// <checkpoint.dir>/step-<N>/ (default dir: <run folder>/checkpoints). The sampler's position
+// needs no saving: a rank's batch at step t is a pure function of (seed, t) (model/sampler.h),
+// so continuing at step N replays exactly the batches an uninterrupted run would have seen.
+//
+// On resume every worker (and every ps shard) reads the checkpoint itself, so on several
+// machines the folder must be on a filesystem they share, as with torch.load on every rank.
+// A checkpoint of another model, or a part that is truncated or corrupted, is refused with a
+// DataError naming the file; the step folder resumed from is only ever read.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allreduce/store.h"
+#include "common/config.h"
+#include "strategies/sync_strategy.h"
+#include "model/model.h"
+
+namespace gradsync {
+
+// What a checkpoint restores, for the range [begin, end) of the buffer a reader asked for.
+struct TrainingState {
+  std::uint64_t step = 0;             // steps completed: training continues with this step
+  std::uint64_t optimizer_steps = 0;  // updates the optimizer had taken
+  std::vector<float> params;
+  std::vector<float> momentum;
+};
+
+// The model a checkpoint belongs to, e.g. "mlp 784-256-256-10" or "synthetic 1000000 in 10
+// layers"; `widths` as in RunPlan. Resuming checks it and the parameter count.
+std::string model_description(const Config& config, const std::vector<int>& widths);
+
+// Where this run writes its checkpoints: <checkpoint.dir>/<run name>, else <run_dir>/checkpoints.
+std::string checkpoint_root(const Config& config, const std::string& run_dir);
+
+// Before a run starts (the launcher): throws ConfigError when a named checkpoint.dir already
+// holds this run's step folders that it would overwrite: any, for a fresh run; any after the
+// resumed step, for a resumed one. (The default root is in a new run folder: nothing to check.)
+void claim_checkpoint_root(const Config& config);
+
+// The step folder `path` names for run `run`, which may be: a step folder itself; a folder of
+// step folders (the newest complete one: a crash may have left the newest incomplete); a run
+// folder (its checkpoints/); or a preset's results folder (<run>/checkpoints/). Throws
+// ConfigError (key checkpoint.resume) when there is none, DataError for an incomplete step
+// folder named directly.
+std::string resolve_checkpoint(const std::string& path, const std::string& run);
+
+// The step a resolved checkpoint continues from (reads only the parts' headers).
+std::uint64_t checkpoint_step(const std::string& step_folder);
+
+// Reads the parts of `step_folder` that cover [begin, end) and returns that range. Throws
+// DataError naming the part that is unreadable, of another model (description or `total`
+// differs), or disagrees with the others; or the folder, when the parts do not cover the range.
+TrainingState load_training_state(const std::string& step_folder, const std::string& description,
+                                  std::uint64_t total, std::uint64_t begin, std::uint64_t end);
+
+// Throws ConfigError for what cannot be checkpointed: ps in async or ssp mode (its shards share
+// no step at which the model is one consistent state).
+void validate_checkpointing(const Config& config);
+
+// What shapes a run's trajectory besides the model, as "key value" lines (strategy, workers,
+// data kind, batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode).
+// Written beside a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say
+// what it changed. A checkpoint resumes under other settings (another strategy, worker count or lr is
+// a use, not a mistake); the note only makes sure it is not a surprise.
+std::string training_settings(const Config& config);
+
+// The settings that differ between the checkpoint in `step_folder` and `config`, each as
+// "train.lr 0.1 -> 0.05", in the file's order; empty when none differ or the folder has no
+// settings file (checkpoints written before it existed).
+std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config);
+
+// When the checkpoint in `step_folder` was trained under settings other than config's, says so
+// on stderr in one line:
+// "gradsync: run dp-2 resumes .../step-00000050 with other settings: train.lr 0.1 -> 0.05
+// (it goes on with the new ones)".
+void note_changed_settings(const Config& config, const std::string& step_folder);
+
+// Writes rank 0's checkpoints (single, dp, allreduce): after step `steps_done` when it is a
+// multiple of `every` or the last one, its part and the run's training_settings().
+class Checkpointer {
+ public:
+  Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
+               std::string description, std::string settings);
+
+  bool due(std::int64_t steps_done) const;
+  // Copies the parameters (from wherever the model keeps them) and the optimizer's state.
+  void save(std::int64_t steps_done, Model& model, const Optimizer& optimizer) const;
+
+ private:
+  std::string root_;
+  std::int64_t every_;
+  std::int64_t last_step_;
+  std::string description_;
+  std::string settings_;
+};
+
+// What one process of a run needs: the state to resume from, and rank 0's checkpointer.
+struct RunCheckpoints {
+  std::optional<TrainingState> resume;  // ps workers: the step only (the shards hold the rest)
+  std::string resumed_from;             // the step folder `resume` was read from
+  std::optional<Checkpointer> writer;   // rank 0 of single / dp / allreduce, when every > 0
+};
+
+// For rank `rank` of `config`, whose run ends after step `last_step`; checkpoint.resume is
+// resolved here (resolve_checkpoint). Throws ConfigError when the checkpoint is at or past last_step.
+RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
+                                   std::int64_t last_step, const std::string& run_dir, int rank);
+
+// Under mpirun, srun or torchrun every rank resolves checkpoint.resume itself, and on a shared
+// filesystem one host's listing may lag another's: "the newest complete step" could differ.
+// Rank 0 posts the step it resumes from in the run's Store; every other rank compares its own
+// (waiting at most `timeout`) and throws ConfigError naming both folders when they differ,
+// before any step is trained. Each rank calls it once, with the same Store.
+void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std::string& folder,
+                           std::chrono::milliseconds timeout);
+
+}  // namespace gradsync

@@ -1,0 +1,128 @@
+#include "worker/model_factory.h"
+
+#include <chrono>
+
+#include "common/error.h"
+#include "launch/rendezvous_env.h"
+#include "strategies/make_strategy.h"
+#include "model/mlp.h"
+#include "model/synthetic_model.h"
+#ifdef GRADSYNC_HAVE_CUDA
+#include "model/cuda/cuda_device.h"
+#include "model/cuda/cuda_mlp.h"
+#endif
+
+namespace gradsync {
+namespace {
+
+// A model on CUDA device `device`, or the reason it cannot be had, as a one-line ConfigError.
+std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<int>& widths,
+                                      int max_batch, std::optional<int> device) {
+  check_device_available(config);
+#ifdef GRADSYNC_HAVE_CUDA
+  if (!device) {
+    // A caller that does not choose a device does not set up its strategy (optimizer,
+    // communicator) for device buffers either: running would hand GPU pointers to host code.
+    throw ConfigError(config.name, "device",
+                      "gpu: this run path does not place models on GPUs (make_model was "
+                      "called without a CUDA device)");
+  }
+  const int visible = cuda::cuda_device_count();
+  if (*device < 0 || *device >= visible) {
+    throw ConfigError(config.name, "device",
+                      "gpu: CUDA device " + std::to_string(*device) + " is not visible (" +
+                          std::to_string(visible) + " device(s); one GPU per worker, from " +
+                          "LOCAL_RANK)");
+  }
+  return std::make_unique<CudaMlp>(widths, max_batch, *device);
+#else
+  (void)widths;
+  (void)max_batch;
+  (void)device;
+  return nullptr;  // not reached: check_device_available refused
+#endif
+}
+
+}  // namespace
+
+void check_device_available(const Config& config) {
+  if (config.device != "gpu") return;
+#ifdef GRADSYNC_HAVE_CUDA
+  if (config.model.kind != "mlp") {
+    throw ConfigError(config.name, "device",
+                      "gpu runs model.kind mlp only ('" + config.model.kind +
+                          "' stays on the CPU: use device: cpu)");
+  }
+  if (config.strategy == "allreduce" && config.comm.uneven_inputs) {
+    // The allreduce strategy's Join path rescales and zeroes gradients in host code.
+    throw ConfigError(config.name, "comm.uneven_inputs",
+                      "not supported with device: gpu in this version");
+  }
+  if (cuda::cuda_device_count() == 0) {
+    throw ConfigError(config.name, "device",
+                      "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
+  }
+#else
+  throw ConfigError(config.name, "device",
+                    "'" + config.device +
+                        "' is not available in this build (cpu only: built without CUDA)");
+#endif
+  if (config.strategy == "dp") check_dp_on_gpus(config.workers);
+}
+
+int model_device(const Config& config, int replica) {
+  if (config.device != "gpu") return -1;
+  if (config.strategy == "dp") return replica;
+  // A launcher that gives each process one GPU (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per
+  // rank) leaves device 0 as the only one; otherwise LOCAL_RANK names it.
+  if (visible_gpus() == 1) return 0;
+  return read_rendezvous_env().local_rank;
+}
+
+std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
+                                  int max_batch, std::optional<int> device) {
+  std::unique_ptr<Model> model;
+  if (config.device == "gpu") {
+    model = make_gpu_model(config, widths, max_batch, device);
+  } else if (config.device != "cpu") {
+    throw ConfigError(config.name, "device",
+                      "'" + config.device + "' is not a device (valid: cpu, gpu)");
+  } else if (config.model.kind == "synthetic") {
+    const auto compute = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double, std::milli>(config.model.compute_ms));
+    model = std::make_unique<SyntheticModel>(config.model.parameters, config.model.layers, compute);
+  } else if (config.model.kind == "mlp") {
+    model = std::make_unique<Mlp>(widths, max_batch);
+  } else {
+    throw ConfigError(config.name, "model.kind", "unknown model '" + config.model.kind + "'");
+  }
+  model->init_params(config.train.seed);
+  return model;
+}
+
+std::int64_t model_parameters(const Config& config, const std::vector<int>& widths) {
+  if (config.model.kind == "synthetic") return config.model.parameters;
+  std::int64_t count = 0;
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    count += static_cast<std::int64_t>(widths[l]) * widths[l + 1] + widths[l + 1];
+  }
+  return count;
+}
+
+bool gpu_compiled_in() {
+#ifdef GRADSYNC_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int visible_gpus() {
+#ifdef GRADSYNC_HAVE_CUDA
+  return cuda::cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+}  // namespace gradsync

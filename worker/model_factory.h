@@ -1,0 +1,49 @@
+// The model a configuration names (model.kind), built for one replica, on the device the
+// configuration names (device: cpu | gpu).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/config.h"
+#include "model/model.h"
+
+namespace gradsync {
+
+// `widths` is RunPlan::widths (the MLP's input, hidden and output widths from the data);
+// `max_batch` the largest batch forward_backward will see. Parameters are initialised from
+// train.seed, the same on every replica and on either device.
+//
+// `device`: the CUDA ordinal for device: gpu, normally model_device(config, replica); ignored
+// for device: cpu. A caller that passes none gets gpu refused: it has not set up its strategy
+// (optimizer, communicator) for device buffers either. device: gpu with model.kind mlp builds
+// the CUDA MLP (model/cuda/cuda_mlp.h); the synthetic model only sleeps and stays on the CPU,
+// so it is refused on gpu. Refusals are one-line ConfigErrors naming the key, checked in this
+// order: a build without CUDA, the model kind, no visible GPU, no device chosen, an ordinal
+// that is not visible.
+std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
+                                  int max_batch, std::optional<int> device = std::nullopt);
+
+// Throws the refusal a device: gpu run would meet on this build and machine (no CUDA, a model
+// kind or option the GPU path lacks, no visible GPU, dp with fewer GPUs than replicas), before
+// anything is made: run_preset checks every run before it makes the results folder. Nothing
+// for device: cpu.
+void check_device_available(const Config& config);
+
+// The CUDA ordinal a replica's model uses: -1 for device: cpu; for gpu, `replica` under `dp`
+// (one process over G GPUs, replica r on GPU r), else LOCAL_RANK (torchrun / mpirun / srun
+// names; 0 when unset): one GPU per worker process; 0 when the process sees only one GPU (a
+// launcher that hands each process its own, as srun --gpus-per-task=1 does).
+int model_device(const Config& config, int replica = 0);
+
+// The parameter count make_model's model will have, without allocating it.
+std::int64_t model_parameters(const Config& config, const std::vector<int>& widths);
+
+// Whether this build has the CUDA model (GRADSYNC_HAVE_CUDA), and how many GPUs this process
+// sees (0 without CUDA, a driver or a device). Neither throws.
+bool gpu_compiled_in();
+int visible_gpus();
+
+}  // namespace gradsync

@@ -1,0 +1,174 @@
+#include "worker/rank_outputs.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+
+namespace gradsync {
+namespace fs = std::filesystem;
+namespace {
+
+void write_json_atomically(const std::string& path, const nlohmann::json& j) {
+  write_file_atomically(path, j.dump() + "\n");
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed: " + e.what());
+  }
+}
+
+// JSON has no NaN or infinity: nlohmann writes either (a diverged run's loss) as null. Read
+// back, null is NaN, so a run that diverged still reports, with its loss shown as nan.
+double number_or_nan(const nlohmann::json& value) {
+  return value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>();
+}
+
+}  // namespace
+
+std::string rank_result_path(const std::string& run_dir, int rank) {
+  return (fs::path(run_dir) / ("rank" + std::to_string(rank) + ".json")).string();
+}
+
+std::string rank_trace_path(const std::string& run_dir, int rank) {
+  return (fs::path(run_dir) / ("trace.rank" + std::to_string(rank) + ".json")).string();
+}
+
+void write_rank_result(const std::string& path, const LoopResult& r) {
+  nlohmann::json evals = nlohmann::json::array();
+  for (const EvalPoint& e : r.evals) {
+    evals.push_back({e.step, e.train_seconds, e.test_loss, e.test_accuracy});
+  }
+  write_json_atomically(path, {{"steps", r.steps},
+                               {"train_seconds", r.train_seconds},
+                               {"final_loss", r.final_loss},
+                               {"parameters", r.parameters},
+                               {"compute_s", r.totals.compute_s},
+                               {"communicate_s", r.totals.communicate_s},
+                               {"wait_s", r.totals.wait_s},
+                               {"bytes_sent", r.totals.bytes_sent},
+                               {"bytes_received", r.totals.bytes_received},
+                               {"collectives", r.totals.collectives},
+                               {"between_steps_s", r.between_steps_s},
+                               {"evals", evals}});
+}
+
+LoopResult read_rank_result(const std::string& path) {
+  const nlohmann::json j = read_json(path);
+  try {
+    LoopResult r;
+    r.steps = j.at("steps");
+    r.train_seconds = j.at("train_seconds");
+    r.final_loss = number_or_nan(j.at("final_loss"));
+    r.parameters = j.at("parameters");
+    r.totals.compute_s = j.at("compute_s");
+    r.totals.communicate_s = j.at("communicate_s");
+    r.totals.wait_s = j.at("wait_s");
+    r.totals.bytes_sent = j.at("bytes_sent");
+    r.totals.bytes_received = j.at("bytes_received");
+    r.totals.collectives = j.at("collectives");
+    r.between_steps_s = j.at("between_steps_s");
+    for (const auto& e : j.at("evals")) {
+      r.evals.push_back({e.at(0), e.at(1), number_or_nan(e.at(2)), number_or_nan(e.at(3))});
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed rank result: " + e.what());
+  }
+}
+
+std::string server_result_path(const std::string& run_dir, int shard) {
+  return (fs::path(run_dir) / ("server" + std::to_string(shard) + ".json")).string();
+}
+
+void write_server_traffic(const std::string& path, std::uint64_t bytes_sent,
+                          std::uint64_t bytes_received) {
+  write_json_atomically(path, {{"bytes_sent", bytes_sent}, {"bytes_received", bytes_received}});
+}
+
+std::uint64_t read_server_traffic(const std::string& path) {
+  const nlohmann::json j = read_json(path);
+  try {
+    return j.at("bytes_sent").get<std::uint64_t>() + j.at("bytes_received").get<std::uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": malformed server result: " + e.what());
+  }
+}
+
+void merge_traces(const std::vector<std::string>& inputs, const std::string& out) {
+  nlohmann::json events = nlohmann::json::array();
+  std::int64_t dropped = 0;
+  nlohmann::json cap = nullptr;
+  for (const std::string& path : inputs) {
+    if (!fs::exists(path)) continue;
+    nlohmann::json trace = read_json(path);
+    for (auto& event : trace.at("traceEvents")) events.push_back(std::move(event));
+    // Each rank counted its own dropped spans; the run's trace reports them all.
+    if (trace.contains("otherData")) {
+      dropped += trace["otherData"].value("dropped_spans", std::int64_t{0});
+      cap = trace["otherData"].value("max_spans_per_rank", nlohmann::json(nullptr));
+    }
+    fs::remove(path);
+  }
+  write_json_atomically(out, {{"traceEvents", events},
+                              {"displayTimeUnit", "ms"},
+                              {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
+}
+
+void wait_for_run_outputs(const Config& config, const std::string& run_dir, int rank,
+                          std::chrono::milliseconds timeout) {
+  std::vector<std::string> expected;
+  for (int r = 0; r < config.workers; ++r) {
+    if (r != rank) expected.push_back(rank_result_path(run_dir, r));
+  }
+  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
+    expected.push_back(server_result_path(run_dir, k));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::string missing;
+    for (const std::string& path : expected) {
+      if (!fs::exists(path)) missing += (missing.empty() ? "" : ", ") + fs::path(path).filename().string();
+    }
+    if (missing.empty()) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw TimeoutError(rank, run_dir, "collecting the run's results",
+                         "after " + std::to_string(timeout.count() / 1000) +
+                             " s still no " + missing + " (did every process finish, and do "
+                             "they share this run folder?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
+  std::vector<std::string> traces;
+  for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
+  merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+  std::vector<LoopResult> results;
+  for (int r = 0; r < config.workers; ++r) {
+    const std::string path = rank_result_path(run_dir, r);
+    results.push_back(read_rank_result(path));
+    fs::remove(path);
+  }
+  std::vector<NodeTraffic> servers;
+  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
+    const std::string path = server_result_path(run_dir, k);
+    servers.push_back({"server " + std::to_string(k), read_server_traffic(path)});
+    fs::remove(path);
+  }
+  RunSummary summary = summarize(config, results.front().parameters, results, servers);
+  write_summary((fs::path(run_dir) / "summary.json").string(), summary);
+  return summary;
+}
+
+}  // namespace gradsync

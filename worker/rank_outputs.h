@@ -1,0 +1,51 @@
+// What a rank process leaves in the run folder for the launcher, and how the launcher folds
+// it into the run's files:
+//   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations)
+//   trace.rank<R>.json  that rank's Chrome trace, merged into trace.json (one track per rank)
+// The per-rank files are removed once merged.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "worker/summary.h"
+#include "worker/worker_loop.h"
+
+namespace gradsync {
+
+std::string rank_result_path(const std::string& run_dir, int rank);
+std::string rank_trace_path(const std::string& run_dir, int rank);
+
+// Atomic (temporary file, then rename). Throws Error naming the path.
+void write_rank_result(const std::string& path, const LoopResult& result);
+// Throws Error naming the path when the file is missing or malformed.
+LoopResult read_rank_result(const std::string& path);
+
+// A parameter-server shard's traffic over the run (server<K>.json).
+std::string server_result_path(const std::string& run_dir, int shard);
+void write_server_traffic(const std::string& path, std::uint64_t bytes_sent,
+                          std::uint64_t bytes_received);
+// sent + received; throws Error naming the path when missing or malformed.
+std::uint64_t read_server_traffic(const std::string& path);
+
+// Concatenates the ranks' trace events into `out` and removes the inputs. Missing inputs (a
+// rank that died) are skipped.
+void merge_traces(const std::vector<std::string>& inputs, const std::string& out);
+
+// Blocks until every other process of a run left its result file (rank<R>.json for R != `rank`;
+// server<K>.json for ps): how rank 0 folds a run that no gradsync launcher supervises and whose
+// workers share no communicator (ps). Polls the run folder, which must be shared as under
+// mpirun on one machine or a shared filesystem. Throws TimeoutError after `timeout` naming the
+// files still missing.
+void wait_for_run_outputs(const Config& config, const std::string& run_dir, int rank,
+                          std::chrono::milliseconds timeout);
+
+// After every process of a run has exited cleanly: merges the ranks' traces into trace.json,
+// summarises their results (and the shards' traffic, for ps) into summary.json, removes the
+// per-process files and returns the summary. Throws Error naming a missing or malformed file.
+RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir);
+
+}  // namespace gradsync

@@ -1,0 +1,96 @@
+#include "worker/run_plan.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "worker/model_factory.h"
+#include "model/sampler.h"
+
+namespace gradsync {
+
+// A step's trace holds compute, wait, communicate and at times checkpoint and evaluate: five
+// spans at most.
+constexpr std::int64_t kSpansPerStep = 5;
+
+RunPlan plan_run(const Config& config, const TrainTest& data) {
+  RunPlan plan;
+  const std::int64_t global_batch = std::int64_t{config.train.batch} * config.workers;
+  if (data.train.size < global_batch) {
+    throw ConfigError(config.name, "train.batch",
+                      std::to_string(config.train.batch) + " per worker x " +
+                          std::to_string(config.workers) + " workers = " +
+                          std::to_string(global_batch) + " samples a step, but the training set " +
+                          "holds " + std::to_string(data.train.size));
+  }
+  const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
+                                                  config.train.batch, config.train.seed)
+                                   .steps_per_epoch();
+  // An optimizer step consumes accumulation_steps batches per rank; an epoch's leftover
+  // batches (fewer than that) are dropped, as worker/worker_loop.cpp does.
+  plan.steps_per_epoch = batches / config.train.accumulation_steps;
+  if (plan.steps_per_epoch < 1) {
+    throw ConfigError(config.name, "train.accumulation_steps",
+                      std::to_string(config.train.accumulation_steps) +
+                          " micro-batches per step, but an epoch holds only " +
+                          std::to_string(batches) + " batches per rank");
+  }
+  plan.steps =
+      config.train.steps > 0 ? config.train.steps : config.train.epochs * plan.steps_per_epoch;
+  plan.epochs = (plan.steps + plan.steps_per_epoch - 1) / plan.steps_per_epoch;
+  plan.samples_per_step = static_cast<std::int64_t>(config.train.batch) * config.workers *
+                          config.train.accumulation_steps;
+  plan.trace_spans_per_rank = config.output.trace_steps * kSpansPerStep;
+  plan.widths = {data.train.dim};
+  plan.widths.insert(plan.widths.end(), config.model.hidden.begin(), config.model.hidden.end());
+  plan.widths.push_back(data.train.classes);
+  return plan;
+}
+
+LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_point origin) {
+  LoopOptions loop;
+  loop.steps = plan.steps;
+  loop.eval_every = config.train.eval_every > 0 ? config.train.eval_every : plan.steps_per_epoch;
+  loop.trace_steps = config.output.trace_steps;
+  loop.accumulation_steps = config.train.accumulation_steps;
+  loop.origin = origin;
+  loop.evaluate = config.model.kind != "synthetic";
+  return loop;
+}
+
+ProgressReporter progress_reporter(const Config& config, const RunPlan& plan) {
+  return ProgressReporter(config.name, plan.steps, plan.epochs, plan.samples_per_step,
+                          parse_progress_mode(config.output.progress));
+}
+
+SgdOptions sgd_options(const Config& config) {
+  return {config.train.lr, config.train.momentum, config.train.weight_decay};
+}
+
+std::chrono::milliseconds comm_timeout(const Config& config) {
+  return std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1000.0));
+}
+
+StrategyOptions strategy_options(const Config& config) {
+  StrategyOptions options;
+  options.name = config.strategy;
+  options.workers = config.workers;
+  options.sgd = sgd_options(config);
+  options.timeout = comm_timeout(config);
+  options.link = make_emulated_link(token_bucket_gbps(config));
+  options.device = model_device(config);
+  return options;
+}
+
+bool runs_as_processes(const Config& config) {
+  return config.strategy == "allreduce" || config.strategy == "ps";
+}
+
+double token_bucket_gbps(const Config& config) {
+  return config.network.namespaces && runs_as_processes(config) ? 0 : config.network.link_gbps;
+}
+
+std::size_t bucket_bytes(const Config& config) {
+  return static_cast<std::size_t>(config.comm.bucket_mb * (1 << 20));
+}
+
+}  // namespace gradsync

@@ -1,0 +1,54 @@
+// The numbers a run derives from its configuration and data before it starts, computed in one
+// place for the in-process runner and for `gradsync worker` alike.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/progress.h"
+#include "common/stopwatch.h"
+#include "common/config.h"
+#include "worker/worker_loop.h"
+#include "model/dataset.h"
+#include "strategies/make_strategy.h"
+#include "model/optimizer/sgd.h"
+
+namespace gradsync {
+
+struct RunPlan {
+  std::int64_t steps = 0;             // optimizer steps: train.steps, or train.epochs epochs
+  std::int64_t steps_per_epoch = 0;   // optimizer steps (accumulation_steps batches each)
+  std::int64_t epochs = 0;            // epochs touched, for the progress line
+  std::int64_t samples_per_step = 0;  // global: batch * workers * accumulation_steps
+  std::int64_t trace_spans_per_rank = 0;
+  std::vector<int> widths;            // the MLP: input, hidden..., classes
+};
+
+RunPlan plan_run(const Config& config, const TrainTest& data);
+
+LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_point origin);
+
+ProgressReporter progress_reporter(const Config& config, const RunPlan& plan);
+
+// The optimizer of train.*, wherever a strategy runs it (worker, replica 0, server shards).
+SgdOptions sgd_options(const Config& config);
+
+// comm.timeout_s: the deadline of every wait on another rank, replica or shard.
+std::chrono::milliseconds comm_timeout(const Config& config);
+
+// What make_strategies needs for the in-process strategies (single, dp).
+StrategyOptions strategy_options(const Config& config);
+
+// The rate the transports' token buckets enforce: network.link_gbps, unless the kernel shapes
+// this run's links (network.namespaces, for runs of several processes).
+double token_bucket_gbps(const Config& config);
+
+// Whether the run is one process per rank (allreduce, ps) rather than threads of one (single, dp).
+bool runs_as_processes(const Config& config);
+
+// comm.bucket_mb in bytes; MB here means MiB, as in DDP's bucket_cap_mb.
+std::size_t bucket_bytes(const Config& config);
+
+}  // namespace gradsync

@@ -1,0 +1,82 @@
+#include "worker/server_process.h"
+
+#include <iostream>
+
+#include "common/error.h"
+#include "worker/checkpoints.h"
+#include "model/data_loader.h"
+#include "experiments/preset.h"
+#include "worker/rank_outputs.h"
+#include "worker/run_plan.h"
+#include "server/ps_shard.h"
+#include "worker/model_factory.h"
+
+namespace gradsync {
+namespace {
+
+PsShardOptions::Mode parse_mode(const std::string& mode) {
+  if (mode == "sync") return PsShardOptions::Mode::kSync;
+  if (mode == "async") return PsShardOptions::Mode::kAsync;
+  return PsShardOptions::Mode::kSsp;  // the preset loader admits no other value
+}
+
+// checkpoint.*: where and when this shard writes its range, and the range's state to resume from.
+void add_checkpointing(PsShardOptions& options, const Config& config, const RunPlan& plan,
+                       const std::string& run_dir) {
+  validate_checkpointing(config);
+  options.checkpoint_every = config.checkpoint.every;
+  options.checkpoint_last_step = plan.steps;
+  options.checkpoint_root = checkpoint_root(config, run_dir);
+  options.checkpoint_description = model_description(config, plan.widths);
+  options.checkpoint_settings = training_settings(config);
+  if (config.checkpoint.resume.empty()) return;
+  const KeyRange range = balanced_ranges(options.model_size, options.shards)[options.shard];
+  TrainingState state = load_training_state(
+      resolve_checkpoint(config.checkpoint.resume, config.name), options.checkpoint_description,
+      options.model_size, range.begin, range.end);
+  options.resume = PsShardOptions::Start{state.step, state.optimizer_steps,
+                                         std::move(state.params), std::move(state.momentum)};
+}
+
+}  // namespace
+
+void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
+                        int port, const std::string& bind) {
+  const Preset preset = load_preset(config_path, {});
+  GRADSYNC_CHECK(preset.runs.size() == 1, "a server serves one resolved configuration");
+  const Config& config = preset.runs.front();
+  if (shard >= config.ps.servers) {
+    throw ConfigError("command line", "--shard",
+                      std::to_string(shard) + " is not below ps.servers = " +
+                          std::to_string(config.ps.servers));
+  }
+  // The shard checks every worker's model size against its own idea of the model, which the
+  // configuration and the data's shape determine.
+  const RunPlan plan = plan_run(config, load_data(config.data, config.train.seed));
+
+  PsShardOptions options;
+  options.shard = shard;
+  options.shards = config.ps.servers;
+  options.world_size = config.workers;
+  options.model_size = static_cast<std::uint64_t>(model_parameters(config, plan.widths));
+  options.bind_host = bind.empty() ? config.ps.bind : bind;
+  options.port = port;
+  options.mode = parse_mode(config.ps.mode);
+  // The bound means something only to ssp; the shard refuses it elsewhere.
+  options.staleness = options.mode == PsShardOptions::Mode::kSsp ? config.ps.staleness : 0;
+  options.sgd = sgd_options(config);
+  options.timeout = comm_timeout(config);
+  options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
+  if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
+  options.link = make_emulated_link(token_bucket_gbps(config));
+  add_checkpointing(options, config, plan, run_dir);
+
+  PsShard server(options);
+  std::cout << "endpoint " << server.endpoint() << std::endl;
+  server.serve();
+  const PsShardTraffic traffic = server.traffic();
+  write_server_traffic(server_result_path(run_dir, shard), traffic.bytes_sent,
+                       traffic.bytes_received);
+}
+
+}  // namespace gradsync

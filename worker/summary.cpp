@@ -1,0 +1,173 @@
+#include "worker/summary.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+
+namespace gradsync {
+namespace {
+
+std::string format(const char* fmt, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, fmt, value);
+  return buffer;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return format(unit == 0 ? "%.0f" : "%.1f", value) + " " + units[unit];
+}
+
+// A rank's step totals less `waited`, the time it spent waiting out another rank's work
+// between steps (rank 0's evaluations and checkpoints): out of wait_s first, then
+// communicate_s.
+StepStats less_waited(StepStats t, double waited) {
+  const double from_wait = std::min(waited, t.wait_s);
+  t.wait_s -= from_wait;
+  waited -= from_wait;
+  t.communicate_s -= std::min(waited, t.communicate_s);
+  return t;
+}
+
+}  // namespace
+
+RunSummary summarize(const Config& config, std::int64_t parameters,
+                     const std::vector<LoopResult>& per_rank,
+                     const std::vector<NodeTraffic>& other_nodes) {
+  GRADSYNC_CHECK(!per_rank.empty(), "a run has at least one rank");
+  const LoopResult& lead = per_rank.front();
+  RunSummary s;
+  s.run = config.name;
+  s.strategy = config.strategy;
+  s.workers = config.workers;
+  s.global_batch = static_cast<std::int64_t>(config.train.batch) * config.workers *
+                   config.train.accumulation_steps;
+  s.steps = lead.steps;
+  s.parameters = parameters;
+  // Synchronous ranks move in lockstep, so rank 0's clock is the run's clock.
+  s.train_seconds = lead.train_seconds;
+  if (s.train_seconds > 0) {
+    s.samples_per_s = static_cast<double>(s.steps * s.global_batch) / s.train_seconds;
+  }
+  s.target_accuracy = config.train.target_accuracy;
+  s.evals = lead.evals;
+  if (!s.evals.empty()) {
+    s.final_test_accuracy = s.evals.back().test_accuracy;
+    s.final_test_loss = s.evals.back().test_loss;
+  }
+  for (const EvalPoint& e : s.evals) {
+    if (e.test_accuracy >= s.target_accuracy) {
+      s.time_to_accuracy_s = e.train_seconds;
+      break;
+    }
+  }
+  // In a synchronous run every rank waits for the one that spent the most between steps, inside
+  // its next step's wait or communication: that much less its own. async and ssp ranks do not
+  // wait for each other step by step: their totals stay as measured.
+  const bool lockstep = config.strategy != "ps" || config.ps.mode == "sync";
+  double most_between = 0;
+  for (const LoopResult& each : per_rank)
+    most_between = std::max(most_between, each.between_steps_s);
+  double rank_steps = 0;
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    const StepStats t =
+        lockstep ? less_waited(per_rank[r].totals, most_between - per_rank[r].between_steps_s)
+                 : per_rank[r].totals;
+    const std::uint64_t bytes = t.bytes_sent + t.bytes_received;
+    if (bytes > s.busiest_bytes) {
+      s.busiest_bytes = bytes;
+      // dp's replicas are threads of one process, not ranks of a process group.
+      s.busiest_node = (config.strategy == "dp" ? "replica " : "rank ") + std::to_string(r);
+    }
+    s.mean_step.compute_s += t.compute_s;
+    s.mean_step.communicate_s += t.communicate_s;
+    s.mean_step.wait_s += t.wait_s;
+    rank_steps += static_cast<double>(per_rank[r].steps);
+  }
+  for (const NodeTraffic& node : other_nodes) {
+    if (node.bytes > s.busiest_bytes) {
+      s.busiest_bytes = node.bytes;
+      s.busiest_node = node.name;
+    }
+  }
+  if (lead.steps > 0) {
+    s.collectives_per_step =
+        static_cast<double>(lead.totals.collectives) / static_cast<double>(lead.steps);
+  }
+  if (rank_steps > 0) {
+    s.mean_step.compute_s /= rank_steps;
+    s.mean_step.communicate_s /= rank_steps;
+    s.mean_step.wait_s /= rank_steps;
+  }
+  return s;
+}
+
+void write_summary(const std::string& path, const RunSummary& s) {
+  nlohmann::json evals = nlohmann::json::array();
+  for (const EvalPoint& e : s.evals) {
+    evals.push_back({{"step", e.step},
+                     {"time_s", e.train_seconds},
+                     {"test_loss", e.test_loss},
+                     {"test_accuracy", e.test_accuracy}});
+  }
+  nlohmann::json j = {
+      {"run", s.run},
+      {"strategy", s.strategy},
+      {"workers", s.workers},
+      {"global_batch", s.global_batch},
+      {"steps", s.steps},
+      {"parameters", s.parameters},
+      {"train_seconds", s.train_seconds},
+      {"samples_per_s", s.samples_per_s},
+      {"final_test_accuracy", s.final_test_accuracy},
+      {"final_test_loss", s.final_test_loss},
+      {"target_accuracy", s.target_accuracy},
+      {"time_to_accuracy_s",
+       s.time_to_accuracy_s ? nlohmann::json(*s.time_to_accuracy_s) : nlohmann::json(nullptr)},
+      {"busiest_node", {{"name", s.busiest_node}, {"bytes", s.busiest_bytes}}},
+      {"mean_step_s",
+       {{"compute", s.mean_step.compute_s},
+        {"communicate", s.mean_step.communicate_s},
+        {"wait", s.mean_step.wait_s}}},
+      {"collectives_per_step", s.collectives_per_step},
+      {"evals", evals},
+  };
+  write_file_atomically(path, j.dump(2) + "\n");
+}
+
+std::string comparison_table(const std::vector<RunSummary>& runs) {
+  std::string out =
+      "| run | strategy | workers | global batch | samples/s | vs first | test acc | "
+      "time to target | busiest node moved | comm+wait share |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  const double base = runs.empty() ? 0 : runs.front().samples_per_s;
+  for (const RunSummary& s : runs) {
+    const double step = s.mean_step.compute_s + s.mean_step.communicate_s + s.mean_step.wait_s;
+    const double comm_share =
+        step > 0 ? (s.mean_step.communicate_s + s.mean_step.wait_s) / step : 0;
+    out += "| " + s.run + " | " + s.strategy + " | " + std::to_string(s.workers) + " | " +
+           std::to_string(s.global_batch) + " | " + format("%.0f", s.samples_per_s) + " | " +
+           (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
+           // A run without evaluations (a synthetic model) has no accuracy to show.
+           (s.evals.empty() ? "-" : format("%.2f%%", 100.0 * s.final_test_accuracy)) + " | " +
+           (s.evals.empty()        ? "-"
+            : s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s)
+                                   : "not reached") +
+           " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " +
+           format("%.0f%%", 100.0 * comm_share) + " |\n";
+  }
+  return out;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,58 @@
+// summary.json of one run, and the comparison table printed after a preset's runs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "worker/worker_loop.h"
+
+namespace gradsync {
+
+struct RunSummary {
+  std::string run;
+  std::string strategy;
+  int workers = 1;
+  std::int64_t global_batch = 0;
+  std::int64_t steps = 0;
+  std::int64_t parameters = 0;
+  double train_seconds = 0;  // rank 0's step time summed, evaluation excluded
+  double samples_per_s = 0;
+  double final_test_accuracy = 0;
+  double final_test_loss = 0;
+  double target_accuracy = 0;
+  std::optional<double> time_to_accuracy_s;  // first evaluation at or above the target
+  std::string busiest_node = "rank 0";       // the node that moved the most bytes
+  std::uint64_t busiest_bytes = 0;           // sent + received over the run
+  // Per step, averaged over ranks; in a synchronous run without the time ranks spent waiting
+  // out rank 0's evaluations and checkpoints (metrics.csv keeps each step as measured).
+  StepStats mean_step;
+  std::vector<EvalPoint> evals;
+  // allreduce: collectives a step issued on rank 0 (its buckets, plus join's flag round), the
+  // B the cost model's latency term counts; 0 for other strategies.
+  double collectives_per_step = 0;
+};
+
+// Bytes a node other than a worker moved over the run (a parameter-server shard).
+struct NodeTraffic {
+  std::string name;  // "server 0"
+  std::uint64_t bytes = 0;
+};
+
+// Combines every rank's loop result; per_rank[0] must be rank 0's (it holds the evaluations).
+// `other_nodes` compete with the ranks for the busiest node.
+RunSummary summarize(const Config& config, std::int64_t parameters,
+                     const std::vector<LoopResult>& per_rank,
+                     const std::vector<NodeTraffic>& other_nodes = {});
+
+// Writes summary.json atomically (temporary file, then rename). Throws Error naming the path.
+void write_summary(const std::string& path, const RunSummary& summary);
+
+// A markdown table with one row per run: strategy, workers, global batch, samples/s, speed-up
+// over the first run, test accuracy, time to target, bytes through the busiest node, and the
+// share of a step spent communicating or waiting.
+std::string comparison_table(const std::vector<RunSummary>& runs);
+
+}  // namespace gradsync

@@ -1,0 +1,153 @@
+#include "worker/worker_loop.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace gradsync {
+namespace {
+
+void add(StepStats& total, const StepStats& step) {
+  total.compute_s += step.compute_s;
+  total.communicate_s += step.communicate_s;
+  total.wait_s += step.wait_s;
+  total.bytes_sent += step.bytes_sent;
+  total.bytes_received += step.bytes_received;
+  total.collectives += step.collectives;
+}
+
+// The strategy reports durations, not timestamps; within synchronize() waiting for the slowest
+// peer comes before moving data in every synchronous strategy, so the spans are laid out so.
+void trace_step(TraceWriter& trace, int rank, std::int64_t step, Clock::time_point begin,
+                Clock::time_point computed, Clock::time_point end, const StepStats& stats) {
+  using std::chrono::duration_cast;
+  trace.add_span(rank, "compute", step, begin, computed);
+  const auto wait_end =
+      computed + duration_cast<Clock::duration>(std::chrono::duration<double>(stats.wait_s));
+  if (stats.wait_s > 0) trace.add_span(rank, "wait", step, computed, std::min(wait_end, end));
+  if (wait_end < end) trace.add_span(rank, "communicate", step, wait_end, end);
+}
+
+// Resuming: the checkpoint's parameters go in before strategy.init(), which spreads rank 0's to
+// every replica, and the optimizer's state after it, once the strategy has made its optimizer.
+// No parameters in the state: the strategy brings them (a ps worker pulls from its shards).
+std::int64_t resume_params(Model& model, const TrainingState* resume) {
+  if (resume == nullptr) return 0;
+  if (!resume->params.empty()) model.copy_params_from_host(resume->params);
+  return static_cast<std::int64_t>(resume->step);
+}
+
+void resume_optimizer(SyncStrategy& strategy, const TrainingState* resume) {
+  if (resume == nullptr || resume->momentum.empty()) return;
+  if (Optimizer* optimizer = strategy.optimizer()) {
+    optimizer->load_state(resume->momentum, resume->optimizer_steps);
+  }
+}
+
+void checkpoint(const Checkpointer& checkpointer, std::int64_t step, Model& model,
+                SyncStrategy& strategy, TraceWriter* trace, bool traced) {
+  const Optimizer* optimizer = strategy.optimizer();
+  GRADSYNC_CHECK(optimizer != nullptr, "a checkpointing rank must run the optimizer");
+  const Clock::time_point begin = Clock::now();
+  checkpointer.save(step + 1, model, *optimizer);
+  if (trace && traced) {
+    trace->add_span(strategy.rank(), "checkpoint", step, begin, Clock::now());
+  }
+}
+
+}  // namespace
+
+LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,
+                           const TrainTest& data, const LoopOptions& options,
+                           const LoopSinks& sinks) {
+  const int rank = strategy.rank();
+  const int micro_steps = options.accumulation_steps;
+  const float micro_scale = 1.0f / static_cast<float>(micro_steps);
+  // An optimizer step takes k batches; an epoch holds the whole steps that fit in it, and its
+  // leftover batches (fewer than k) are dropped, as the sampler drops a partial batch.
+  const std::int64_t batches_per_epoch = sampler.steps_per_epoch();
+  const std::int64_t steps_per_epoch = batches_per_epoch / micro_steps;
+  LoopResult result;
+  Clock::time_point origin = options.origin;
+  bool last_micro = false;
+  model.set_grad_ready_callback([&](std::size_t begin, std::size_t end) {
+    if (last_micro) strategy.gradient_ready(model.grads(), begin, end);
+  });
+  try {
+    GRADSYNC_CHECK(steps_per_epoch >= 1, "an epoch must hold at least one step's batches");
+    const std::int64_t first_step = resume_params(model, options.resume);
+    strategy.init(model.params());
+    if (options.origin_at_init) {
+      origin = Clock::now();
+      if (sinks.trace) sinks.trace->set_origin(origin);
+    }
+    resume_optimizer(strategy, options.resume);
+    for (std::int64_t step = first_step; step < options.steps; ++step) {
+      const Clock::time_point begin = Clock::now();
+      double loss = 0;
+      const std::int64_t epoch = step / steps_per_epoch;
+      for (int micro = 0; micro < micro_steps; ++micro) {
+        // Micro-batch m of step t is batch (t mod steps_per_epoch)*k + m of its epoch, so k
+        // micro-batches of B cover the same samples as one batch of k*B
+        // (tests/unit/test_allreduce_strategy.cpp holds it).
+        last_micro = micro + 1 == micro_steps;
+        const std::int64_t batch =
+            epoch * batches_per_epoch + (step % steps_per_epoch) * micro_steps + micro;
+        loss += model.forward_backward(data.train, sampler.indices(batch), micro_scale, micro > 0) /
+                micro_steps;
+      }
+      const Clock::time_point computed = Clock::now();
+      strategy.synchronize(model.grads(), model.params());
+      const Clock::time_point end = Clock::now();
+
+      StepStats stats = strategy.last_step_stats();
+      stats.compute_s += seconds_between(begin, computed);
+      add(result.totals, stats);
+      result.train_seconds += seconds_between(begin, end);
+      result.final_loss = loss;
+      result.steps = step + 1 - first_step;
+
+      if (sinks.metrics) {
+        sinks.metrics->write(
+            MetricsRow{step, rank, epoch, seconds_between(origin, end), loss, stats});
+      }
+      if (sinks.trace && step - first_step < options.trace_steps) {
+        trace_step(*sinks.trace, rank, step, begin, computed, end, stats);
+      }
+      if (sinks.checkpointer && sinks.checkpointer->due(step + 1)) {
+        checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace,
+                   step - first_step < options.trace_steps);
+        // Only a step that follows waits for it: not the last one's.
+        if (step + 1 < options.steps) result.between_steps_s += seconds_between(end, Clock::now());
+      }
+      if (rank != 0) continue;
+      if (sinks.progress) sinks.progress->update(step, epoch, loss);
+      const bool last = step + 1 == options.steps;
+      if (!options.evaluate) continue;
+      if (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0)) {
+        const Clock::time_point eval_begin = Clock::now();
+        const Evaluation eval = model.evaluate(data.test);
+        if (sinks.trace && step - first_step < options.trace_steps) {
+          sinks.trace->add_span(rank, "evaluate", step, eval_begin, Clock::now());
+        }
+        result.evals.push_back({step + 1, result.train_seconds, eval.loss, eval.accuracy});
+        if (!last) result.between_steps_s += seconds_between(eval_begin, Clock::now());
+      }
+    }
+    strategy.finish(model.grads(), model.params());
+  } catch (const std::exception& e) {
+    model.set_grad_ready_callback(nullptr);
+    strategy.abort("rank " + std::to_string(rank) + " failed: " + e.what());
+    throw;
+  }
+  model.set_grad_ready_callback(nullptr);
+  if (rank == 0 && sinks.progress) sinks.progress->finish();
+  result.parameters = static_cast<std::int64_t>(model.param_count());
+  if (options.keep_params) {
+    result.final_params.resize(model.param_count());
+    model.copy_params_to_host(result.final_params);
+  }
+  return result;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,199 @@
+#include "worker/worker_process.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "allreduce/tcp/tcp_ring.h"
+#include "allreduce/tcp/tcp_store.h"
+#include "common/error.h"
+#include "worker/metrics_writer.h"
+#include "common/progress.h"
+#include "launch/rendezvous_env.h"
+#include "worker/trace_writer.h"
+#include "worker/checkpoints.h"
+#include "model/data_loader.h"
+#include "worker/model_factory.h"
+#include "experiments/preset.h"
+#include "worker/rank_outputs.h"
+#include "worker/run_plan.h"
+#include "worker/worker_loop.h"
+#include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/allreduce/host_staged_strategy.h"
+#include "strategies/allreduce/model_communicator.h"
+#include "strategies/ps/ps_strategy.h"
+#include "model/sampler.h"
+
+namespace gradsync {
+namespace fs = std::filesystem;
+namespace {
+
+Clock::time_point launcher_origin() {
+  const char* text = std::getenv(kOriginEnv);
+  if (text == nullptr) return Clock::now();
+  return Clock::time_point(std::chrono::nanoseconds(std::strtoll(text, nullptr, 10)));
+}
+
+// The local IP address this host sends from to reach host:port (a connected UDP socket sends
+// nothing; it only asks the kernel for the route).
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    throw ConfigError("environment", "MASTER_ADDR", "cannot resolve '" + host + "'");
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t length = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  if (!ok) throw ConfigError("environment", "MASTER_ADDR", "no route to '" + host + "'");
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
+}
+
+std::unique_ptr<SyncStrategy> make_process_strategy(
+    const Config& config, Model& model, std::uint64_t first_step, const RendezvousEnv& env,
+    std::chrono::milliseconds timeout, const std::vector<std::string>& ps_endpoints,
+    std::unique_ptr<Store>& store, std::shared_ptr<Communicator>& comm) {
+  if (config.strategy == "ps") {
+    if (ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
+      throw ConfigError("command line", "--ps-endpoints",
+                        std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
+                            std::to_string(config.ps.servers));
+    }
+    PsClientOptions options;
+    options.rank = env.rank;
+    options.world_size = env.world_size;
+    options.endpoints = ps_endpoints;
+    options.timeout = timeout;
+    options.heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
+    if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
+    options.link = make_emulated_link(token_bucket_gbps(config));
+    return std::make_unique<PsStrategy>(options, first_step);
+  }
+  if (config.strategy != "allreduce") {
+    throw ConfigError("config", "strategy",
+                      "`" + config.strategy + "` does not run as worker processes");
+  }
+  TcpStoreOptions store_options;
+  store_options.host = env.master_addr;
+  store_options.port = env.master_port;
+  store_options.is_server = env.rank == 0;
+  store_options.timeout = timeout;
+  store = make_tcp_store(store_options);
+  TcpRingOptions ring_options;
+  ring_options.timeout = timeout;
+  // Neighbours must reach this rank's ring port at an address of this host; the one this host
+  // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
+  ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
+  ring_options.link = make_emulated_link(token_bucket_gbps(config));
+  // TcpRing for a model in host memory, NCCL on the model's GPU.
+  comm = make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
+  AllreduceStrategyOptions options;
+  options.bucket_bytes = bucket_bytes(config);
+  options.overlap = config.comm.overlap;
+  options.join_uneven = config.comm.uneven_inputs;
+  options.sgd = sgd_options(config);
+  options.device = model.device();
+  return std::make_unique<AllreduceStrategy>(comm, options);
+}
+
+}  // namespace
+
+void run_worker_process(const std::string& config_path, const std::string& run_dir,
+                        const std::vector<std::string>& ps_endpoints) {
+  const RendezvousEnv env = read_rendezvous_env();
+  const Preset preset = load_preset(config_path, {});
+  GRADSYNC_CHECK(preset.runs.size() == 1, "a worker runs one resolved configuration");
+  const Config& config = preset.runs.front();
+  if (config.workers != env.world_size) {
+    throw ConfigError(config_path, "workers",
+                      std::to_string(config.workers) + " in the configuration but WORLD_SIZE (" +
+                          env.source + ") is " + std::to_string(env.world_size));
+  }
+  const auto timeout = comm_timeout(config);
+
+  const Clock::time_point origin = launcher_origin();
+  const TrainTest data = load_data(config.data, config.train.seed);
+  const RunPlan plan = plan_run(config, data);
+  // Declared before the strategy, so destroyed after it: a failing step may leave a bucket
+  // reduction in flight over the model's gradient buffer, and the strategy waits for it.
+  const std::unique_ptr<Model> model =
+      make_model(config, plan.widths, config.train.batch, model_device(config));
+  DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
+                             config.train.seed);
+  // Under `gradsync run` the launcher wrote the header; under mpirun, srun or torchrun rank 0
+  // does, before any rank can write a row (rows start after the strategy's first barrier).
+  const bool launched_by_gradsync = std::getenv(kOriginEnv) != nullptr;
+  MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string(),
+                        launched_by_gradsync || env.rank != 0 ? MetricsWriter::Mode::kAppend
+                                                              : MetricsWriter::Mode::kCreate);
+  TraceWriter trace(origin, plan.trace_spans_per_rank);
+  ProgressReporter progress = progress_reporter(config, plan);
+  const RunCheckpoints checkpoints =
+      prepare_checkpoints(config, plan.widths, plan.steps, run_dir, env.rank);
+  // Under `gradsync run` the launcher said it already.
+  if (!launched_by_gradsync && env.rank == 0 && checkpoints.resume) {
+    note_changed_settings(config, checkpoints.resumed_from);
+  }
+  LoopOptions loop = loop_options(config, plan, origin);
+  loop.origin_at_init = !launched_by_gradsync;  // each rank's own start would not line up
+  if (checkpoints.resume) loop.resume = &*checkpoints.resume;
+  LoopSinks sinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr};
+  if (checkpoints.writer) sinks.checkpointer = &*checkpoints.writer;
+
+  // The store outlives the strategy: a ring keeps it for failure reports.
+  std::unique_ptr<Store> store;
+  std::shared_ptr<Communicator> comm;  // allreduce only
+  // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
+  std::unique_ptr<SyncStrategy> strategy = adapt_to_model_device(
+      make_process_strategy(config, *model, checkpoints.resume ? checkpoints.resume->step : 0, env,
+                            timeout, ps_endpoints, store, comm),
+      *model);
+  // allreduce ranks resolve --resume each on their own host (ps workers take the step from the
+  // shards, which refuse a push of another step): they must agree before training.
+  if (store && checkpoints.resume) {
+    agree_on_resumed_step(*store, env.rank, checkpoints.resume->step, checkpoints.resumed_from,
+                          timeout);
+  }
+  LoopResult result;
+  try {
+    result = run_worker_loop(*model, *strategy, sampler, data, loop, sinks);
+  } catch (...) {
+    // The steps before the failure are worth seeing in the trace; the failure itself is what
+    // the caller reports, so a trace that cannot be written must not replace it.
+    try {
+      trace.write(rank_trace_path(run_dir, env.rank));
+    } catch (...) {
+    }
+    throw;
+  }
+  trace.write(rank_trace_path(run_dir, env.rank));
+  write_rank_result(rank_result_path(run_dir, env.rank), result);
+  // Without `gradsync run` nobody else folds the ranks' files into summary.json and trace.json:
+  // rank 0 does, once every rank has written its own: the ring's barrier says so; ps workers
+  // share no communicator, so rank 0 leaves the shards first (they write their traffic once
+  // every worker has) and then waits for the files themselves.
+  if (launched_by_gradsync) return;
+  if (comm) {
+    comm->barrier();
+    if (env.rank == 0) fold_rank_outputs(config, run_dir);
+  } else if (env.rank == 0) {
+    strategy.reset();
+    wait_for_run_outputs(config, run_dir, env.rank, timeout);
+    fold_rank_outputs(config, run_dir);
+  }
+}
+
+}  // namespace gradsync
