@@ -1,11 +1,12 @@
-// The collectives `gradsync bench allreduce` measures, one plug-in each (collective_bench.h's
+// The collectives `gradsync bench allreduce` measures, one plug-in each (collective_ops.h's
 // CollectiveOp): initial data, expected values in closed form, bus factor, the call itself.
+#include "bench/collective_ops.h"
+
 #include <array>
 #include <string>
 
 #include "allreduce/communicator.h"
 #include "common/error.h"
-#include "bench/collective_bench.h"
 
 namespace gradsync {
 namespace {

@@ -1,5 +1,5 @@
 // The Gloo side of `gradsync bench allreduce`: the same sweep, with the same timing rules and
-// the same plug-ins' data and expectations (bench/collective_bench.h), run on Gloo
+// the same plug-ins' data and expectations (bench/collective_ops.h), run on Gloo
 // instead of TcpRing. Built only when Debian's libgloo-dev is present (GRADSYNC_HAVE_GLOO);
 // nothing else includes this header in a build without it.
 //
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/collective_bench.h"
+#include "bench/collective_sweep.h"
 
 namespace gradsync {
 

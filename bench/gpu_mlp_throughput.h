@@ -1,5 +1,5 @@
 // `gradsync bench mlp --device gpu`: the CUDA MLP's training throughput at a given batch, with
-// the same pool, model and optimizer settings as the CPU benchmark (mlp_throughput.h) and as
+// the same pool, model and optimizer settings as the CPU benchmark (timed_steps.h) and as
 // `bench/torch_mlp.py --device cuda`, so the two run the same work on the same GPU.
 // A step is forward_backward (which waits for its stream: the loss reaches the host, as
 // loss.item() would) and DeviceSgd::step (which waits for the update).
@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "bench/mlp_throughput.h"
+#include "bench/timed_steps.h"
 
 namespace gradsync {
 

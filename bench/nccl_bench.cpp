@@ -71,22 +71,22 @@ class NcclRank final : public BenchRank {
 
 }  // namespace
 
-GpuSweep nccl_sweep_setup(CollectiveBenchOptions& options) {
+GpuSweep nccl_sweep_setup(int& ranks) {
   const int visible = cuda::cuda_device_count();
   if (visible == 0) {
     throw ConfigError("bench", "--device",
                       "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
   }
-  if (options.ranks <= 0) options.ranks = visible;
-  if (options.ranks > visible) {
+  if (ranks <= 0) ranks = visible;
+  if (ranks > visible) {
     throw ConfigError("bench", "--ranks",
-                      std::to_string(options.ranks) + " ranks need " +
-                          std::to_string(options.ranks) + " GPUs (one rank per GPU: NCCL " +
+                      std::to_string(ranks) + " ranks need " +
+                          std::to_string(ranks) + " GPUs (one rank per GPU: NCCL " +
                           "cannot put two ranks on one device); " + std::to_string(visible) +
                           " visible");
   }
   return {"NCCL " + NcclCommunicator::version() + ", GPUs 0.." +
-          std::to_string(options.ranks - 1) + ", one rank per GPU"};
+          std::to_string(ranks - 1) + ", one rank per GPU"};
 }
 
 std::vector<SizeResult> nccl_measure(const SweepSpec& spec) {
@@ -104,7 +104,7 @@ std::vector<SizeResult> nccl_measure(const SweepSpec& spec) {
 
 #else
 
-GpuSweep nccl_sweep_setup(CollectiveBenchOptions& /*options*/) {
+GpuSweep nccl_sweep_setup(int& /*ranks*/) {
   throw ConfigError("bench", "--device",
                     "gpu needs a gradsync built with CUDA and NCCL (this build has no NCCL)");
 }

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/collective_bench.h"
+#include "bench/collective_sweep.h"
 
 namespace gradsync {
 
@@ -17,9 +17,9 @@ struct GpuSweep {
   std::string transport;  // for the table's header: "NCCL 2.28.9, GPUs 0..3, one rank per GPU"
 };
 
-// Checks that this build has NCCL and that enough GPUs are visible, and sets options.ranks (0:
-// every visible GPU). Throws a one-line ConfigError naming --device or --ranks otherwise.
-GpuSweep nccl_sweep_setup(CollectiveBenchOptions& options);
+// Checks that this build has NCCL and that enough GPUs are visible for `ranks`, and sets it
+// when 0 (every visible GPU). Throws a one-line ConfigError naming --device or --ranks otherwise.
+GpuSweep nccl_sweep_setup(int& ranks);
 
 // Runs the sweep (measure_sweep's rules). Rank r uses GPU r.
 std::vector<SizeResult> nccl_measure(const SweepSpec& spec);

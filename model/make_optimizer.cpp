@@ -1,4 +1,4 @@
-#include "model/optimizer/optimizer.h"
+#include "model/make_optimizer.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-// CURVE key files: "public <z85>" and "secret <z85>" lines (format in ps_client.h).
+// CURVE key files: "public <z85>" and "secret <z85>" lines (format in curve_keys.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <zmq.h>
@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "strategies/ps/ps_client.h"
+#include "server/curve_keys.h"
 
 namespace gradsync {
 namespace {

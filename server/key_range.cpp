@@ -3,7 +3,7 @@
 
 #include "common/error.h"
 #include "common/wire_format.h"
-#include "strategies/ps/ps_client.h"
+#include "server/key_range.h"
 
 namespace gradsync {
 

@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "strategies/ps/ps_client.h"
+#include "common/emulated_link.h"
 #include "model/optimizer/sgd.h"
+#include "server/curve_keys.h"
 
 namespace gradsync {
 

@@ -72,6 +72,7 @@
 #include <string>
 #include <vector>
 
+#include "server/key_range.h"
 #include "server/message.h"
 #include "server/param_store.h"
 #include "server/shard_options.h"

@@ -1,6 +1,7 @@
 #include "strategies/single_strategy.h"
 
 #include "common/stopwatch.h"
+#include "model/make_optimizer.h"
 
 namespace gradsync {
 

@@ -8,6 +8,7 @@
 #include "experiments/preset.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
+#include "server/key_range.h"
 #include "server/ps_shard.h"
 #include "worker/model_factory.h"
 

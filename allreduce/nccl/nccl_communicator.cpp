@@ -24,7 +24,7 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclS
 // Releases what create() made, whichever part of it was made. The communicator is finalised
 // only when idle (bounded by the timeout) and aborted otherwise: destroying one with
 // collectives in flight would wait for peers that may be gone.
-void release(NcclCommunicator::State& s) noexcept {
+void release(nccl::State& s) noexcept {
   try {
     OnDevice on(s.device);
     if (!s.aborted && s.comm != nullptr) {
@@ -54,7 +54,7 @@ void release(NcclCommunicator::State& s) noexcept {
 std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int rank, int size,
                                                            const NcclOptions& options) {
   GRADSYNC_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL rank outside [0, size)");
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<nccl::State>();
   state->rank = rank;
   state->size = size;
   state->device = options.device;
@@ -129,7 +129,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(state)));
 }
 
-NcclCommunicator::NcclCommunicator(std::shared_ptr<State> state) : state_(std::move(state)) {}
+NcclCommunicator::NcclCommunicator(std::shared_ptr<nccl::State> state) : state_(std::move(state)) {}
 
 NcclCommunicator::~NcclCommunicator() { release(*state_); }
 
@@ -165,7 +165,7 @@ std::shared_ptr<Work> NcclCommunicator::issue(
     const char* operation, std::size_t count, std::uint64_t bytes_sent,
     std::uint64_t bytes_received,
     const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call) {
-  State& s = *state_;
+  nccl::State& s = *state_;
   s.throw_if_failed();
   const std::uint64_t sequence = s.sequence++;
   const std::string what = std::string(operation) + " #" + std::to_string(sequence) + " (" +
@@ -204,7 +204,7 @@ namespace {
 // The buffer must be device memory of this communicator's device: NCCL would otherwise fail
 // deep inside a kernel, or read host memory through a stale mapping.
 void check_device_buffer(const void* data, std::size_t count, const char* operation,
-                         const NcclCommunicator::State& state) {
+                         const nccl::State& state) {
   if (count == 0) return;
   cudaPointerAttributes attributes{};
   const cudaError_t error = cudaPointerGetAttributes(&attributes, data);

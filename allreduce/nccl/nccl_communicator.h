@@ -41,6 +41,9 @@
 #include "allreduce/store.h"
 
 namespace gradsync {
+namespace nccl {
+struct State;  // nccl_state.h: shared with the Work handles, which may outlive an issue
+}
 
 struct NcclOptions {
   int device = 0;
@@ -93,17 +96,15 @@ class NcclCommunicator final : public Communicator {
   // "2.28.9": the NCCL library this process loaded.
   static std::string version();
 
-  struct State;  // shared with the Work handles, which may outlive a collective's issue
-
  private:
-  explicit NcclCommunicator(std::shared_ptr<State> state);
+  explicit NcclCommunicator(std::shared_ptr<nccl::State> state);
   // The common path of every collective: failure check, producer ordering, the NCCL call,
   // its completion event, the counters.
   std::shared_ptr<Work> issue(const char* operation, std::size_t count, std::uint64_t bytes_sent,
                               std::uint64_t bytes_received,
                               const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call);
 
-  std::shared_ptr<State> state_;
+  std::shared_ptr<nccl::State> state_;
 };
 
 }  // namespace gradsync

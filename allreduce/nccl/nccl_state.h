@@ -9,12 +9,17 @@
 #include <string>
 #include <thread>
 
-#include "allreduce/nccl/nccl_communicator.h"
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "allreduce/communicator.h"
 #include "common/error.h"
 
-namespace gradsync {
+namespace gradsync::nccl {
 
-struct NcclCommunicator::State {
+// The communicator's state (its own struct rather than NcclCommunicator's member, so that this
+// header needs nothing of nccl_communicator.h, which nccl_communicator.cpp completes with it).
+struct State {
   int rank = 0;
   int size = 1;
   int device = 0;
@@ -56,8 +61,6 @@ struct NcclCommunicator::State {
   }
 };
 
-namespace nccl {
-
 // Selects the communicator's device for the calling thread and restores the previous one.
 class OnDevice {
  public:
@@ -76,7 +79,7 @@ class OnDevice {
   int previous_ = -1;
 };
 
-inline void check_cuda(cudaError_t error, const char* call, const NcclCommunicator::State& state) {
+inline void check_cuda(cudaError_t error, const char* call, const State& state) {
   if (error == cudaSuccess) return;
   cudaGetLastError();
   throw Error(state.where() + ": " + call + ": " + cudaGetErrorName(error) + ": " +
@@ -86,7 +89,7 @@ inline void check_cuda(cudaError_t error, const char* call, const NcclCommunicat
 // A non-blocking communicator may answer ncclInProgress while it finishes a call in the
 // background; nothing else may be called on it until that settles (NCCL's rule), so wait for
 // it, within the deadline.
-inline ncclResult_t settle(NcclCommunicator::State& state, ncclResult_t result,
+inline ncclResult_t settle(State& state, ncclResult_t result,
                            std::chrono::steady_clock::time_point deadline) {
   while (result == ncclInProgress) {
     if (std::chrono::steady_clock::now() > deadline) return ncclInProgress;
@@ -99,8 +102,7 @@ inline ncclResult_t settle(NcclCommunicator::State& state, ncclResult_t result,
 // A handle on one issued collective: complete once `done` (recorded on the communicator's
 // stream after the NCCL call) has fired. Owns `done`; a null `done` is a collective of nothing,
 // complete at once. `what` ("collective #3 allreduce of 1000 floats") names it in errors.
-std::shared_ptr<Work> make_work(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done,
+std::shared_ptr<Work> make_work(std::shared_ptr<State> state, cudaEvent_t done,
                                 std::string what);
 
-}  // namespace nccl
-}  // namespace gradsync
+}  // namespace gradsync::nccl

@@ -12,7 +12,7 @@ namespace {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done, std::string what)
+  NcclWork(std::shared_ptr<State> state, cudaEvent_t done, std::string what)
       : state_(std::move(state)), done_(done), what_(std::move(what)) {}
   ~NcclWork() override {
     // Legal while the event is pending: its resources go when it completes.
@@ -25,7 +25,7 @@ class NcclWork final : public Work {
 
   void wait(std::chrono::milliseconds timeout) override {
     if (done_ == nullptr || complete_) return;
-    NcclCommunicator::State& s = *state_;
+    State& s = *state_;
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout;
     for (int polls = 0;; ++polls) {
@@ -63,7 +63,7 @@ class NcclWork final : public Work {
  private:
   template <typename E>
   [[noreturn]] void fail_and_throw(const std::string& problem) {
-    NcclCommunicator::State& s = *state_;
+    State& s = *state_;
     // The failure is recorded before the abort, as abort() does: a Work waiting beside this one
     // then stops at throw_if_failed() with this reason, rather than querying the aborted
     // communicator and recording its "invalid argument" as the cause.
@@ -81,7 +81,7 @@ class NcclWork final : public Work {
     }
   }
 
-  std::shared_ptr<NcclCommunicator::State> state_;
+  std::shared_ptr<State> state_;
   cudaEvent_t done_;
   std::string what_;
   bool complete_ = false;
@@ -89,7 +89,7 @@ class NcclWork final : public Work {
 
 }  // namespace
 
-std::shared_ptr<Work> make_work(std::shared_ptr<NcclCommunicator::State> state, cudaEvent_t done,
+std::shared_ptr<Work> make_work(std::shared_ptr<State> state, cudaEvent_t done,
                                 std::string what) {
   return std::make_shared<NcclWork>(std::move(state), done, std::move(what));
 }

@@ -13,7 +13,7 @@
 
 #include "allreduce/store.h"
 #include "allreduce/tcp/socket.h"
-#include "allreduce/tcp/tcp_ring.h"
+#include "allreduce/tcp/tcp_ring_options.h"
 
 namespace gradsync::tcp {
 

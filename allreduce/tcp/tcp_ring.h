@@ -20,24 +20,13 @@
 // fails whatever is running or queued, and joins that thread: it never hangs.
 #pragma once
 
-#include <chrono>
-#include <cstddef>
 #include <memory>
-#include <string>
 
 #include "allreduce/communicator.h"
 #include "allreduce/store.h"
-#include "common/emulated_link.h"
+#include "allreduce/tcp/tcp_ring_options.h"
 
 namespace gradsync {
-
-struct TcpRingOptions {
-  std::chrono::milliseconds timeout{60000};
-  std::string bind_host = "127.0.0.1";  // this rank's listening address for its left neighbour
-  std::size_t chunk_bytes = 1 << 20;     // pipelining granularity of a segment
-  std::string store_prefix = "ring";     // several communicators can share one Store
-  std::shared_ptr<EmulatedLink> link;    // network.link_gbps: caps payload bytes; null: none
-};
 
 // Connects the ring: publishes this rank's address in `store`, connects to the next rank and
 // accepts the previous one. Blocks until the ring is formed or `options.timeout` passes. The

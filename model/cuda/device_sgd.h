@@ -2,7 +2,7 @@
 // step, weight decay added to the gradient, dampening 0, not Nesterov) over a range of floats
 // in the memory of one CUDA device, in one fused kernel.
 //
-//   auto opt = make_sgd(model.param_count(), options, model.device());   // model/optimizer/optimizer.h
+//   auto opt = make_sgd(model.param_count(), options, model.device());   // model/make_optimizer.h
 //   opt->step(model.params(), model.grads());   // device spans of size() floats
 //
 // step() reads grads and params as they are when it is called, so the work producing them must

@@ -1,18 +1,17 @@
 // Optimizer: the update a strategy applies to the range it owns once gradients are averaged
 // (the whole buffer for single / allreduce / dp's replica 0; a key range on a ps shard).
 //
-//   auto opt = make_sgd(range_size, sgd_options, model.device());
+//   auto opt = make_sgd(range_size, sgd_options, model.device());   // model/make_optimizer.h
 //   opt->step(params, grads);                 // both spans hold size() floats, on the same device
 //
-// Implementations: Sgd (model/optimizer/sgd.h, host memory) and, in a CUDA build, DeviceSgd (model/cuda/,
-// device memory, the same arithmetic). Checkpoints read and restore the state through host
+// Implementations: Sgd (model/optimizer/sgd.h, host memory) and, in a CUDA build, DeviceSgd
+// (model/cuda/, device memory, the same arithmetic). Checkpoints read and restore the state through host
 // copies, so a checkpoint written on a GPU resumes on a CPU and the other way round.
 // Not thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 
 #include "model/optimizer/sgd_options.h"
@@ -32,9 +31,5 @@ class Optimizer {
   virtual void save_state(std::span<float> momentum) const = 0;
   virtual void load_state(std::span<const float> momentum, std::uint64_t steps) = 0;
 };
-
-// SGD over `size` floats in host memory (device -1) or on CUDA device `device`. Throws
-// gradsync::Error for a device in a build without CUDA.
-std::unique_ptr<Optimizer> make_sgd(std::size_t size, const SgdOptions& options, int device);
 
 }  // namespace gradsync

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/stopwatch.h"
+#include "model/make_optimizer.h"
 
 namespace gradsync {
 

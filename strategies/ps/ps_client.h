@@ -59,54 +59,10 @@
 #include <vector>
 
 #include "common/emulated_link.h"
+#include "server/curve_keys.h"
+#include "server/key_range.h"
 
 namespace gradsync {
-
-struct KeyRange {
-  std::uint64_t begin = 0;
-  std::uint64_t end = 0;
-  std::uint64_t size() const { return end - begin; }
-  bool operator==(const KeyRange&) const = default;
-};
-
-// The K contiguous ranges of a buffer of `total` floats, balanced by bytes: the first
-// total % K shards take one extra element.
-std::vector<KeyRange> balanced_ranges(std::uint64_t total, int shards);
-
-// The chunks of a shard's range that PUSHPULL and REPLY messages carry (wire::kChunkKeys keys
-// each from range.begin, the last one shorter; an empty range is one empty chunk).
-std::vector<KeyRange> chunk_ranges(KeyRange range);
-
-// The order in which rank `rank` sends one request's pieces (pieces[k]: those for shard k, in
-// key order): piece 0 of every shard, then piece 1, ..., each round starting at shard
-// rank mod K. Every shard's link gets busy at once instead of the last shard waiting for all
-// the others, and the N workers' chunks reach the shards spread out rather than all at the
-// same shard at once.
-struct ShardPiece {
-  int shard = 0;
-  KeyRange keys;
-};
-std::vector<ShardPiece> send_order(const std::vector<std::vector<KeyRange>>& pieces, int rank);
-
-// CURVE (libzmq's built-in encryption and authentication): a key pair in Z85 text.
-struct CurveKeys {
-  std::string public_key;  // 40 characters
-  std::string secret_key;  // 40 characters
-};
-
-// Reads a key file: two lines "public <z85>" and "secret <z85>". The secret line may be absent
-// (a file that only names a shard's key), but shards and workers both need the pair: a worker
-// authenticates with the shared pair itself. Blank lines and lines starting with '#' are skipped.
-// Throws ConfigError naming the file and the line (a key that is not 40 Z85 characters, a
-// public key that does not belong to the secret key, an unknown or repeated line).
-CurveKeys read_curve_keys(const std::string& path);
-
-// A fresh key pair from libzmq (zmq_curve_keypair). Throws Error when libzmq lacks CURVE.
-CurveKeys generate_curve_keys();
-
-// Writes `keys` in read_curve_keys' format to a new file, readable by the owner only (mode
-// 0600). Throws Error naming the path when it exists already or cannot be written.
-void write_curve_keys(const std::string& path, const CurveKeys& keys);
 
 struct PsClientOptions {
   int rank = 0;

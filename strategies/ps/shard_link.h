@@ -22,8 +22,9 @@
 #include <zmq.hpp>
 
 #include "common/wire_format.h"
+#include "server/curve_keys.h"
+#include "server/key_range.h"
 #include "server/message.h"
-#include "strategies/ps/ps_client.h"
 
 namespace gradsync {
 

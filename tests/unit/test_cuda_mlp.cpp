@@ -11,6 +11,7 @@
 #include "model/cuda/cuda_mlp.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_sgd.h"
+#include "model/make_optimizer.h"
 #include "model/mlp.h"
 #include "model/optimizer/sgd.h"
 
