@@ -266,7 +266,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (worker->parsed()) {
-      gradsync::run_worker_process(worker_config, worker_run_dir, ps_endpoints);
+      gradsync::run_worker_process(gradsync::load_run_config(worker_config), worker_config,
+                                   worker_run_dir, ps_endpoints);
       return 0;
     }
     if (server->parsed()) {
@@ -278,7 +279,8 @@ int main(int argc, char** argv) {
       if (server_config.empty() || server_run_dir.empty()) {
         return usage_error(app, "--config and --run-dir are required (or --gen-keys FILE)");
       }
-      gradsync::run_server_process(server_config, server_run_dir, shard, shard_port, shard_bind);
+      gradsync::run_server_process(gradsync::load_run_config(server_config), server_run_dir,
+                                   shard, shard_port, shard_bind);
       return 0;
     }
     if (bench_allreduce->parsed()) {

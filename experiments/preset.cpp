@@ -272,6 +272,16 @@ Preset load_preset(const std::string& path, const std::vector<std::string>& over
   return load_preset_text(text.str(), path, overrides);
 }
 
+Config load_run_config(const std::string& path) {
+  Preset preset = load_preset(path, {});
+  if (preset.runs.size() != 1) {
+    throw ConfigError(path, "runs",
+                      std::to_string(preset.runs.size()) +
+                          " runs, but a worker or server takes one resolved configuration");
+  }
+  return std::move(preset.runs.front());
+}
+
 Preset load_preset_text(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides, PresetUse use) {
   const Layer set_layer = parse_overrides(overrides);

@@ -32,6 +32,10 @@ std::string find_preset(const std::string& name_or_path, const std::string& pres
 
 Preset load_preset(const std::string& path, const std::vector<std::string>& overrides);
 
+// A run's resolved config.yaml (run_preset writes one into each run folder), for `gradsync
+// worker` and `gradsync server`: a ConfigError naming the file when it holds more than one run.
+Config load_run_config(const std::string& path);
+
 // Whether a loaded preset must be able to run here: kToRun checks that data.dir exists (and
 // fills in the Fashion-MNIST default); kToRead does not, for reading a results folder's
 // config.yaml on another machine (`gradsync model --calibrate`).

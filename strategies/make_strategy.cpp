@@ -1,11 +1,14 @@
 #include "strategies/make_strategy.h"
 
 #include "common/error.h"
+#include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/allreduce/host_staged_strategy.h"
 #include "strategies/dp/dp_strategy.h"
+#include "strategies/ps/ps_strategy.h"
 #include "strategies/single_strategy.h"
 #ifdef GRADSYNC_HAVE_NCCL
-#include "strategies/dp/dp_gpu_strategy.h"
 #include "model/cuda/cuda_device.h"
+#include "strategies/dp/dp_gpu_strategy.h"
 #endif
 
 namespace gradsync {
@@ -18,6 +21,33 @@ std::vector<std::unique_ptr<SyncStrategy>> make_dp_on_gpus(const StrategyOptions
 #else
   return {};  // not reached: check_dp_on_gpus refused
 #endif
+}
+
+// The one strategy of a worker process (allreduce, ps).
+std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& options,
+                                                    const ProcessContext& process) {
+  GRADSYNC_CHECK(process.model != nullptr, "a worker process's strategy needs its model");
+  if (options.name == "ps") {
+    PsClientOptions client;
+    client.rank = process.rank;
+    client.world_size = options.workers;
+    client.endpoints = options.ps_endpoints;
+    client.timeout = options.timeout;
+    client.heartbeat = options.ps_heartbeat;
+    client.curve = options.ps_curve;
+    client.link = options.link;
+    // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
+    return adapt_to_model_device(std::make_unique<PsStrategy>(client, process.first_step),
+                                 *process.model);
+  }
+  GRADSYNC_CHECK(process.comm != nullptr, "allreduce needs the communicator over every rank");
+  AllreduceStrategyOptions allreduce;
+  allreduce.bucket_bytes = options.bucket_bytes;
+  allreduce.overlap = options.overlap;
+  allreduce.join_uneven = options.join_uneven;
+  allreduce.sgd = options.sgd;
+  allreduce.device = process.model->device();
+  return std::make_unique<AllreduceStrategy>(process.comm, allreduce);
 }
 
 }  // namespace
@@ -47,7 +77,23 @@ const std::vector<std::string>& strategy_names() {
   return names;
 }
 
-std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions& options) {
+std::vector<std::unique_ptr<SyncStrategy>> make_strategies(
+    const StrategyOptions& options, const std::optional<ProcessContext>& process) {
+  const bool per_process = options.name == "allreduce" || options.name == "ps";
+  if (per_process && !process) {
+    throw ConfigError(
+        "strategy", "strategy",
+        "`" + options.name + "` runs one process per rank (gradsync worker), not in-process");
+  }
+  if (process && (options.name == "single" || options.name == "dp")) {
+    throw ConfigError("strategy", "strategy",
+                      "`" + options.name + "` does not run as worker processes");
+  }
+  if (per_process) {
+    std::vector<std::unique_ptr<SyncStrategy>> out;
+    out.push_back(make_process_strategy(options, *process));
+    return out;
+  }
   if (options.name == "single") {
     if (options.workers != 1) {
       throw ConfigError("strategy", "workers",
@@ -60,11 +106,6 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(const StrategyOptions
   if (options.name == "dp") {
     if (options.device >= 0) return make_dp_on_gpus(options);
     return make_dp_group(options.workers, options.sgd, options.timeout, options.link);
-  }
-  if (options.name == "allreduce" || options.name == "ps") {
-    throw ConfigError(
-        "strategy", "strategy",
-        "`" + options.name + "` runs one process per rank (gradsync worker), not in-process");
   }
   std::string valid;
   for (const auto& name : strategy_names()) valid += (valid.empty() ? "" : ", ") + name;

@@ -70,7 +70,8 @@ std::chrono::milliseconds comm_timeout(const Config& config) {
   return std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1000.0));
 }
 
-StrategyOptions strategy_options(const Config& config) {
+StrategyOptions strategy_options(const Config& config,
+                                 const std::vector<std::string>& ps_endpoints) {
   StrategyOptions options;
   options.name = config.strategy;
   options.workers = config.workers;
@@ -78,6 +79,15 @@ StrategyOptions strategy_options(const Config& config) {
   options.timeout = comm_timeout(config);
   options.link = make_emulated_link(token_bucket_gbps(config));
   options.device = model_device(config);
+  options.bucket_bytes = bucket_bytes(config);
+  options.overlap = config.comm.overlap;
+  options.join_uneven = config.comm.uneven_inputs;
+  options.ps_endpoints = ps_endpoints;
+  if (config.strategy == "ps" && !config.ps.curve_keys.empty()) {
+    options.ps_curve = read_curve_keys(config.ps.curve_keys);
+  }
+  options.ps_heartbeat =
+      std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
   return options;
 }
 

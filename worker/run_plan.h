@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/progress.h"
@@ -38,8 +39,10 @@ SgdOptions sgd_options(const Config& config);
 // comm.timeout_s: the deadline of every wait on another rank, replica or shard.
 std::chrono::milliseconds comm_timeout(const Config& config);
 
-// What make_strategies needs for the in-process strategies (single, dp).
-StrategyOptions strategy_options(const Config& config);
+// What make_strategies needs for any strategy; `ps_endpoints` are the shards of a ps worker
+// (gradsync worker --ps-endpoints), one per ps.servers.
+StrategyOptions strategy_options(const Config& config,
+                                 const std::vector<std::string>& ps_endpoints = {});
 
 // The rate the transports' token buckets enforce: network.link_gbps, unless the kernel shapes
 // this run's links (network.namespaces, for runs of several processes).

@@ -5,7 +5,6 @@
 #include "common/error.h"
 #include "worker/checkpoints.h"
 #include "model/data_loader.h"
-#include "experiments/preset.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
 #include "server/key_range.h"
@@ -41,11 +40,8 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
 
 }  // namespace
 
-void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
-                        int port, const std::string& bind) {
-  const Preset preset = load_preset(config_path, {});
-  GRADSYNC_CHECK(preset.runs.size() == 1, "a server serves one resolved configuration");
-  const Config& config = preset.runs.front();
+void run_server_process(const Config& config, const std::string& run_dir, int shard, int port,
+                        const std::string& bind) {
   if (shard >= config.ps.servers) {
     throw ConfigError("command line", "--shard",
                       std::to_string(shard) + " is not below ps.servers = " +

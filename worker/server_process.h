@@ -1,16 +1,18 @@
 // `gradsync server`: one parameter-server shard process, started by the local launcher or by
 // hand on another machine. It serves the key range `shard` of ps.servers for the model the
-// resolved config.yaml describes, until every worker has said goodbye; then it writes
+// resolved Config describes (apps/ loads the run's config.yaml through experiments/), until every worker has said goodbye; then it writes
 // server<K>.json (its traffic) into the run folder.
 #pragma once
 
 #include <string>
 
+#include "common/config.h"
+
 namespace gradsync {
 
 // Throws on any failure (the caller prints it); the shard listens on `bind` (empty: ps.bind) at
 // `port` (0: an ephemeral port, printed on stdout as "endpoint tcp://...").
-void run_server_process(const std::string& config_path, const std::string& run_dir, int shard,
-                        int port, const std::string& bind = "");
+void run_server_process(const Config& config, const std::string& run_dir, int shard, int port,
+                        const std::string& bind = "");
 
 }  // namespace gradsync

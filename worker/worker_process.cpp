@@ -19,14 +19,11 @@
 #include "worker/checkpoints.h"
 #include "model/data_loader.h"
 #include "worker/model_factory.h"
-#include "experiments/preset.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
 #include "worker/worker_loop.h"
-#include "strategies/allreduce/allreduce_strategy.h"
-#include "strategies/allreduce/host_staged_strategy.h"
 #include "strategies/allreduce/model_communicator.h"
-#include "strategies/ps/ps_strategy.h"
+#include "strategies/make_strategy.h"
 #include "model/sampler.h"
 
 namespace gradsync {
@@ -62,30 +59,12 @@ std::string local_address_towards(const std::string& host, int port) {
   return text;
 }
 
-std::unique_ptr<SyncStrategy> make_process_strategy(
-    const Config& config, Model& model, std::uint64_t first_step, const RendezvousEnv& env,
-    std::chrono::milliseconds timeout, const std::vector<std::string>& ps_endpoints,
-    std::unique_ptr<Store>& store, std::shared_ptr<Communicator>& comm) {
-  if (config.strategy == "ps") {
-    if (ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
-      throw ConfigError("command line", "--ps-endpoints",
-                        std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
-                            std::to_string(config.ps.servers));
-    }
-    PsClientOptions options;
-    options.rank = env.rank;
-    options.world_size = env.world_size;
-    options.endpoints = ps_endpoints;
-    options.timeout = timeout;
-    options.heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
-    if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
-    options.link = make_emulated_link(token_bucket_gbps(config));
-    return std::make_unique<PsStrategy>(options, first_step);
-  }
-  if (config.strategy != "allreduce") {
-    throw ConfigError("config", "strategy",
-                      "`" + config.strategy + "` does not run as worker processes");
-  }
+// allreduce: the rendezvous store (hosted by rank 0 at MASTER_ADDR:MASTER_PORT) and the
+// communicator over every rank, TcpRing for a model in host memory, NCCL on the model's GPU.
+// The store must outlive the communicator: a ring keeps it for failure reports.
+std::shared_ptr<Communicator> connect_ranks(const Config& config, const RendezvousEnv& env,
+                                            std::chrono::milliseconds timeout, Model& model,
+                                            std::unique_ptr<Store>& store) {
   TcpStoreOptions store_options;
   store_options.host = env.master_addr;
   store_options.port = env.master_port;
@@ -98,25 +77,15 @@ std::unique_ptr<SyncStrategy> make_process_strategy(
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
   ring_options.link = make_emulated_link(token_bucket_gbps(config));
-  // TcpRing for a model in host memory, NCCL on the model's GPU.
-  comm = make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
-  AllreduceStrategyOptions options;
-  options.bucket_bytes = bucket_bytes(config);
-  options.overlap = config.comm.overlap;
-  options.join_uneven = config.comm.uneven_inputs;
-  options.sgd = sgd_options(config);
-  options.device = model.device();
-  return std::make_unique<AllreduceStrategy>(comm, options);
+  return make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
 }
 
 }  // namespace
 
-void run_worker_process(const std::string& config_path, const std::string& run_dir,
+void run_worker_process(const Config& config, const std::string& config_path,
+                        const std::string& run_dir,
                         const std::vector<std::string>& ps_endpoints) {
   const RendezvousEnv env = read_rendezvous_env();
-  const Preset preset = load_preset(config_path, {});
-  GRADSYNC_CHECK(preset.runs.size() == 1, "a worker runs one resolved configuration");
-  const Config& config = preset.runs.front();
   if (config.workers != env.world_size) {
     throw ConfigError(config_path, "workers",
                       std::to_string(config.workers) + " in the configuration but WORLD_SIZE (" +
@@ -153,14 +122,22 @@ void run_worker_process(const std::string& config_path, const std::string& run_d
   LoopSinks sinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr};
   if (checkpoints.writer) sinks.checkpointer = &*checkpoints.writer;
 
+  if (config.strategy == "ps" &&
+      ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
+    throw ConfigError("command line", "--ps-endpoints",
+                      std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
+                          std::to_string(config.ps.servers));
+  }
   // The store outlives the strategy: a ring keeps it for failure reports.
   std::unique_ptr<Store> store;
   std::shared_ptr<Communicator> comm;  // allreduce only
-  // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
-  std::unique_ptr<SyncStrategy> strategy = adapt_to_model_device(
-      make_process_strategy(config, *model, checkpoints.resume ? checkpoints.resume->step : 0, env,
-                            timeout, ps_endpoints, store, comm),
-      *model);
+  if (config.strategy == "allreduce") comm = connect_ranks(config, env, timeout, *model, store);
+  const ProcessContext process{.rank = env.rank,
+                               .model = model.get(),
+                               .comm = comm,
+                               .first_step = checkpoints.resume ? checkpoints.resume->step : 0};
+  std::unique_ptr<SyncStrategy> strategy =
+      std::move(make_strategies(strategy_options(config, ps_endpoints), process).front());
   // allreduce ranks resolve --resume each on their own host (ps workers take the step from the
   // shards, which refuse a push of another step): they must agree before training.
   if (store && checkpoints.resume) {
