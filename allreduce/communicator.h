@@ -1,6 +1,6 @@
 // Communicator: the collectives every multi-process strategy is built on.
 //
-//   auto comm = TcpRing::create(store, rank, size, options);   // allreduce/tcp/tcp_ring.h
+//   auto comm = make_tcp_ring(store, rank, size, options);     // allreduce/tcp/tcp_ring.h
 //   comm->allreduce(grads, ReduceOp::kAvg);                     // blocks until done
 //   auto work = comm->allreduce_async(bucket, ReduceOp::kAvg);  // returns at once
 //   ... more backward ...

@@ -24,9 +24,9 @@ struct CUstream_st;  // cudaStream_t's pointee, so this header needs no CUDA hea
 namespace gradsync {
 
 struct CommunicatorOptions {
-  TcpRingOptions tcp;                     // timeout for both; the rest for TcpRing only
-  int device = -1;                        // -1: host buffers (TcpRing); else CUDA ordinal (NCCL)
-  CUstream_st* producer_stream = nullptr; // NCCL: collectives wait for this stream's work
+  TcpRingOptions tcp;                      // timeout for both; the rest for TcpRing only
+  int device = -1;                         // -1: host buffers (TcpRing); else CUDA ordinal (NCCL)
+  CUstream_st* producer_stream = nullptr;  // NCCL: collectives wait for this stream's work
 };
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,

@@ -122,8 +122,8 @@ std::string render(const CollectiveBenchOptions& o, const CollectiveOp& op,
           "{\"op\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"type\": \"float\", "
           "\"size_bytes\": %zu, \"count\": %zu, \"bytes_per_rank\": %.0f, \"iters\": %d, "
           "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %llu",
-          op.name.c_str(), o.ranks, transport.json.c_str(), g.bytes, g.count, factor * g.bytes, g.iters, g.seconds * 1e6,
-          algbw, busbw, static_cast<unsigned long long>(g.wrong));
+          op.name.c_str(), o.ranks, transport.json.c_str(), g.bytes, g.count, factor * g.bytes,
+          g.iters, g.seconds * 1e6, algbw, busbw, static_cast<unsigned long long>(g.wrong));
       if (t != nullptr) {
         out += sprint(
             ", \"gloo_iters\": %d, \"gloo_time_us\": %.3f, \"gloo_busbw_gbps\": %.4f, "

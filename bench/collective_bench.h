@@ -57,8 +57,8 @@ std::string run_collective_bench(const CollectiveBenchOptions& options);
 // wrong collective off as a fast one (`gradsync bench allreduce` exits 1) checks them.
 struct CollectiveBenchReport {
   std::string text;
-  std::uint64_t wrong = 0;        // gradsync's communicator (TcpRing, or NCCL)
-  std::uint64_t gloo_wrong = 0;   // Gloo's, when it ran beside
+  std::uint64_t wrong = 0;       // gradsync's communicator (TcpRing, or NCCL)
+  std::uint64_t gloo_wrong = 0;  // Gloo's, when it ran beside
 };
 CollectiveBenchReport run_collective_bench_report(const CollectiveBenchOptions& options);
 

@@ -50,14 +50,14 @@ std::string run_gpu_mlp_bench(const MlpBenchOptions& options) {
     std::snprintf(line, sizeof line,
                   "{\"impl\": \"gradsync\", \"samples_per_s\": %.1f, \"steps\": %lld, "
                   "\"seconds\": %.3f, \"batch\": %d, \"device\": \"cuda:%d\", \"gpu\": \"%s\"}",
-                  samples_per_s, static_cast<long long>(step), elapsed, options.batch,
-                  options.gpu, properties.name);
+                  samples_per_s, static_cast<long long>(step), elapsed, options.batch, options.gpu,
+                  properties.name);
   } else {
     std::snprintf(line, sizeof line,
                   "gradsync: samples/s=%.1f steps=%lld seconds=%.3f batch=%d device=cuda:%d "
                   "gpu=%s",
-                  samples_per_s, static_cast<long long>(step), elapsed, options.batch,
-                  options.gpu, properties.name);
+                  samples_per_s, static_cast<long long>(step), elapsed, options.batch, options.gpu,
+                  properties.name);
   }
   return line;
 }

@@ -39,8 +39,8 @@ class NcclRank final : public BenchRank {
 
   void unload(RankBuffers& buffers) override {
     cuda::DeviceGuard on(comm_->device());
-    GRADSYNC_CUDA_CHECK(cudaMemcpy(buffers.out.data(), out_.data(), out_.bytes(),
-                                   cudaMemcpyDeviceToHost));
+    GRADSYNC_CUDA_CHECK(
+        cudaMemcpy(buffers.out.data(), out_.data(), out_.bytes(), cudaMemcpyDeviceToHost));
   }
 
  private:
@@ -80,13 +80,13 @@ GpuSweep nccl_sweep_setup(int& ranks) {
   if (ranks <= 0) ranks = visible;
   if (ranks > visible) {
     throw ConfigError("bench", "--ranks",
-                      std::to_string(ranks) + " ranks need " +
-                          std::to_string(ranks) + " GPUs (one rank per GPU: NCCL " +
+                      std::to_string(ranks) + " ranks need " + std::to_string(ranks) +
+                          " GPUs (one rank per GPU: NCCL " +
                           "cannot put two ranks on one device); " + std::to_string(visible) +
                           " visible");
   }
-  return {"NCCL " + NcclCommunicator::version() + ", GPUs 0.." +
-          std::to_string(ranks - 1) + ", one rank per GPU"};
+  return {"NCCL " + NcclCommunicator::version() + ", GPUs 0.." + std::to_string(ranks - 1) +
+          ", one rank per GPU"};
 }
 
 std::vector<SizeResult> nccl_measure(const SweepSpec& spec) {

@@ -4,9 +4,9 @@
 #include <chrono>
 #include <ctime>
 
-#include "common/error.h"
 #include "bench/ps_loopback.h"
 #include "bench/sprint.h"
+#include "common/error.h"
 
 namespace gradsync {
 namespace {

@@ -6,10 +6,10 @@
 #include <zmq.hpp>
 
 #include "common/error.h"
-#include "strategies/ps/ps_client.h"
+#include "model/optimizer/sgd.h"
 #include "server/ps_shard.h"
 #include "server/zmq_transport.h"
-#include "model/optimizer/sgd.h"
+#include "strategies/ps/ps_client.h"
 
 namespace gradsync {
 namespace {

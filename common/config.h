@@ -1,6 +1,6 @@
 // The fully resolved configuration of one run. Every field has a default; presets (YAML) and
-// `--set key=value` override them. The schema, with each key's meaning, is in
-// experiments/preset.cpp (kSchema) and docs/presets.md.
+// `--set key=value` override them (experiments/preset.h). The schema, one row per key with its
+// type, range and meaning, is experiments/preset_schema.cpp; `gradsync run --keys` prints it.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +10,9 @@
 namespace gradsync {
 
 struct TrainConfig {
-  std::int64_t steps = 0;         // > 0: exactly this many steps; 0: run `epochs` whole epochs
+  std::int64_t steps = 0;  // > 0: exactly this many steps; 0: run `epochs` whole epochs
   std::int64_t epochs = 1;
-  int batch = 64;                 // per worker, as in DistributedDataParallel
+  int batch = 64;  // per worker, as in DistributedDataParallel
   double lr = 0.05;
   double momentum = 0.9;
   double weight_decay = 0.0;
@@ -46,19 +46,19 @@ struct ModelConfig {
 };
 
 struct CommConfig {
-  double timeout_s = 60;    // every wait on another rank or replica
-  double bucket_mb = 25;    // allreduce: gradient bucket size (DistributedDataParallel's default)
-  bool overlap = true;      // allreduce: reduce each bucket as soon as backward has filled it
+  double timeout_s = 60;  // every wait on another rank or replica
+  double bucket_mb = 25;  // allreduce: gradient bucket size (DistributedDataParallel's default)
+  bool overlap = true;    // allreduce: reduce each bucket as soon as backward has filled it
   bool uneven_inputs = false;  // allreduce: DDP's Join, for ranks with different batch counts
 };
 
 struct PsConfig {
-  int servers = 1;                   // K shards, each owning a contiguous key range
-  std::string mode = "sync";         // sync | async | ssp
-  int staleness = 2;                 // ssp: how many steps a worker may run ahead of the slowest
+  int servers = 1;            // K shards, each owning a contiguous key range
+  std::string mode = "sync";  // sync | async | ssp
+  int staleness = 2;          // ssp: how many steps a worker may run ahead of the slowest
   bool continue_without_dead_workers = false;  // async: drop a silent worker and go on
-  std::string bind = "127.0.0.1";    // the interface shards listen on
-  std::string curve_keys;            // a key file (gradsync server --gen-keys); empty: no CURVE
+  std::string bind = "127.0.0.1";              // the interface shards listen on
+  std::string curve_keys;  // a key file (gradsync server --gen-keys); empty: no CURVE
   double heartbeat_s = 1.0;
 };
 
@@ -81,22 +81,22 @@ struct SweepConfig {
 // sampler's position follows from the step) is written atomically under `dir`, by rank 0 or, for
 // ps, by every server shard for its key range. `gradsync run PRESET --resume DIR` continues.
 struct CheckpointConfig {
-  std::int64_t every = 0;   // steps between checkpoints; 0: none
-  std::string dir;          // empty: <run folder>/checkpoints
-  std::string resume;       // a checkpoint to continue from (worker/checkpoints.h)
+  std::int64_t every = 0;  // steps between checkpoints; 0: none
+  std::string dir;         // empty: <run folder>/checkpoints
+  std::string resume;      // a checkpoint to continue from (worker/checkpoints.h)
 };
 
 struct OutputConfig {
-  std::string dir = "results";   // runs go to <dir>/<preset>-<timestamp>/<run>/
-  std::int64_t trace_steps = 200; // steps recorded in trace.json (per rank)
-  std::string progress = "auto";  // auto | terminal | plain | off
+  std::string dir = "results";     // runs go to <dir>/<preset>-<timestamp>/<run>/
+  std::int64_t trace_steps = 200;  // steps recorded in trace.json (per rank)
+  std::string progress = "auto";   // auto | terminal | plain | off
 };
 
 struct Config {
-  std::string name;             // run name: `runs[i].name`, else "<strategy>-<workers>"
+  std::string name;  // run name: `runs[i].name`, else "<strategy>-<workers>"
   std::string strategy = "single";
   int workers = 1;
-  std::string device = "cpu";   // cpu | gpu (one GPU per worker from LOCAL_RANK; dp: G devices)
+  std::string device = "cpu";  // cpu | gpu (one GPU per worker from LOCAL_RANK; dp: G devices)
   TrainConfig train;
   DataConfig data;
   ModelConfig model;

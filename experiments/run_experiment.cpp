@@ -7,17 +7,17 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "worker/metrics_writer.h"
 #include "common/progress.h"
-#include "worker/trace_writer.h"
-#include "worker/checkpoints.h"
-#include "model/data_loader.h"
-#include "worker/in_process.h"
 #include "launch/launcher.h"
-#include "worker/model_factory.h"
 #include "launch/namespace_network.h"
+#include "model/data_loader.h"
+#include "worker/checkpoints.h"
+#include "worker/in_process.h"
+#include "worker/metrics_writer.h"
+#include "worker/model_factory.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
+#include "worker/trace_writer.h"
 #include "worker/worker_process.h"
 
 namespace gradsync {
@@ -35,7 +35,8 @@ fs::path fresh_folder(const fs::path& root, const std::string& preset) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
   fs::path dir = root / (preset + "-" + stamp);
-  for (int i = 2; fs::exists(dir); ++i) dir = root / (preset + "-" + stamp + "-" + std::to_string(i));
+  for (int i = 2; fs::exists(dir); ++i)
+    dir = root / (preset + "-" + stamp + "-" + std::to_string(i));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create results folder: " + ec.message());
@@ -95,16 +96,13 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
   auto host_of = [&](int process) {
     return network ? network->address(process) : std::string("127.0.0.1");
   };
-  auto port_for = [&](int fixed) {
-    return std::to_string(network ? fixed : free_local_port());
-  };
+  auto port_for = [&](int fixed) { return std::to_string(network ? fixed : free_local_port()); };
   const std::string port = port_for(29500);
-  const auto origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             Clock::now().time_since_epoch())
-                             .count();
+  const auto origin_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   std::vector<ProcessSpec> processes;
-  std::vector<std::string> worker_args = {exe, "worker", "--config", config_path, "--run-dir",
-                                          run_dir};
+  std::vector<std::string> worker_args = {exe,         "worker",    "--config",
+                                          config_path, "--run-dir", run_dir};
   if (config.strategy == "ps") {
     // Shards first: workers connect to them (ZeroMQ retries until they listen).
     std::string endpoints;
@@ -112,8 +110,9 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
       const std::string shard_port = port_for(29600);
       if (k > 0) endpoints += ",";
       endpoints += "tcp://" + host_of(k) + ":" + shard_port;
-      std::vector<std::string> argv = {exe, "server", "--config", config_path, "--run-dir",
-                                       run_dir, "--shard", std::to_string(k), "--port", shard_port};
+      std::vector<std::string> argv = {exe,         "server",  "--config", config_path,
+                                       "--run-dir", run_dir,   "--shard",  std::to_string(k),
+                                       "--port",    shard_port};
       if (network) argv.insert(argv.end(), {"--bind", host_of(k)});
       processes.push_back({"server " + std::to_string(k), argv, {}});
     }
@@ -161,7 +160,8 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
   MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string());
   TraceWriter trace(origin, plan.trace_spans_per_rank);
   ProgressReporter progress = progress_reporter(config, plan);
-  const RunCheckpoints checkpoints = prepare_checkpoints(config, plan.widths, plan.steps, run_dir, 0);
+  const RunCheckpoints checkpoints =
+      prepare_checkpoints(config, plan.widths, plan.steps, run_dir, 0);
   LoopOptions loop = loop_options(config, plan, origin);
   if (checkpoints.resume) loop.resume = &*checkpoints.resume;
   LoopSinks rank0{&metrics, &trace, &progress};
@@ -188,8 +188,8 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
 
 PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   GRADSYNC_CHECK(!preset.runs.empty(), "a preset has at least one run");
-  const fs::path root = output_dir.empty() ? fs::path(preset.runs.front().output.dir)
-                                           : fs::path(output_dir);
+  const fs::path root =
+      output_dir.empty() ? fs::path(preset.runs.front().output.dir) : fs::path(output_dir);
   // Checkpoints are found (and named checkpoint folders checked) before the new results folder
   // exists: `--resume results/latest` means the run before this one, not this one.
   std::vector<Config> configs;
@@ -207,7 +207,8 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   TrainTest cached;
   std::optional<std::pair<DataConfig, std::uint64_t>> cached_for;
   auto data_for = [&](const Config& config) -> const TrainTest& {
-    if (!cached_for || cached_for->first != config.data || cached_for->second != config.train.seed) {
+    if (!cached_for || cached_for->first != config.data ||
+        cached_for->second != config.train.seed) {
       cached = load_data(config.data, config.train.seed);
       cached_for.emplace(config.data, config.train.seed);
     }

@@ -19,8 +19,8 @@
 
 #include "common/config.h"
 #include "experiments/preset.h"
-#include "worker/summary.h"
 #include "model/dataset.h"
+#include "worker/summary.h"
 
 namespace gradsync {
 

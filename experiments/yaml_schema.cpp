@@ -1,4 +1,4 @@
-// Converting between YAML nodes and Config fields for the keys of kSchema (experiments/preset.cpp).
+// Converting between YAML nodes and Config fields for the keys of experiments/preset_schema.cpp.
 #include "experiments/yaml_schema.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // The typed-key machinery behind presets: a KeySpec describes one dotted key (type, range, where
 // it lives in Config) and assign()/format_value() convert between YAML nodes and Config fields.
-// The table of keys itself (kSchema) is in experiments/preset.cpp; this header is private to
+// The table of keys itself is experiments/preset_schema.cpp; this header is private to
 // the experiments library (it exposes yaml-cpp types).
 #pragma once
 

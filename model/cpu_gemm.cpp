@@ -62,30 +62,30 @@ using BlockFn = void (*)(int, const float*, int, const float*, int, float*, int,
 // The column tail (n % 8) runs a narrower instantiation of the same block.
 template <bool kTransposedB>
 BlockFn<kTransposedB> block_for_columns(int columns) {
-  static constexpr BlockFn<kTransposedB> kBlocks[] = {
-      nullptr,
-      block<1, kTransposedB>,
-      block<2, kTransposedB>,
-      block<3, kTransposedB>,
-      block<4, kTransposedB>,
-      block<5, kTransposedB>,
-      block<6, kTransposedB>,
-      block<7, kTransposedB>,
-      block<8, kTransposedB>};
+  static constexpr BlockFn<kTransposedB> kBlocks[] = {nullptr,
+                                                      block<1, kTransposedB>,
+                                                      block<2, kTransposedB>,
+                                                      block<3, kTransposedB>,
+                                                      block<4, kTransposedB>,
+                                                      block<5, kTransposedB>,
+                                                      block<6, kTransposedB>,
+                                                      block<7, kTransposedB>,
+                                                      block<8, kTransposedB>};
   return kBlocks[columns];
 }
 
 template <bool kTransposedB>
-void gemm(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-          int ldc, bool accumulate) {
+void gemm(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c, int ldc,
+          bool accumulate) {
   // Row blocks outermost: the 32-row strip of A is reused by every column block while it is
   // still in cache; the B columns it meets are re-read from L1/L2.
   for (int i = 0; i < m; i += kMr) {
     const int rows = m - i < kMr ? m - i : kMr;
     // Masks for the last, partial row block: the first `rows` lanes of the two registers.
     const __mmask16 low = rows >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << rows) - 1);
-    const __mmask16 high =
-        rows >= 32 ? 0xFFFF : rows <= 16 ? 0 : static_cast<__mmask16>((1u << (rows - 16)) - 1);
+    const __mmask16 high = rows >= 32   ? 0xFFFF
+                           : rows <= 16 ? 0
+                                        : static_cast<__mmask16>((1u << (rows - 16)) - 1);
     int j = 0;
     for (; j + kNr <= n; j += kNr) {
       block<kNr, kTransposedB>(k, a + i, lda, b_element<kTransposedB>(b, ldb, 0, j), ldb,

@@ -17,7 +17,7 @@ struct Dataset {
   std::int64_t size = 0;
   int dim = 0;
   int classes = 0;
-  std::vector<float> features;  // size * dim
+  std::vector<float> features;       // size * dim
   std::vector<std::int32_t> labels;  // size, each in [0, classes)
 
   std::span<const float> sample(std::int64_t i) const {

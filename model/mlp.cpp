@@ -28,7 +28,8 @@ Mlp::Mlp(std::vector<int> widths, int max_batch)
   std::size_t largest_weight = 0;
   for (std::size_t l = 1; l < widths_.size(); ++l) {
     deltas_.emplace_back(widths_[l], max_batch_);
-    largest_weight = std::max(largest_weight, layers_[l - 1].bias_offset - layers_[l - 1].weight_offset);
+    largest_weight =
+        std::max(largest_weight, layers_[l - 1].bias_offset - layers_[l - 1].weight_offset);
   }
   transposed_weight_.resize(largest_weight);
 }
@@ -131,8 +132,8 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
     if (l == 0) break;  // nobody needs the gradient with respect to the input
     auto prev = deltas_[l - 1].leftCols(batch);
     transpose(r.out, r.in, params_.data() + r.weight_offset, transposed_weight_.data());
-    gemm_nn(r.in, batch, r.out, transposed_weight_.data(), r.in, delta.data(), r.out,
-            prev.data(), r.in);
+    gemm_nn(r.in, batch, r.out, transposed_weight_.data(), r.in, delta.data(), r.out, prev.data(),
+            r.in);
     // ReLU's derivative: pass the gradient where the activation was positive.
     prev = (in.array() > 0.f).select(prev, 0.f);
   }

@@ -10,9 +10,9 @@
 // Buffers stay at the same address for the model's lifetime. Not thread-safe: one per replica.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <functional>
 #include <span>
 

@@ -33,8 +33,8 @@ class DistributedSampler {
   std::span<const std::int64_t> indices(std::int64_t step);
 
   // The permutation of one epoch (exposed for tests).
-  static std::vector<std::int64_t> epoch_permutation(std::int64_t dataset_size,
-                                                     std::uint64_t seed, std::int64_t epoch);
+  static std::vector<std::int64_t> epoch_permutation(std::int64_t dataset_size, std::uint64_t seed,
+                                                     std::int64_t epoch);
 
  private:
   std::int64_t size_;

@@ -1,4 +1,6 @@
 // CURVE key files: "public <z85>" and "secret <z85>" lines (format in curve_keys.h).
+#include "server/curve_keys.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <zmq.h>
@@ -10,7 +12,6 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "server/curve_keys.h"
 
 namespace gradsync {
 namespace {

@@ -1,9 +1,10 @@
+#include "server/key_range.h"
+
 #include <algorithm>
 #include <string>
 
 #include "common/error.h"
 #include "common/wire_format.h"
-#include "server/key_range.h"
 
 namespace gradsync {
 

@@ -25,8 +25,8 @@
 #include <span>
 #include <vector>
 
-#include "server/message.h"
 #include "model/optimizer/sgd.h"
+#include "server/message.h"
 
 namespace gradsync {
 

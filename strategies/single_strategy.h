@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "strategies/sync_strategy.h"
 #include "model/optimizer/sgd.h"
+#include "strategies/sync_strategy.h"
 
 namespace gradsync {
 

@@ -38,8 +38,8 @@ std::vector<DpVsDdpRow> dp_vs_ddp_rows(const std::vector<Config>& configs,
     scenario.scheme = row.scheme;
     scenario.workers = c.workers;
     scenario.model_bytes = model_bytes;
-    scenario.buckets = std::max(1, static_cast<int>(std::ceil(
-                                       model_bytes / static_cast<double>(bucket_bytes(c)))));
+    scenario.buckets = std::max(
+        1, static_cast<int>(std::ceil(model_bytes / static_cast<double>(bucket_bytes(c)))));
     row.predicted_bytes = cost::busiest_node_bytes(scenario);
     if (c.network.link_gbps > 0) {
       const cost::LinkParams link{0.0, 8.0 / (c.network.link_gbps * 1e9)};
@@ -59,9 +59,9 @@ std::string render_dp_vs_ddp(const std::vector<DpVsDdpRow>& rows) {
       "| run | N | busiest node MB/step: measured | model | comm ms/step: measured | model | "
       "step ms |\n|---|---:|---:|---:|---:|---:|---:|\n";
   for (const DpVsDdpRow& r : rows) {
-    out += "| " + r.run + " | " + std::to_string(r.workers) + " | " +
-           megabytes(r.measured_bytes) + " | " + megabytes(r.predicted_bytes) + " | " +
-           millis(r.measured_comm_s) + (r.overlap ? " (exposed)" : "") + " | " +
+    out += "| " + r.run + " | " + std::to_string(r.workers) + " | " + megabytes(r.measured_bytes) +
+           " | " + megabytes(r.predicted_bytes) + " | " + millis(r.measured_comm_s) +
+           (r.overlap ? " (exposed)" : "") + " | " +
            (r.predicted_comm_s > 0 ? millis(r.predicted_comm_s) : std::string("-")) + " | " +
            millis(r.step_s) + " |\n";
   }

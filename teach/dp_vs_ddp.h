@@ -20,12 +20,12 @@ struct DpVsDdpRow {
   std::string run;
   cost::Scheme scheme = cost::Scheme::kDp;
   int workers = 1;
-  bool overlap = false;          // allreduce: buckets reduced during backward
-  double measured_bytes = 0;     // busiest node, sent + received per step
+  bool overlap = false;       // allreduce: buckets reduced during backward
+  double measured_bytes = 0;  // busiest node, sent + received per step
   double predicted_bytes = 0;
-  double measured_comm_s = 0;    // communicate + wait per step (exposed, for overlapped runs)
+  double measured_comm_s = 0;  // communicate + wait per step (exposed, for overlapped runs)
   double predicted_comm_s = 0;
-  double step_s = 0;             // measured
+  double step_s = 0;  // measured
 };
 
 // One row per dp or allreduce run of `runs` (others are skipped). The prediction uses the

@@ -55,8 +55,10 @@ PartListing list_parts(const fs::path& folder) {
     std::smatch m;
     const std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, kPartName)) continue;
-    const int part = static_cast<int>(std::min<std::uint64_t>(parse_number(m[1], entry.path()), 1 << 20));
-    const int of = static_cast<int>(std::min<std::uint64_t>(parse_number(m[2], entry.path()), 1 << 20));
+    const int part =
+        static_cast<int>(std::min<std::uint64_t>(parse_number(m[1], entry.path()), 1 << 20));
+    const int of =
+        static_cast<int>(std::min<std::uint64_t>(parse_number(m[2], entry.path()), 1 << 20));
     if (listing.expected != -1 && listing.expected != of) listing.consistent = false;
     listing.expected = of;
     listing.parts[part] = entry.path();
@@ -114,7 +116,8 @@ std::string model_description(const Config& config, const std::vector<int>& widt
 std::string checkpoint_root(const Config& config, const std::string& run_dir) {
   // A named folder is shared by every run of the preset (and every sweep point): each run
   // writes below its own name, so two runs never write the same step folder.
-  if (!config.checkpoint.dir.empty()) return (fs::path(config.checkpoint.dir) / config.name).string();
+  if (!config.checkpoint.dir.empty())
+    return (fs::path(config.checkpoint.dir) / config.name).string();
   return (fs::path(run_dir) / "checkpoints").string();
 }
 
@@ -127,9 +130,8 @@ void claim_checkpoint_root(const Config& config) {
   if (const auto later = steps.upper_bound(resumed); later != steps.end()) {
     throw ConfigError(config.name, "checkpoint.dir",
                       root.string() + " already holds " + later->second.filename().string() +
-                          (config.checkpoint.resume.empty()
-                               ? ", from an earlier run"
-                               : ", after the step being resumed") +
+                          (config.checkpoint.resume.empty() ? ", from an earlier run"
+                                                            : ", after the step being resumed") +
                           ": this run would overwrite it. Resume from the newest (--resume " +
                           root.string() + ") or choose another checkpoint.dir");
   }
@@ -149,8 +151,10 @@ std::string resolve_checkpoint(const std::string& path, const std::string& run) 
   bool any_step_folder = false;
   if (const auto newest = newest_complete(p, any_step_folder)) return newest->string();
   if (any_step_folder) throw no_checkpoint(path, "no complete checkpoint in its step-* folders");
-  if (fs::is_directory(p / "checkpoints", ec)) return resolve_checkpoint((p / "checkpoints").string(), run);
-  if (!run.empty() && fs::is_directory(p / run, ec)) return resolve_checkpoint((p / run).string(), run);
+  if (fs::is_directory(p / "checkpoints", ec))
+    return resolve_checkpoint((p / "checkpoints").string(), run);
+  if (!run.empty() && fs::is_directory(p / run, ec))
+    return resolve_checkpoint((p / run).string(), run);
   throw no_checkpoint(path, "no checkpoint here (no step-* folder, no checkpoints/, no " +
                                 (run.empty() ? std::string("run folder") : run + "/") + ")");
 }
@@ -219,7 +223,8 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 void validate_checkpointing(const Config& config) {
   const bool used = config.checkpoint.every > 0 || !config.checkpoint.resume.empty();
   if (used && config.strategy == "ps" && config.ps.mode != "sync") {
-    throw ConfigError(config.name, config.checkpoint.every > 0 ? "checkpoint.every" : "checkpoint.resume",
+    throw ConfigError(config.name,
+                      config.checkpoint.every > 0 ? "checkpoint.every" : "checkpoint.resume",
                       "ps in " + config.ps.mode +
                           " mode cannot checkpoint: its shards share no step at which the "
                           "model is one consistent state (use ps.mode: sync)");
@@ -329,8 +334,8 @@ std::vector<std::string> changed_settings(const std::string& step_folder, const 
 void note_changed_settings(const Config& config, const std::string& step_folder) {
   const std::vector<std::string> changed = changed_settings(step_folder, config);
   if (changed.empty()) return;
-  std::string line = "gradsync: run " + config.name + " resumes " + step_folder +
-                     " with other settings: ";
+  std::string line =
+      "gradsync: run " + config.name + " resumes " + step_folder + " with other settings: ";
   for (std::size_t i = 0; i < changed.size(); ++i) line += (i ? ", " : "") + changed[i];
   std::cerr << line << " (it goes on with the new ones)\n";
 }

@@ -23,8 +23,8 @@
 
 #include "allreduce/store.h"
 #include "common/config.h"
-#include "strategies/sync_strategy.h"
 #include "model/model.h"
+#include "strategies/sync_strategy.h"
 
 namespace gradsync {
 
@@ -71,8 +71,8 @@ void validate_checkpointing(const Config& config);
 // What shapes a run's trajectory besides the model, as "key value" lines (strategy, workers,
 // data kind, batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode).
 // Written beside a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say
-// what it changed. A checkpoint resumes under other settings (another strategy, worker count or lr is
-// a use, not a mistake); the note only makes sure it is not a surprise.
+// what it changed. A checkpoint resumes under other settings (another strategy, worker count or lr
+// is a use, not a mistake); the note only makes sure it is not a surprise.
 std::string training_settings(const Config& config);
 
 // The settings that differ between the checkpoint in `step_folder` and `config`, each as
@@ -113,7 +113,8 @@ struct RunCheckpoints {
 };
 
 // For rank `rank` of `config`, whose run ends after step `last_step`; checkpoint.resume is
-// resolved here (resolve_checkpoint). Throws ConfigError when the checkpoint is at or past last_step.
+// resolved here (resolve_checkpoint). Throws ConfigError when the checkpoint is at or past
+// last_step.
 RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
                                    std::int64_t last_step, const std::string& run_dir, int rank);
 

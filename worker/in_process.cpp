@@ -5,10 +5,10 @@
 #include <latch>
 #include <thread>
 
+#include "model/sampler.h"
+#include "strategies/make_strategy.h"
 #include "worker/model_factory.h"
 #include "worker/run_plan.h"
-#include "strategies/make_strategy.h"
-#include "model/sampler.h"
 
 namespace gradsync {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/config.h"
-#include "worker/worker_loop.h"
 #include "model/dataset.h"
+#include "worker/worker_loop.h"
 
 namespace gradsync {
 

@@ -46,8 +46,8 @@ void MetricsWriter::write(const MetricsRow& row) {
   // One fprintf per row under the lock keeps rows from different threads whole. %.9g keeps
   // phase times (us..s) exact enough and time_s to 10 us even in hour-long runs.
   const int n = std::fprintf(
-      file_, "%" PRId64 ",%d,%" PRId64 ",%.9g,%.6g,%.9g,%.9g,%.9g,%" PRIu64 ",%" PRIu64 ",%" PRIu32
-      "\n",
+      file_,
+      "%" PRId64 ",%d,%" PRId64 ",%.9g,%.6g,%.9g,%.9g,%.9g,%" PRIu64 ",%" PRIu64 ",%" PRIu32 "\n",
       row.step, row.rank, row.epoch, row.time_s, row.loss, s.compute_s, s.communicate_s, s.wait_s,
       s.bytes_sent, s.bytes_received, s.staleness);
   // Flush per row: a run that crashes later still leaves every finished step on disk.

@@ -7,8 +7,8 @@
 //
 // Thread-safe: dp replicas on several threads share one writer. Process-safe in kAppend mode:
 // the file is opened O_APPEND and every row leaves in one write(2), so rank processes can
-// append to the one metrics.csv the launcher created without tearing each other's rows. Throws gradsync::Error naming
-// the path when the file cannot be created or a write fails (disk full).
+// append to the one metrics.csv the launcher created without tearing each other's rows. Throws
+// gradsync::Error naming the path when the file cannot be created or a write fails (disk full).
 #pragma once
 
 #include <cstdint>

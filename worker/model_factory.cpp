@@ -4,9 +4,9 @@
 
 #include "common/error.h"
 #include "launch/rendezvous_env.h"
-#include "strategies/make_strategy.h"
 #include "model/mlp.h"
 #include "model/synthetic_model.h"
+#include "strategies/make_strategy.h"
 #ifdef GRADSYNC_HAVE_CUDA
 #include "model/cuda/cuda_device.h"
 #include "model/cuda/cuda_mlp.h"
@@ -63,9 +63,9 @@ void check_device_available(const Config& config) {
                       "gpu: no CUDA device is visible (" + cuda::no_device_reason() + ")");
   }
 #else
-  throw ConfigError(config.name, "device",
-                    "'" + config.device +
-                        "' is not available in this build (cpu only: built without CUDA)");
+  throw ConfigError(
+      config.name, "device",
+      "'" + config.device + "' is not available in this build (cpu only: built without CUDA)");
 #endif
   if (config.strategy == "dp") check_dp_on_gpus(config.workers);
 }

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -119,9 +119,10 @@ void merge_traces(const std::vector<std::string>& inputs, const std::string& out
     }
     fs::remove(path);
   }
-  write_json_atomically(out, {{"traceEvents", events},
-                              {"displayTimeUnit", "ms"},
-                              {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
+  write_json_atomically(out,
+                        {{"traceEvents", events},
+                         {"displayTimeUnit", "ms"},
+                         {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
 }
 
 void wait_for_run_outputs(const Config& config, const std::string& run_dir, int rank,
@@ -137,13 +138,15 @@ void wait_for_run_outputs(const Config& config, const std::string& run_dir, int 
   for (;;) {
     std::string missing;
     for (const std::string& path : expected) {
-      if (!fs::exists(path)) missing += (missing.empty() ? "" : ", ") + fs::path(path).filename().string();
+      if (!fs::exists(path))
+        missing += (missing.empty() ? "" : ", ") + fs::path(path).filename().string();
     }
     if (missing.empty()) return;
     if (std::chrono::steady_clock::now() >= deadline) {
       throw TimeoutError(rank, run_dir, "collecting the run's results",
-                         "after " + std::to_string(timeout.count() / 1000) +
-                             " s still no " + missing + " (did every process finish, and do "
+                         "after " + std::to_string(timeout.count() / 1000) + " s still no " +
+                             missing +
+                             " (did every process finish, and do "
                              "they share this run folder?)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "worker/model_factory.h"
 #include "model/sampler.h"
+#include "worker/model_factory.h"
 
 namespace gradsync {
 
@@ -16,15 +16,15 @@ RunPlan plan_run(const Config& config, const TrainTest& data) {
   RunPlan plan;
   const std::int64_t global_batch = std::int64_t{config.train.batch} * config.workers;
   if (data.train.size < global_batch) {
-    throw ConfigError(config.name, "train.batch",
-                      std::to_string(config.train.batch) + " per worker x " +
-                          std::to_string(config.workers) + " workers = " +
-                          std::to_string(global_batch) + " samples a step, but the training set " +
-                          "holds " + std::to_string(data.train.size));
+    throw ConfigError(
+        config.name, "train.batch",
+        std::to_string(config.train.batch) + " per worker x " + std::to_string(config.workers) +
+            " workers = " + std::to_string(global_batch) +
+            " samples a step, but the training set " + "holds " + std::to_string(data.train.size));
   }
-  const std::int64_t batches = DistributedSampler(data.train.size, 0, config.workers,
-                                                  config.train.batch, config.train.seed)
-                                   .steps_per_epoch();
+  const std::int64_t batches =
+      DistributedSampler(data.train.size, 0, config.workers, config.train.batch, config.train.seed)
+          .steps_per_epoch();
   // An optimizer step consumes accumulation_steps batches per rank; an epoch's leftover
   // batches (fewer than that) are dropped, as worker/worker_loop.cpp does.
   plan.steps_per_epoch = batches / config.train.accumulation_steps;
@@ -86,8 +86,7 @@ StrategyOptions strategy_options(const Config& config,
   if (config.strategy == "ps" && !config.ps.curve_keys.empty()) {
     options.ps_curve = read_curve_keys(config.ps.curve_keys);
   }
-  options.ps_heartbeat =
-      std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
+  options.ps_heartbeat = std::chrono::milliseconds(static_cast<long>(config.ps.heartbeat_s * 1000));
   return options;
 }
 

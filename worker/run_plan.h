@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/progress.h"
 #include "common/stopwatch.h"
-#include "common/config.h"
-#include "worker/worker_loop.h"
 #include "model/dataset.h"
-#include "strategies/make_strategy.h"
 #include "model/optimizer/sgd.h"
+#include "strategies/make_strategy.h"
+#include "worker/worker_loop.h"
 
 namespace gradsync {
 
@@ -24,7 +24,7 @@ struct RunPlan {
   std::int64_t epochs = 0;            // epochs touched, for the progress line
   std::int64_t samples_per_step = 0;  // global: batch * workers * accumulation_steps
   std::int64_t trace_spans_per_rank = 0;
-  std::vector<int> widths;            // the MLP: input, hidden..., classes
+  std::vector<int> widths;  // the MLP: input, hidden..., classes
 };
 
 RunPlan plan_run(const Config& config, const TrainTest& data);

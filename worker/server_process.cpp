@@ -3,13 +3,13 @@
 #include <iostream>
 
 #include "common/error.h"
-#include "worker/checkpoints.h"
 #include "model/data_loader.h"
-#include "worker/rank_outputs.h"
-#include "worker/run_plan.h"
 #include "server/key_range.h"
 #include "server/ps_shard.h"
+#include "worker/checkpoints.h"
 #include "worker/model_factory.h"
+#include "worker/rank_outputs.h"
+#include "worker/run_plan.h"
 
 namespace gradsync {
 namespace {
@@ -34,8 +34,8 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
   TrainingState state = load_training_state(
       resolve_checkpoint(config.checkpoint.resume, config.name), options.checkpoint_description,
       options.model_size, range.begin, range.end);
-  options.resume = PsShardOptions::Start{state.step, state.optimizer_steps,
-                                         std::move(state.params), std::move(state.momentum)};
+  options.resume = PsShardOptions::Start{state.step, state.optimizer_steps, std::move(state.params),
+                                         std::move(state.momentum)};
 }
 
 }  // namespace
@@ -43,9 +43,9 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
 void run_server_process(const Config& config, const std::string& run_dir, int shard, int port,
                         const std::string& bind) {
   if (shard >= config.ps.servers) {
-    throw ConfigError("command line", "--shard",
-                      std::to_string(shard) + " is not below ps.servers = " +
-                          std::to_string(config.ps.servers));
+    throw ConfigError(
+        "command line", "--shard",
+        std::to_string(shard) + " is not below ps.servers = " + std::to_string(config.ps.servers));
   }
   // The shard checks every worker's model size against its own idea of the model, which the
   // configuration and the data's shape determine.

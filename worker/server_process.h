@@ -1,7 +1,7 @@
 // `gradsync server`: one parameter-server shard process, started by the local launcher or by
 // hand on another machine. It serves the key range `shard` of ps.servers for the model the
-// resolved Config describes (apps/ loads the run's config.yaml through experiments/), until every worker has said goodbye; then it writes
-// server<K>.json (its traffic) into the run folder.
+// resolved Config describes (apps/ loads the run's config.yaml through experiments/), until every
+// worker has said goodbye; then it writes server<K>.json (its traffic) into the run folder.
 #pragma once
 
 #include <string>

@@ -21,16 +21,16 @@
 #include <cstdint>
 #include <vector>
 
-#include "worker/metrics_writer.h"
 #include "common/progress.h"
 #include "common/step_stats.h"
 #include "common/stopwatch.h"
-#include "worker/trace_writer.h"
-#include "worker/checkpoints.h"
-#include "strategies/sync_strategy.h"
 #include "model/dataset.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "strategies/sync_strategy.h"
+#include "worker/checkpoints.h"
+#include "worker/metrics_writer.h"
+#include "worker/trace_writer.h"
 
 namespace gradsync {
 

@@ -12,19 +12,19 @@
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/error.h"
-#include "worker/metrics_writer.h"
 #include "common/progress.h"
 #include "launch/rendezvous_env.h"
-#include "worker/trace_writer.h"
-#include "worker/checkpoints.h"
 #include "model/data_loader.h"
+#include "model/sampler.h"
+#include "strategies/allreduce/model_communicator.h"
+#include "strategies/make_strategy.h"
+#include "worker/checkpoints.h"
+#include "worker/metrics_writer.h"
 #include "worker/model_factory.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
+#include "worker/trace_writer.h"
 #include "worker/worker_loop.h"
-#include "strategies/allreduce/model_communicator.h"
-#include "strategies/make_strategy.h"
-#include "model/sampler.h"
 
 namespace gradsync {
 namespace fs = std::filesystem;
@@ -83,8 +83,7 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Rendezvo
 }  // namespace
 
 void run_worker_process(const Config& config, const std::string& config_path,
-                        const std::string& run_dir,
-                        const std::vector<std::string>& ps_endpoints) {
+                        const std::string& run_dir, const std::vector<std::string>& ps_endpoints) {
   const RendezvousEnv env = read_rendezvous_env();
   if (config.workers != env.world_size) {
     throw ConfigError(config_path, "workers",

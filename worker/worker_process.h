@@ -17,8 +17,7 @@ namespace gradsync {
 // `config_path` names the file `config` came from, for error messages. `ps_endpoints` lists the
 // shards' addresses for strategy `ps` (one per ps.servers).
 void run_worker_process(const Config& config, const std::string& config_path,
-                        const std::string& run_dir,
-                        const std::vector<std::string>& ps_endpoints);
+                        const std::string& run_dir, const std::vector<std::string>& ps_endpoints);
 
 // The environment variable with the launcher's clock origin (steady_clock nanoseconds), so the
 // ranks' traces share one time axis.

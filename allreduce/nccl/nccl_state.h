@@ -3,14 +3,14 @@
 // device guard, and the CUDA and NCCL call checks. Not for use outside this folder.
 #pragma once
 
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-
-#include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include "allreduce/communicator.h"
 #include "common/error.h"
@@ -102,7 +102,6 @@ inline ncclResult_t settle(State& state, ncclResult_t result,
 // A handle on one issued collective: complete once `done` (recorded on the communicator's
 // stream after the NCCL call) has fired. Owns `done`; a null `done` is a collective of nothing,
 // complete at once. `what` ("collective #3 allreduce of 1000 floats") names it in errors.
-std::shared_ptr<Work> make_work(std::shared_ptr<State> state, cudaEvent_t done,
-                                std::string what);
+std::shared_ptr<Work> make_work(std::shared_ptr<State> state, cudaEvent_t done, std::string what);
 
 }  // namespace gradsync::nccl

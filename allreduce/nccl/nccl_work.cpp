@@ -89,8 +89,7 @@ class NcclWork final : public Work {
 
 }  // namespace
 
-std::shared_ptr<Work> make_work(std::shared_ptr<State> state, cudaEvent_t done,
-                                std::string what) {
+std::shared_ptr<Work> make_work(std::shared_ptr<State> state, cudaEvent_t done, std::string what) {
   return std::make_shared<NcclWork>(std::move(state), done, std::move(what));
 }
 

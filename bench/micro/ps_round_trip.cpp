@@ -8,8 +8,8 @@
 //   build/bin/gradsync_ps_bench --benchmark_min_time=2
 #include <benchmark/benchmark.h>
 
-#include "common/malloc_policy.h"
 #include "bench/ps_loopback.h"
+#include "common/malloc_policy.h"
 
 namespace {
 

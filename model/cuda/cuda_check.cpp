@@ -28,15 +28,15 @@ std::string current_device_label() {
 
 void throw_cuda_error(cudaError_t error, const char* call, const char* file, int line) {
   cudaGetLastError();  // non-sticky errors would otherwise be reported again by the next check
-  throw Error("CUDA error on " + current_device_label() + " in " + call + " (" +
-              short_path(file) + ":" + std::to_string(line) + "): " + cudaGetErrorName(error) +
-              ": " + cudaGetErrorString(error));
+  throw Error("CUDA error on " + current_device_label() + " in " + call + " (" + short_path(file) +
+              ":" + std::to_string(line) + "): " + cudaGetErrorName(error) + ": " +
+              cudaGetErrorString(error));
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
   throw Error("cuBLAS error on " + current_device_label() + " in " + call + " (" +
-              short_path(file) + ":" + std::to_string(line) + "): " +
-              cublasGetStatusName(status) + ": " + cublasGetStatusString(status));
+              short_path(file) + ":" + std::to_string(line) + "): " + cublasGetStatusName(status) +
+              ": " + cublasGetStatusString(status));
 }
 
 }  // namespace gradsync::cuda

@@ -20,25 +20,24 @@ namespace gradsync::cuda {
 // "cuda:N" for the calling thread's current device, "cuda:?" when even that cannot be asked.
 std::string current_device_label();
 
-[[noreturn]] void throw_cuda_error(cudaError_t error, const char* call, const char* file,
-                                   int line);
+[[noreturn]] void throw_cuda_error(cudaError_t error, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
                                      int line);
 
 }  // namespace gradsync::cuda
 
-#define GRADSYNC_CUDA_CHECK(call)                                                    \
-  do {                                                                               \
-    const cudaError_t gradsync_cuda_error_ = (call);                                 \
-    if (gradsync_cuda_error_ != cudaSuccess) {                                       \
+#define GRADSYNC_CUDA_CHECK(call)                                                          \
+  do {                                                                                     \
+    const cudaError_t gradsync_cuda_error_ = (call);                                       \
+    if (gradsync_cuda_error_ != cudaSuccess) {                                             \
       ::gradsync::cuda::throw_cuda_error(gradsync_cuda_error_, #call, __FILE__, __LINE__); \
-    }                                                                                \
+    }                                                                                      \
   } while (0)
 
-#define GRADSYNC_CUBLAS_CHECK(call)                                                       \
-  do {                                                                                    \
-    const cublasStatus_t gradsync_cublas_status_ = (call);                                \
-    if (gradsync_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                               \
+#define GRADSYNC_CUBLAS_CHECK(call)                                                             \
+  do {                                                                                          \
+    const cublasStatus_t gradsync_cublas_status_ = (call);                                      \
+    if (gradsync_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                     \
       ::gradsync::cuda::throw_cublas_error(gradsync_cublas_status_, #call, __FILE__, __LINE__); \
-    }                                                                                     \
+    }                                                                                           \
   } while (0)

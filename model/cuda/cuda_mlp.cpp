@@ -98,8 +98,8 @@ void CudaMlp::gemm(cublasOperation_t a_op, cublasOperation_t b_op, int m, int n,
 
 void CudaMlp::forward(const cuda::DeviceDataset& data, const std::int64_t* indices,
                       std::int64_t first, int batch) {
-  GRADSYNC_CUDA_CHECK(kernels::gather_columns(data.features.data(), data.dim, indices, first,
-                                              batch, activations_.front().data(), stream_.get()));
+  GRADSYNC_CUDA_CHECK(kernels::gather_columns(data.features.data(), data.dim, indices, first, batch,
+                                              activations_.front().data(), stream_.get()));
   const int last = static_cast<int>(layers_.size()) - 1;
   for (int l = 0; l <= last; ++l) {
     const LayerRange& r = layers_[l];
@@ -112,8 +112,8 @@ void CudaMlp::forward(const cuda::DeviceDataset& data, const std::int64_t* indic
   }
 }
 
-void CudaMlp::loss(const cuda::DeviceDataset& data, const std::int64_t* indices,
-                   std::int64_t first, int batch, const float* grad_scale) {
+void CudaMlp::loss(const cuda::DeviceDataset& data, const std::int64_t* indices, std::int64_t first,
+                   int batch, const float* grad_scale) {
   GRADSYNC_CUDA_CHECK(kernels::softmax_cross_entropy(
       activations_.back().data(), widths_.back(), batch, data.labels.data(), indices, first,
       grad_scale != nullptr ? *grad_scale : 1.0f,
@@ -144,8 +144,8 @@ double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64
   // The pinned copy is free to overwrite: the previous step's upload finished before that step
   // returned (it synchronised on its loss).
   std::memcpy(staged_indices_.data(), indices.data(), indices.size_bytes());
-  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(indices_.data(), staged_indices_.data(),
-                                      indices.size_bytes(), cudaMemcpyHostToDevice, stream_.get()));
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(indices_.data(), staged_indices_.data(), indices.size_bytes(),
+                                      cudaMemcpyHostToDevice, stream_.get()));
   totals_.zero(stream_.get());
   forward(device_data, indices_.data(), 0, batch);
   loss(device_data, indices_.data(), 0, batch, &grad_scale);
@@ -159,9 +159,8 @@ double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64
     // accumulated so far.
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, r.out, r.in, batch, delta, r.out, in, r.in, beta,
          grads_.data() + r.weight_offset, r.out);
-    GRADSYNC_CUDA_CHECK(kernels::bias_gradient(delta, r.out, batch,
-                                               grads_.data() + r.bias_offset, accumulate,
-                                               stream_.get()));
+    GRADSYNC_CUDA_CHECK(kernels::bias_gradient(delta, r.out, batch, grads_.data() + r.bias_offset,
+                                               accumulate, stream_.get()));
     // Enqueued, not finished: see the header on how a consumer orders itself after stream().
     if (grad_ready_) grad_ready_(r.weight_offset, r.end());
     if (l == 0) break;  // nobody needs the gradient with respect to the input

@@ -14,9 +14,9 @@ const DeviceDataset& DeviceDatasetCache::get(const Dataset& data, cudaStream_t s
     }
   }
   const auto n = static_cast<std::size_t>(data.size);
-  GRADSYNC_CHECK(data.features.size() == n * static_cast<std::size_t>(data.dim) &&
-                     data.labels.size() == n,
-                 "dataset buffers do not match its size and dim");
+  GRADSYNC_CHECK(
+      data.features.size() == n * static_cast<std::size_t>(data.dim) && data.labels.size() == n,
+      "dataset buffers do not match its size and dim");
   for (std::size_t i = 0; i < n; ++i) {
     if (data.labels[i] < 0 || data.labels[i] >= classes_) {
       throw DataError(data.name, "label " + std::to_string(data.labels[i]) + " of sample " +

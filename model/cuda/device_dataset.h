@@ -25,8 +25,8 @@ struct DeviceDataset {
   const Dataset* source = nullptr;
   std::int64_t size = 0;
   int dim = 0;
-  DeviceBuffer<float> features;         // size x dim, row-major, as in Dataset
-  DeviceBuffer<std::int32_t> labels;    // size
+  DeviceBuffer<float> features;       // size x dim, row-major, as in Dataset
+  DeviceBuffer<std::int32_t> labels;  // size
 };
 
 class DeviceDatasetCache {

@@ -26,10 +26,9 @@ void DeviceSgd::step(std::span<float> params, std::span<const float> grads) {
   // torch.optim.SGD initialises the momentum buffer with the first gradient, not with zero.
   const float mu = static_cast<float>(options_.momentum);
   const float keep = steps_ == 0 ? 0.f : mu;
-  GRADSYNC_CUDA_CHECK(kernels::sgd_update(params.data(), grads.data(), velocity_.data(),
-                                          params.size(), static_cast<float>(options_.lr), mu,
-                                          static_cast<float>(options_.weight_decay), keep,
-                                          stream_.get()));
+  GRADSYNC_CUDA_CHECK(kernels::sgd_update(
+      params.data(), grads.data(), velocity_.data(), params.size(), static_cast<float>(options_.lr),
+      mu, static_cast<float>(options_.weight_decay), keep, stream_.get()));
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   ++steps_;
 }
@@ -38,8 +37,8 @@ void DeviceSgd::save_state(std::span<float> momentum) const {
   GRADSYNC_CHECK(momentum.size() == velocity_.size(), "save_state: size != optimizer range");
   cuda::DeviceGuard on(device_);
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  GRADSYNC_CUDA_CHECK(cudaMemcpy(momentum.data(), velocity_.data(), velocity_.bytes(),
-                                 cudaMemcpyDeviceToHost));
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpy(momentum.data(), velocity_.data(), velocity_.bytes(), cudaMemcpyDeviceToHost));
 }
 
 void DeviceSgd::load_state(std::span<const float> momentum, std::uint64_t steps) {

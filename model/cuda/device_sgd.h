@@ -1,5 +1,5 @@
-// DeviceSgd: model/optimizer/sgd.h's SGD (torch.optim.SGD semantics: momentum buffer set by the first
-// step, weight decay added to the gradient, dampening 0, not Nesterov) over a range of floats
+// DeviceSgd: model/optimizer/sgd.h's SGD (torch.optim.SGD semantics: momentum buffer set by the
+// first step, weight decay added to the gradient, dampening 0, not Nesterov) over a range of floats
 // in the memory of one CUDA device, in one fused kernel.
 //
 //   auto opt = make_sgd(model.param_count(), options, model.device());   // model/make_optimizer.h
@@ -51,7 +51,6 @@ class DeviceSgd final : public Optimizer {
 
 // What model/make_optimizer.cpp's make_sgd returns for a device >= 0 in a CUDA build. Throws
 // gradsync::Error when `device` is not a visible CUDA device.
-std::unique_ptr<Optimizer> make_device_sgd(std::size_t size, const SgdOptions& options,
-                                           int device);
+std::unique_ptr<Optimizer> make_device_sgd(std::size_t size, const SgdOptions& options, int device);
 
 }  // namespace gradsync

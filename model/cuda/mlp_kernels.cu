@@ -5,9 +5,9 @@
 // subtraction, the same float sum of exponentials in class order, the loss in double; nvcc's
 // default contraction into fused multiply-adds matches what GCC does with -march=native on the
 // CPU side, and either way the difference is one rounding per operation.
-#include "model/cuda/mlp_kernels.h"
-
 #include <cstdint>
+
+#include "model/cuda/mlp_kernels.h"
 
 namespace gradsync::kernels {
 namespace {
@@ -26,8 +26,8 @@ __device__ std::int64_t sample_of(const std::int64_t* indices, std::int64_t firs
 }
 
 __global__ void gather_columns_kernel(const float* __restrict__ features, int dim,
-                                      const std::int64_t* __restrict__ indices,
-                                      std::int64_t first, int batch, float* __restrict__ out) {
+                                      const std::int64_t* __restrict__ indices, std::int64_t first,
+                                      int batch, float* __restrict__ out) {
   const std::size_t total = static_cast<std::size_t>(batch) * dim;
   for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < total;
        k += std::size_t{gridDim.x} * blockDim.x) {
@@ -85,8 +85,7 @@ __global__ void softmax_cross_entropy_kernel(const float* __restrict__ logits, i
 // One block: a fixed assignment of samples to threads and a fixed tree, so the sum is the
 // same on every run (atomics would make the reported loss vary in its last digits).
 __global__ void add_loss_totals_kernel(const double* __restrict__ loss,
-                                       const int* __restrict__ correct, int n,
-                                       LossTotals* totals) {
+                                       const int* __restrict__ correct, int n, LossTotals* totals) {
   __shared__ double loss_part[kThreads];
   __shared__ long long correct_part[kThreads];
   double l = 0;
@@ -146,8 +145,8 @@ __global__ void sgd_update_kernel(float* __restrict__ p, const float* __restrict
 
 cudaError_t gather_columns(const float* features, int dim, const std::int64_t* indices,
                            std::int64_t first, int batch, float* out, cudaStream_t stream) {
-  gather_columns_kernel<<<blocks_for(static_cast<std::size_t>(batch) * dim), kThreads, 0,
-                          stream>>>(features, dim, indices, first, batch, out);
+  gather_columns_kernel<<<blocks_for(static_cast<std::size_t>(batch) * dim), kThreads, 0, stream>>>(
+      features, dim, indices, first, batch, out);
   return cudaGetLastError();
 }
 
@@ -160,8 +159,8 @@ cudaError_t add_bias(float* z, const float* bias, int rows, int cols, bool relu,
 
 cudaError_t softmax_cross_entropy(const float* logits, int classes, int batch,
                                   const std::int32_t* labels, const std::int64_t* indices,
-                                  std::int64_t first, float grad_scale, float* delta,
-                                  double* loss, int* correct, cudaStream_t stream) {
+                                  std::int64_t first, float grad_scale, float* delta, double* loss,
+                                  int* correct, cudaStream_t stream) {
   softmax_cross_entropy_kernel<<<blocks_for(static_cast<std::size_t>(batch)), kThreads, 0,
                                  stream>>>(logits, classes, batch, labels, indices, first,
                                            grad_scale, delta, loss, correct);
@@ -180,18 +179,18 @@ cudaError_t relu_backward(float* delta, const float* activation, std::size_t cou
   return cudaGetLastError();
 }
 
-cudaError_t bias_gradient(const float* delta, int rows, int cols, float* bias_grad,
-                          bool accumulate, cudaStream_t stream) {
+cudaError_t bias_gradient(const float* delta, int rows, int cols, float* bias_grad, bool accumulate,
+                          cudaStream_t stream) {
   bias_gradient_kernel<<<blocks_for(static_cast<std::size_t>(rows)), kThreads, 0, stream>>>(
       delta, rows, cols, bias_grad, accumulate);
   return cudaGetLastError();
 }
 
-cudaError_t sgd_update(float* params, const float* grads, float* velocity, std::size_t n,
-                       float lr, float mu, float wd, float keep, cudaStream_t stream) {
+cudaError_t sgd_update(float* params, const float* grads, float* velocity, std::size_t n, float lr,
+                       float mu, float wd, float keep, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  sgd_update_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, velocity, n, lr, mu,
-                                                            wd, keep);
+  sgd_update_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, velocity, n, lr, mu, wd,
+                                                            keep);
   return cudaGetLastError();
 }
 

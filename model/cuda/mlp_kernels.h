@@ -4,8 +4,8 @@
 //
 // Matrices are column-major with samples as columns, as in model/mlp.h: a layer's activation
 // is rows = width, cols = batch, element (i, j) at [i + j * rows]. Each kernel does exactly the
-// arithmetic of the matching step of model/mlp.cpp / model/optimizer/sgd.cpp, in the same order where
-// the order is visible in float (see the .cu file), so CPU and GPU agree to float rounding.
+// arithmetic of the matching step of model/mlp.cpp / model/optimizer/sgd.cpp, in the same order
+// where the order is visible in float (see the .cu file), so CPU and GPU agree to float rounding.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,8 +37,8 @@ cudaError_t add_bias(float* z, const float* bias, int rows, int cols, bool relu,
 // not null also d(grad_scale * mean loss)/d(logits) into delta (classes x batch).
 cudaError_t softmax_cross_entropy(const float* logits, int classes, int batch,
                                   const std::int32_t* labels, const std::int64_t* indices,
-                                  std::int64_t first, float grad_scale, float* delta,
-                                  double* loss, int* correct, cudaStream_t stream);
+                                  std::int64_t first, float grad_scale, float* delta, double* loss,
+                                  int* correct, cudaStream_t stream);
 
 // totals += (sum of loss[0..n), sum of correct[0..n)), by one block in a fixed order.
 cudaError_t add_loss_totals(const double* loss, const int* correct, int n, LossTotals* totals,
@@ -49,13 +49,13 @@ cudaError_t relu_backward(float* delta, const float* activation, std::size_t cou
                           cudaStream_t stream);
 
 // bias_grad[i] (=, or += when accumulate) sum over columns of delta[i, :] (rows x cols).
-cudaError_t bias_gradient(const float* delta, int rows, int cols, float* bias_grad,
-                          bool accumulate, cudaStream_t stream);
+cudaError_t bias_gradient(const float* delta, int rows, int cols, float* bias_grad, bool accumulate,
+                          cudaStream_t stream);
 
 // torch.optim.SGD on n floats, exactly model/optimizer/sgd.cpp's arithmetic:
 //   d = g + wd * p;  v = keep * v + d;  p -= lr * (mu == 0 ? d : v)
 // keep is 0 on the first step (the buffer starts as the first gradient), mu afterwards.
-cudaError_t sgd_update(float* params, const float* grads, float* velocity, std::size_t n,
-                       float lr, float mu, float wd, float keep, cudaStream_t stream);
+cudaError_t sgd_update(float* params, const float* grads, float* velocity, std::size_t n, float lr,
+                       float mu, float wd, float keep, cudaStream_t stream);
 
 }  // namespace gradsync::kernels

@@ -5,9 +5,9 @@
 //   opt->step(params, grads);                 // both spans hold size() floats, on the same device
 //
 // Implementations: Sgd (model/optimizer/sgd.h, host memory) and, in a CUDA build, DeviceSgd
-// (model/cuda/, device memory, the same arithmetic). Checkpoints read and restore the state through host
-// copies, so a checkpoint written on a GPU resumes on a CPU and the other way round.
-// Not thread-safe.
+// (model/cuda/, device memory, the same arithmetic). Checkpoints read and restore the state through
+// host copies, so a checkpoint written on a GPU resumes on a CPU and the other way round. Not
+// thread-safe.
 #pragma once
 
 #include <cstddef>

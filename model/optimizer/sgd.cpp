@@ -39,5 +39,4 @@ void Sgd::load_state(std::span<const float> momentum, std::uint64_t steps) {
   steps_ = steps;
 }
 
-
 }  // namespace gradsync

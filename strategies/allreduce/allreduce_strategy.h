@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "allreduce/communicator.h"
-#include "strategies/sync_strategy.h"
 #include "model/optimizer/sgd.h"
+#include "strategies/sync_strategy.h"
 
 namespace gradsync {
 

@@ -89,8 +89,7 @@ class HostStagedStrategy final : public SyncStrategy {
   }
 
  private:
-  void to_host(std::span<float> device, std::span<float> host, std::size_t begin,
-               std::size_t end) {
+  void to_host(std::span<float> device, std::span<float> host, std::size_t begin, std::size_t end) {
     if (end <= begin) return;
     GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host.data() + begin, device.data() + begin,
                                         (end - begin) * sizeof(float), cudaMemcpyDeviceToHost,

@@ -20,8 +20,8 @@
 
 #include <memory>
 
-#include "strategies/sync_strategy.h"
 #include "model/model.h"
+#include "strategies/sync_strategy.h"
 
 namespace gradsync {
 

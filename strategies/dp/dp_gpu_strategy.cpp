@@ -37,8 +37,8 @@ int device_of(const float* data, int replica) {
   cudaPointerAttributes attributes{};
   const cudaError_t error = cudaPointerGetAttributes(&attributes, data);
   if (error != cudaSuccess) cudaGetLastError();
-  if (error != cudaSuccess || (attributes.type != cudaMemoryTypeDevice &&
-                               attributes.type != cudaMemoryTypeManaged)) {
+  if (error != cudaSuccess ||
+      (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)) {
     throw Error("dp on GPUs: replica " + std::to_string(replica) +
                 "'s parameters are not in GPU memory (its model must be built with device: gpu)");
   }

@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
-#include "strategies/sync_strategy.h"
 #include "model/optimizer/sgd_options.h"
+#include "strategies/sync_strategy.h"
 
 namespace gradsync {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "common/emulated_link.h"
-#include "strategies/sync_strategy.h"
 #include "model/optimizer/sgd.h"
+#include "strategies/sync_strategy.h"
 
 namespace gradsync {
 

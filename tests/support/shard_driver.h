@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "strategies/ps/ps_client.h"
 #include "server/shard_state.h"
+#include "strategies/ps/ps_client.h"
 #include "tests/support/shard_options.h"
 
 namespace gradsync::testing {

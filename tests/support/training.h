@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "worker/in_process.h"
 #include "model/optimizer/sgd.h"
 #include "model/synthetic_data.h"
+#include "worker/in_process.h"
 
 namespace gradsync::testing {
 

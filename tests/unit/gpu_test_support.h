@@ -7,21 +7,21 @@
 #include <cstdint>
 
 #include "common/random.h"
-#include "worker/model_factory.h"
 #include "model/dataset.h"
+#include "worker/model_factory.h"
 
 namespace gradsync::testing {
 
 // True (after saying so in the test's output) when fewer than `needed` GPUs are visible: the
 // test returns at once and passes.
-#define GRADSYNC_SKIP_WITHOUT_GPUS(needed)                                                 \
-  do {                                                                                     \
-    const int gradsync_visible_gpus_ = ::gradsync::visible_gpus();                         \
-    if (gradsync_visible_gpus_ < (needed)) {                                               \
+#define GRADSYNC_SKIP_WITHOUT_GPUS(needed)                                                   \
+  do {                                                                                       \
+    const int gradsync_visible_gpus_ = ::gradsync::visible_gpus();                           \
+    if (gradsync_visible_gpus_ < (needed)) {                                                 \
       MESSAGE("skipped: needs " << (needed) << " CUDA device(s), " << gradsync_visible_gpus_ \
-                                << " visible");                                            \
-      return;                                                                              \
-    }                                                                                      \
+                                << " visible");                                              \
+      return;                                                                                \
+    }                                                                                        \
   } while (0)
 
 inline Dataset random_dataset(std::int64_t n, int dim, int classes, std::uint64_t seed) {

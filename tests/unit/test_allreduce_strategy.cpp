@@ -4,14 +4,14 @@
 
 #include "allreduce/in_memory_store.h"
 #include "allreduce/tcp/tcp_ring.h"
-#include "worker/in_process.h"
-#include "worker/worker_loop.h"
-#include "strategies/allreduce/allreduce_strategy.h"
-#include "tests/support/compare.h"
-#include "tests/support/training.h"
 #include "model/mlp.h"
 #include "model/sampler.h"
 #include "model/synthetic_data.h"
+#include "strategies/allreduce/allreduce_strategy.h"
+#include "tests/support/compare.h"
+#include "tests/support/training.h"
+#include "worker/in_process.h"
+#include "worker/worker_loop.h"
 
 namespace {
 

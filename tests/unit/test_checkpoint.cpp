@@ -8,15 +8,15 @@
 #include <fstream>
 #include <string>
 
-#include "common/checkpoint_file.h"
 #include "allreduce/in_memory_store.h"
+#include "common/checkpoint_file.h"
 #include "common/error.h"
-#include "worker/checkpoints.h"
 #include "tests/support/temp_dir.h"
+#include "worker/checkpoints.h"
 
 namespace fs = std::filesystem;
-using gradsync::testing::TempDir;
 using gradsync::CheckpointPart;
+using gradsync::testing::TempDir;
 
 namespace {
 
@@ -38,11 +38,10 @@ CheckpointPart make_part(std::uint64_t step, std::uint64_t total, std::uint64_t 
 }
 
 void write_part(const std::string& root, const CheckpointPart& part, int index, int parts) {
-  gradsync::write_checkpoint_part(
-      (fs::path(gradsync::checkpoint_step_folder(root, part.step)) /
-       gradsync::checkpoint_part_name(index, parts))
-          .string(),
-      part);
+  gradsync::write_checkpoint_part((fs::path(gradsync::checkpoint_step_folder(root, part.step)) /
+                                   gradsync::checkpoint_part_name(index, parts))
+                                      .string(),
+                                  part);
 }
 
 std::string read_error(const std::string& path) {
@@ -134,7 +133,8 @@ TEST_CASE("checkpoints: resume finds the newest complete step, through run and p
                            .c_str(),
                        gradsync::DataError);
   CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir.file("preset"), "run-b"), gradsync::ConfigError);
-  CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir.file("nowhere"), "run-a"), gradsync::ConfigError);
+  CHECK_THROWS_AS(gradsync::resolve_checkpoint(dir.file("nowhere"), "run-a"),
+                  gradsync::ConfigError);
 
   write_part(root, make_part(60, 10, 5, 10), 1, 2);  // now complete: it is the newest
   CHECK(gradsync::resolve_checkpoint(root, "run-a") == step60);
@@ -149,13 +149,15 @@ TEST_CASE("checkpoints: any range is read across the parts that tile it") {
   write_part(root, make_part(9, 10, 7, 10), 2, 3);
   const std::string folder = gradsync::checkpoint_step_folder(root, 9);
 
-  const gradsync::TrainingState whole = gradsync::load_training_state(folder, "mlp 4-3-2", 10, 0, 10);
+  const gradsync::TrainingState whole =
+      gradsync::load_training_state(folder, "mlp 4-3-2", 10, 0, 10);
   CHECK(whole.step == 9);
   CHECK(whole.optimizer_steps == 9);
   CHECK(whole.params == std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   CHECK(whole.momentum[9] == -9.f);
   // A shard of another shard count: keys [3, 8) span all three parts.
-  const gradsync::TrainingState middle = gradsync::load_training_state(folder, "mlp 4-3-2", 10, 3, 8);
+  const gradsync::TrainingState middle =
+      gradsync::load_training_state(folder, "mlp 4-3-2", 10, 3, 8);
   CHECK(middle.params == std::vector<float>{3, 4, 5, 6, 7});
   CHECK(middle.momentum == std::vector<float>{-3, -4, -5, -6, -7});
   // A ps worker asks for no keys: only the step.

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
 #include "bench/collective_bench.h"
+#include "common/error.h"
 
 namespace gradsync {
 namespace {

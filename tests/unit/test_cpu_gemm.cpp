@@ -36,7 +36,7 @@ double error_in_bounds(const std::vector<float>& a, int lda, const std::vector<f
 TEST_CASE("cpu gemm: nn and nt products match a double-precision reference on every shape") {
   // Shapes cover full 32 x 8 blocks, row tails (masks), column tails (narrow blocks), and the
   // MLP's own layers.
-  const int shapes[][3] = {{1, 1, 1},   {32, 8, 4},    {33, 9, 5},    {10, 64, 256},
+  const int shapes[][3] = {{1, 1, 1},    {32, 8, 4},     {33, 9, 5},     {10, 64, 256},
                            {47, 13, 17}, {256, 64, 784}, {256, 784, 64}, {16, 3, 2}};
   for (const auto& shape : shapes) {
     const int m = shape[0], n = shape[1], k = shape[2];

@@ -3,14 +3,14 @@
 #include <thread>
 
 #include "common/error.h"
-#include "worker/in_process.h"
-#include "worker/run_plan.h"
+#include "model/mlp.h"
+#include "model/synthetic_data.h"
 #include "strategies/dp/dp_strategy.h"
 #include "strategies/make_strategy.h"
 #include "tests/support/compare.h"
 #include "tests/support/training.h"
-#include "model/mlp.h"
-#include "model/synthetic_data.h"
+#include "worker/in_process.h"
+#include "worker/run_plan.h"
 
 namespace {
 

@@ -25,7 +25,7 @@ TEST_CASE("teach dp-vs-ddp: measured beside the model at the preset's link rate"
   ring.name = "ddp-4", ring.strategy = "allreduce", ring.workers = 4;
   single.name = "single";
   for (gradsync::Config* c : {&dp, &ring}) c->network.link_gbps = 1;  // 125 MB/s
-  ring.comm.bucket_mb = 100;  // one bucket
+  ring.comm.bucket_mb = 100;                                          // one bucket
   const auto rows = gradsync::teach::dp_vs_ddp_rows(
       {dp, single, ring}, {outcome(dp, 24'000'000), outcome(single, 0), outcome(ring, 12'000'000)});
   REQUIRE(rows.size() == 2);

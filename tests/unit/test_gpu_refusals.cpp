@@ -12,16 +12,16 @@
 
 #include "allreduce/in_memory_store.h"
 #include "allreduce/make_communicator.h"
-#include "common/error.h"
 #include "bench/collective_bench.h"
 #include "bench/mlp_throughput.h"
-#include "worker/model_factory.h"
+#include "common/error.h"
 #include "experiments/run_experiment.h"
-#include "strategies/allreduce/host_staged_strategy.h"
-#include "strategies/single_strategy.h"
-#include "strategies/make_strategy.h"
-#include "tests/support/temp_dir.h"
 #include "model/mlp.h"
+#include "strategies/allreduce/host_staged_strategy.h"
+#include "strategies/make_strategy.h"
+#include "strategies/single_strategy.h"
+#include "tests/support/temp_dir.h"
+#include "worker/model_factory.h"
 
 namespace {
 
@@ -47,8 +47,7 @@ TEST_CASE("gpu refusals: device gpu without CUDA or without a GPU is a one-line 
   gradsync::Config config;
   config.name = "presets/x.yaml";
   config.device = "gpu";
-  const std::string error =
-      config_error_of([&] { gradsync::make_model(config, {4, 3}, 8); });
+  const std::string error = config_error_of([&] { gradsync::make_model(config, {4, 3}, 8); });
   MESSAGE("device: gpu -> " << error);
   REQUIRE(!error.empty());
   CHECK(one_line(error));
@@ -101,8 +100,11 @@ TEST_CASE("gpu refusals: model_device follows dp replicas and LOCAL_RANK") {
   CHECK(gradsync::model_device(config, 2) == 2);
   // One process per GPU: LOCAL_RANK names it, unless the launcher left only one visible.
   config.strategy = "allreduce";
-  const ScopedEnv env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"},
-                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  const ScopedEnv env({{"RANK", "3"},
+                       {"WORLD_SIZE", "4"},
+                       {"LOCAL_RANK", "3"},
+                       {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", "29500"}});
   CHECK(gradsync::model_device(config) == (gradsync::visible_gpus() == 1 ? 0 : 3));
 }
 
@@ -178,8 +180,7 @@ TEST_CASE("gpu refusals: make_model without a device ordinal never builds a GPU 
   }
   gradsync::Config config;
   config.device = "gpu";
-  const std::string error =
-      config_error_of([&] { gradsync::make_model(config, {4, 3}, 8); });
+  const std::string error = config_error_of([&] { gradsync::make_model(config, {4, 3}, 8); });
   CHECK(error.find("does not place models on GPUs") != std::string::npos);
   CHECK(gradsync::make_model(config, {4, 3}, 8, 0)->device() == 0);
 }

@@ -10,17 +10,17 @@
 #include "../support/compare.h"
 #include "../support/training.h"
 #include "allreduce/in_memory_store.h"
-#include "model/data_loader.h"
-#include "worker/model_factory.h"
-#include "worker/run_plan.h"
-#include "worker/worker_loop.h"
 #include "gpu_test_support.h"
-#include "strategies/allreduce/allreduce_strategy.h"
-#include "strategies/allreduce/model_communicator.h"
-#include "strategies/make_strategy.h"
+#include "model/data_loader.h"
 #include "model/idx_reader.h"
 #include "model/mlp.h"
 #include "model/sampler.h"
+#include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/allreduce/model_communicator.h"
+#include "strategies/make_strategy.h"
+#include "worker/model_factory.h"
+#include "worker/run_plan.h"
+#include "worker/worker_loop.h"
 
 namespace {
 
@@ -102,8 +102,8 @@ TEST_CASE("gpu training: allreduce over NCCL follows the CPU single trajectory")
   config.comm.bucket_mb = 0.001;  // one layer a bucket
   const Trained gpu = train_allreduce(config, gradsync::testing::synthetic_data(), 30);
   const gradsync::Mlp layout({32, 32, 16, 10}, 1);
-  const double diff = gradsync::testing::max_relative_difference(gpu.params, reference,
-                                                                 layout.layers());
+  const double diff =
+      gradsync::testing::max_relative_difference(gpu.params, reference, layout.layers());
   MESSAGE("GPU allreduce vs CPU single after 30 steps: max relative difference " << diff);
   CHECK(diff <= 1e-4);
 }

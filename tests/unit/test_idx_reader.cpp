@@ -15,8 +15,8 @@
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
-using gradsync::testing::TempDir;
 using gradsync::DataError;
+using gradsync::testing::TempDir;
 
 namespace {
 

@@ -32,7 +32,8 @@ TEST_CASE("ps client: balanced_ranges gives the first total % K shards one extra
   CHECK_THROWS_AS(balanced_ranges(10, 0), Error);
 }
 
-TEST_CASE("ps client: send_order goes round the shards chunk by chunk, rank r starting at r mod K") {
+TEST_CASE(
+    "ps client: send_order goes round the shards chunk by chunk, rank r starting at r mod K") {
   const KeyRange a0{0, 10}, a1{10, 20}, a2{20, 25}, b0{25, 35}, c0{35, 45}, c1{45, 50};
   const std::vector<std::vector<KeyRange>> pieces = {{a0, a1, a2}, {b0}, {c0, c1}};
   auto keys = [](const std::vector<ShardPiece>& order) {

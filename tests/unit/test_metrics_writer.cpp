@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "worker/metrics_writer.h"
 #include "tests/support/temp_dir.h"
+#include "worker/metrics_writer.h"
 
 namespace gradsync {
 namespace {

@@ -56,8 +56,8 @@ TEST_CASE("mlp: gradients agree with central finite differences") {
     const double numeric = (up - down) / (2.0 * h);
     const double error = std::abs(numeric - analytic[i]) / std::max(1e-2, std::abs(numeric));
     worst = std::max(worst, error);
-    CHECK_MESSAGE(error < 2e-2, "parameter " << i << ": analytic " << analytic[i]
-                                             << " numeric " << numeric);
+    CHECK_MESSAGE(error < 2e-2,
+                  "parameter " << i << ": analytic " << analytic[i] << " numeric " << numeric);
   }
   MESSAGE("worst relative gradient error " << worst);
 }
@@ -77,7 +77,8 @@ TEST_CASE("mlp: the gradient of a batch is the mean of its samples' gradients") 
     mlp.forward_backward(data, one);
     for (std::size_t k = 0; k < mean.size(); ++k) mean[k] += mlp.grads()[k] / 8.0;
   }
-  for (std::size_t k = 0; k < mean.size(); ++k) CHECK(whole[k] == doctest::Approx(mean[k]).epsilon(1e-4));
+  for (std::size_t k = 0; k < mean.size(); ++k)
+    CHECK(whole[k] == doctest::Approx(mean[k]).epsilon(1e-4));
 }
 
 TEST_CASE("mlp: the gradient-ready callback reports layers last to first, each already final") {

@@ -8,10 +8,10 @@
 #include <string>
 #include <thread>
 
-#include "common/error.h"
-#include "common/wire_format.h"
 #include "bench/ps_bench.h"
 #include "bench/ps_loopback.h"
+#include "common/error.h"
+#include "common/wire_format.h"
 
 namespace gradsync {
 namespace {

@@ -14,8 +14,8 @@
 #include <zmq.hpp>
 
 #include "common/wire_format.h"
-#include "strategies/ps/ps_client.h"
 #include "server/ps_shard.h"
+#include "strategies/ps/ps_client.h"
 #include "tests/support/run_ranks.h"
 #include "tests/support/shard_options.h"
 

@@ -17,8 +17,8 @@
 #include "common/error.h"
 #include "common/wire_format.h"
 #include "experiments/cost_model.h"
-#include "strategies/ps/ps_client.h"
 #include "server/ps_shard.h"
+#include "strategies/ps/ps_client.h"
 #include "strategies/ps/shard_link.h"
 
 using namespace gradsync;

@@ -2,15 +2,15 @@
 
 #include <thread>
 
-#include "worker/in_process.h"
-#include "worker/worker_loop.h"
+#include "model/mlp.h"
+#include "model/sampler.h"
+#include "model/synthetic_data.h"
 #include "server/ps_shard.h"
 #include "strategies/ps/ps_strategy.h"
 #include "tests/support/compare.h"
 #include "tests/support/training.h"
-#include "model/mlp.h"
-#include "model/sampler.h"
-#include "model/synthetic_data.h"
+#include "worker/in_process.h"
+#include "worker/worker_loop.h"
 
 namespace {
 
@@ -66,8 +66,8 @@ std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t ste
           gradsync::LoopOptions loop;
           loop.steps = steps;
           loop.keep_params = true;
-          params[r] = gradsync::run_worker_loop(model, strategy, sampler, data(), loop, {})
-                          .final_params;
+          params[r] =
+              gradsync::run_worker_loop(model, strategy, sampler, data(), loop, {}).final_params;
         } catch (const std::exception& e) {
           errors[r] = e.what();
           for (auto& s : servers) s->stop();

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common/error.h"
-#include "worker/rank_outputs.h"
 #include "tests/support/temp_dir.h"
+#include "worker/rank_outputs.h"
 
 namespace gradsync {
 namespace {

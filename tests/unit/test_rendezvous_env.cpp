@@ -17,8 +17,11 @@ gradsync::RendezvousEnv read(const std::map<std::string, std::string>& vars) {
 }  // namespace
 
 TEST_CASE("rendezvous env: torchrun's variables") {
-  const auto env = read({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                         {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "1234"}});
+  const auto env = read({{"RANK", "3"},
+                         {"WORLD_SIZE", "4"},
+                         {"LOCAL_RANK", "1"},
+                         {"MASTER_ADDR", "10.1.2.3"},
+                         {"MASTER_PORT", "1234"}});
   CHECK(env.source == "torchrun");
   CHECK(env.rank == 3);
   CHECK(env.world_size == 4);
@@ -28,8 +31,10 @@ TEST_CASE("rendezvous env: torchrun's variables") {
 }
 
 TEST_CASE("rendezvous env: mpirun, then srun, when torchrun's are absent") {
-  auto env = read({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "8"},
-                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"SLURM_PROCID", "5"},
+  auto env = read({{"OMPI_COMM_WORLD_RANK", "2"},
+                   {"OMPI_COMM_WORLD_SIZE", "8"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                   {"SLURM_PROCID", "5"},
                    {"SLURM_NTASKS", "6"}});
   CHECK(env.source == "mpirun");
   CHECK(env.rank == 2);

@@ -8,9 +8,9 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "strategies/ps/ps_client.h"
 #include "server/ps_shard.h"
 #include "server/shard_state.h"
+#include "strategies/ps/ps_client.h"
 #include "tests/support/shard_driver.h"
 
 using namespace gradsync;

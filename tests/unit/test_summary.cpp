@@ -4,9 +4,9 @@
 
 #include <vector>
 
+#include "tests/support/training.h"
 #include "worker/in_process.h"
 #include "worker/summary.h"
-#include "tests/support/training.h"
 
 namespace {
 
