@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "apps/size_options.h"
-#include "common/error.h"
 #include "bench/collective_bench.h"
+#include "common/error.h"
 #include "experiments/calibration_runs.h"
 #include "experiments/cost_model.h"
 
@@ -190,7 +190,7 @@ int print_calibration(const ModelOptions& o) {
 
 }  // namespace
 
-ModelCommand add_model_command(CLI::App& parent) {
+Command add_model_command(CLI::App& parent) {
   auto options = std::make_shared<ModelOptions>();
   CLI::App* app = parent.add_subcommand(
       "model", "alpha-beta cost of dp, ps and the ring per step, or --calibrate on measured runs");

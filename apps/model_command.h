@@ -3,7 +3,7 @@
 // shards and the ring), or, with --calibrate RESULTS_DIR, alpha and beta fitted to measured runs
 // and each run's prediction beside its measurement.
 //
-//   ModelCommand model = add_model_command(app);
+//   const Command model = add_model_command(app);
 //   app.parse(argc, argv);
 //   if (model.app->parsed()) return model.run();   // inside main's try block: run() throws
 //
@@ -13,15 +13,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <functional>
+
+#include "apps/command.h"
 
 namespace gradsync {
 
-struct ModelCommand {
-  CLI::App* app = nullptr;   // the subcommand, owned by the parent app
-  std::function<int()> run;  // holds its own copy of the options; call after parse
-};
-
-ModelCommand add_model_command(CLI::App& parent);
+Command add_model_command(CLI::App& parent);
 
 }  // namespace gradsync

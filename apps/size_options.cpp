@@ -3,8 +3,8 @@
 #include <optional>
 #include <string>
 
-#include "common/error.h"
 #include "bench/collective_bench.h"
+#include "common/error.h"
 
 namespace gradsync {
 namespace {

@@ -13,14 +13,9 @@
 namespace gradsync {
 namespace {
 
-// One lesson: its sub-subcommand and what to do when that one was parsed. A new lesson is a
-// function like add_ring_lesson plus one line in add_teach_command.
-struct Lesson {
-  CLI::App* app;
-  std::function<int()> run;
-};
-
-Lesson add_ring_lesson(CLI::App& teach) {
+// One lesson is one sub-subcommand: a function like add_ring_lesson plus one line in
+// add_teach_command.
+Command add_ring_lesson(CLI::App& teach) {
   struct Options {
     int workers = 4;
     int elements = 8;
@@ -46,7 +41,7 @@ Lesson add_ring_lesson(CLI::App& teach) {
           }};
 }
 
-Lesson add_dp_vs_ddp_lesson(CLI::App& teach) {
+Command add_dp_vs_ddp_lesson(CLI::App& teach) {
   struct Options {
     std::string preset = "dp-vs-ddp";
     std::vector<std::string> overrides;
@@ -54,15 +49,15 @@ Lesson add_dp_vs_ddp_lesson(CLI::App& teach) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* lesson = teach.add_subcommand(
-      "dp-vs-ddp", "run DataParallel-style dp and DDP-style allreduce on the same model and "
-                   "links, and print measured bytes and times beside the model's prediction");
+      "dp-vs-ddp",
+      "run DataParallel-style dp and DDP-style allreduce on the same model and "
+      "links, and print measured bytes and times beside the model's prediction");
   lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
   lesson->add_option("--set", options->overrides, "override a key, e.g. network.link_gbps=2");
   lesson->add_option("--output", options->output, "results root (default: output.dir)");
   return {lesson, [options] {
-            const Preset preset = load_preset(
-                find_preset(options->preset, GRADSYNC_SOURCE_DIR "/experiments/presets"),
-                options->overrides);
+            const Preset preset =
+                load_preset(find_preset(options->preset, kPresetsDir), options->overrides);
             const PresetOutcome outcome = run_preset(preset, options->output);
             std::cout << "\n"
                       << teach::render_dp_vs_ddp(teach::dp_vs_ddp_rows(preset.runs, outcome.runs))
@@ -73,19 +68,12 @@ Lesson add_dp_vs_ddp_lesson(CLI::App& teach) {
 
 }  // namespace
 
-TeachCommand add_teach_command(CLI::App& parent) {
+Command add_teach_command(CLI::App& parent) {
   CLI::App* teach =
       parent.add_subcommand("teach", "step-by-step demos of how the strategies move data");
   teach->require_subcommand(1);
-  std::vector<Lesson> lessons;
-  lessons.push_back(add_ring_lesson(*teach));
-  lessons.push_back(add_dp_vs_ddp_lesson(*teach));
-  return {teach, [lessons = std::move(lessons)] {
-            for (const Lesson& lesson : lessons) {
-              if (lesson.app->parsed()) return lesson.run();
-            }
-            return 0;  // unreachable: require_subcommand(1) makes parsing fail first
-          }};
+  std::vector<Command> lessons = {add_ring_lesson(*teach), add_dp_vs_ddp_lesson(*teach)};
+  return {teach, [lessons = std::move(lessons)] { return run_parsed(lessons); }};
 }
 
 }  // namespace gradsync
