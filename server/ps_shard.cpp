@@ -9,7 +9,7 @@
 #include <zmq.hpp>
 
 #include "common/error.h"
-#include "server/link_shaper.h"
+#include "common/link_shaper.h"
 #include "server/shard_state.h"
 #include "server/zap_handler.h"
 #include "server/zmq_transport.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/emulated_link.h"
+#include "common/link.h"
 #include "model/optimizer/sgd.h"
 #include "server/curve_keys.h"
 

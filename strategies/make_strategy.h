@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "allreduce/communicator.h"
-#include "common/emulated_link.h"
+#include "common/link.h"
 #include "model/model.h"
 #include "model/optimizer/sgd_options.h"
 #include "server/curve_keys.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "allreduce/tcp/socket.h"
-#include "common/emulated_link.h"
+#include "common/link.h"
 
 namespace gradsync::tcp {
 

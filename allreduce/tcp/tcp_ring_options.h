@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "common/emulated_link.h"
+#include "common/link.h"
 
 namespace gradsync {
 

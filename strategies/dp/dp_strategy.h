@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/emulated_link.h"
+#include "common/link.h"
 #include "model/optimizer/sgd.h"
 #include "strategies/sync_strategy.h"
 

@@ -7,7 +7,7 @@
 #include <zmq.hpp>
 
 #include "common/error.h"
-#include "server/link_shaper.h"
+#include "common/link_shaper.h"
 #include "strategies/ps/reply_copy.h"
 #include "strategies/ps/shard_link.h"
 

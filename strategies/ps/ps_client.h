@@ -58,7 +58,7 @@
 #include <string>
 #include <vector>
 
-#include "common/emulated_link.h"
+#include "common/link.h"
 #include "server/curve_keys.h"
 #include "server/key_range.h"
 

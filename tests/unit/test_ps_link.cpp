@@ -13,7 +13,7 @@
 #include <optional>
 #include <thread>
 
-#include "common/emulated_link.h"
+#include "common/link.h"
 #include "common/error.h"
 #include "common/wire_format.h"
 #include "experiments/cost_model.h"

@@ -1,4 +1,4 @@
-#include "common/emulated_link.h"
+#include "common/link.h"
 
 #include <algorithm>
 #include <cmath>

@@ -22,7 +22,7 @@
 #include <memory>
 #include <utility>
 
-#include "common/emulated_link.h"
+#include "common/link.h"
 
 namespace gradsync {
 

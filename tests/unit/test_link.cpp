@@ -8,7 +8,7 @@
 
 #include "allreduce/in_memory_store.h"
 #include "allreduce/tcp/tcp_ring.h"
-#include "common/emulated_link.h"
+#include "common/link.h"
 
 namespace {
 
