@@ -63,7 +63,7 @@ struct PsConfig {
 };
 
 // Link emulation: every process's sends and receives through the transports are capped at
-// link_gbps (a token bucket per direction, as a full-duplex NIC), so a parameter server's one
+// link_gbps (common/link.h: one pacer per direction, as a full-duplex NIC), so a server's one
 // link saturates as a real one would. 0: no cap.
 // namespaces (root, multi-process runs): the same cap enforced by the kernel instead, each
 // process in its own network namespace on a tbf-shaped veth (launch/namespace_network.h).

@@ -1,6 +1,6 @@
 // LinkShaper: a process's emulated NIC (network.link_gbps) for the parameter server's ZeroMQ
 // transports, as two queues of whole messages, one per direction, each message released when
-// the link would have carried it (TokenBucket::schedule for sending, schedule_arrived for
+// the link would have carried it (Pacer::schedule for sending, schedule_arrived for
 // receiving). Nothing sleeps: the owner's poll loop wakes at next_release() as well as for its
 // sockets, so a process sends at the rate while it receives at the rate (full duplex), in one
 // thread. Only payload bytes count; a message without payload keeps its place in line.
@@ -14,7 +14,7 @@
 //
 // Releases are in order within a direction: the link's schedule only moves forward, so each
 // queue is a FIFO. Messages that must not wait behind data (heartbeats, ERRORs) simply bypass
-// the shaper. Not thread-safe (one poll loop); the EmulatedLink itself may be shared.
+// the shaper. Not thread-safe (one poll loop); the Link itself may be shared.
 #pragma once
 
 #include <chrono>
@@ -31,7 +31,7 @@ class LinkShaper {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit LinkShaper(std::shared_ptr<EmulatedLink> link) : link_(std::move(link)) {}
+  explicit LinkShaper(std::shared_ptr<Link> link) : link_(std::move(link)) {}
 
   bool shaping() const { return link_ != nullptr; }
 
@@ -78,7 +78,7 @@ class LinkShaper {
     }
   }
 
-  std::shared_ptr<EmulatedLink> link_;
+  std::shared_ptr<Link> link_;
   std::deque<std::pair<Clock::time_point, Tx>> tx_;
   std::deque<std::pair<Clock::time_point, Rx>> rx_;
 };

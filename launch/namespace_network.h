@@ -2,7 +2,7 @@
 // process of a multi-process run gets its own network namespace, joined to the others through a
 // veth pair and one bridge, and both ends of its veth are shaped with a tbf qdisc at X Gbit/s,
 // so the process sends at most X and receives at most X, as through a real full-duplex NIC.
-// Unlike the token bucket (common/link.h), this also caps what the transports do not
+// Unlike the emulated link (common/link.h), this also caps what the transports do not
 // count (headers, ZeroMQ's own frames, TCP's acknowledgements) and adds real queueing.
 //
 //   NamespaceNetwork net(processes, gbps);        // ip netns add, veth, bridge, tc tbf

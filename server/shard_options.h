@@ -42,7 +42,7 @@ struct PsShardOptions {
   // The shard's emulated NIC (network.link_gbps): payload bytes sent and received are each
   // paced at its rate, full duplex (PsShard's send and receive queues); heartbeats and ERRORs
   // are not queued. Null: no cap.
-  std::shared_ptr<EmulatedLink> link;
+  std::shared_ptr<Link> link;
 
   // Checkpoints (sync mode only): after step t when t is a multiple of checkpoint_every or is
   // checkpoint_last_step, the shard writes its range with its optimizer state to

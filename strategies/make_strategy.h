@@ -39,7 +39,7 @@ struct StrategyOptions {
   int workers = 1;
   SgdOptions sgd;
   std::chrono::milliseconds timeout{60000};  // any wait on another replica, rank or shard
-  std::shared_ptr<EmulatedLink> link;        // network.link_gbps: this process's link; null: none
+  std::shared_ptr<Link> link;        // network.link_gbps: this process's link; null: none
   int device = -1;  // -1: models in host memory; else the CUDA ordinal of replica 0's model
   // allreduce (DistributedDataParallel's bucket_cap_mb, overlap with backward, Join)
   std::size_t bucket_bytes = 25u << 20;

@@ -77,7 +77,7 @@ StrategyOptions strategy_options(const Config& config,
   options.workers = config.workers;
   options.sgd = sgd_options(config);
   options.timeout = comm_timeout(config);
-  options.link = make_emulated_link(token_bucket_gbps(config));
+  options.link = make_link(emulated_link_gbps(config));
   options.device = model_device(config);
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
@@ -94,7 +94,7 @@ bool runs_as_processes(const Config& config) {
   return config.strategy == "allreduce" || config.strategy == "ps";
 }
 
-double token_bucket_gbps(const Config& config) {
+double emulated_link_gbps(const Config& config) {
   return config.network.namespaces && runs_as_processes(config) ? 0 : config.network.link_gbps;
 }
 

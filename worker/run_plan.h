@@ -44,9 +44,9 @@ std::chrono::milliseconds comm_timeout(const Config& config);
 StrategyOptions strategy_options(const Config& config,
                                  const std::vector<std::string>& ps_endpoints = {});
 
-// The rate the transports' token buckets enforce: network.link_gbps, unless the kernel shapes
+// The rate the transports' emulated links enforce: network.link_gbps, unless the kernel shapes
 // this run's links (network.namespaces, for runs of several processes).
-double token_bucket_gbps(const Config& config);
+double emulated_link_gbps(const Config& config);
 
 // Whether the run is one process per rank (allreduce, ps) rather than threads of one (single, dp).
 bool runs_as_processes(const Config& config);

@@ -65,7 +65,7 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   options.timeout = comm_timeout(config);
   options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
-  options.link = make_emulated_link(token_bucket_gbps(config));
+  options.link = make_link(emulated_link_gbps(config));
   add_checkpointing(options, config, plan, run_dir);
 
   PsShard server(options);

@@ -76,7 +76,7 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Rendezvo
   // Neighbours must reach this rank's ring port at an address of this host; the one this host
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
-  ring_options.link = make_emulated_link(token_bucket_gbps(config));
+  ring_options.link = make_link(emulated_link_gbps(config));
   return make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
 }
 

@@ -43,7 +43,7 @@ class Pipeline {
  public:
   Pipeline(int send_fd, int recv_fd, const LinkHeader& header, std::span<const RingStep> steps,
            std::size_t chunk_bytes, std::span<float> scratch, Clock::time_point deadline,
-           Traffic& traffic, EmulatedLink* link)
+           Traffic& traffic, Link* link)
       : send_fd_(send_fd),
         recv_fd_(recv_fd),
         header_(header),
@@ -285,7 +285,7 @@ class Pipeline {
   std::byte* const scratch_;
   const Clock::time_point deadline_;
   Traffic& traffic_;
-  EmulatedLink* const link_;
+  Link* const link_;
 
   LinkHeader received_header_{};
   std::size_t header_sent_ = 0;
@@ -318,7 +318,7 @@ std::string describe(const LinkHeader& header) {
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
                        std::span<const RingStep> steps, std::size_t chunk_bytes,
                        std::span<float> scratch, Clock::time_point deadline, Traffic& traffic,
-                       EmulatedLink* link) {
+                       Link* link) {
   Pipeline(send_fd, recv_fd, header, steps, chunk_bytes, scratch, deadline, traffic, link).run();
 }
 

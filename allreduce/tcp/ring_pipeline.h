@@ -86,6 +86,6 @@ struct Traffic {
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
                        std::span<const RingStep> steps, std::size_t chunk_bytes,
                        std::span<float> scratch, Clock::time_point deadline, Traffic& traffic,
-                       EmulatedLink* link = nullptr);
+                       Link* link = nullptr);
 
 }  // namespace gradsync::tcp

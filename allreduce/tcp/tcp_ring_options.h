@@ -16,7 +16,7 @@ struct TcpRingOptions {
   std::string bind_host = "127.0.0.1";  // this rank's listening address for its left neighbour
   std::size_t chunk_bytes = 1 << 20;    // pipelining granularity of a segment
   std::string store_prefix = "ring";    // several communicators can share one Store
-  std::shared_ptr<EmulatedLink> link;   // network.link_gbps: caps payload bytes; null: none
+  std::shared_ptr<Link> link;   // network.link_gbps: caps payload bytes; null: none
 };
 
 }  // namespace gradsync

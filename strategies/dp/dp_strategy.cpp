@@ -14,7 +14,7 @@ namespace {
 // optimizer (it runs on replica 0 only) and the two barriers of a step.
 struct DpGroup {
   DpGroup(int n, const SgdOptions& sgd_options, std::chrono::milliseconds wait_limit,
-          std::shared_ptr<EmulatedLink> replica_zero_link)
+          std::shared_ptr<Link> replica_zero_link)
       : replicas(n),
         sgd_options(sgd_options),
         timeout(wait_limit),
@@ -27,7 +27,7 @@ struct DpGroup {
   int replicas;
   SgdOptions sgd_options;
   std::chrono::milliseconds timeout;
-  std::shared_ptr<EmulatedLink> link;  // replica 0's, or null
+  std::shared_ptr<Link> link;  // replica 0's, or null
   std::vector<std::span<float>> grads;
   std::vector<std::span<float>> params;
   std::unique_ptr<Sgd> sgd;
@@ -122,7 +122,7 @@ class DpReplica final : public SyncStrategy {
 
 std::vector<std::unique_ptr<SyncStrategy>> make_dp_group(int replicas, const SgdOptions& sgd,
                                                          std::chrono::milliseconds timeout,
-                                                         std::shared_ptr<EmulatedLink> link) {
+                                                         std::shared_ptr<Link> link) {
   GRADSYNC_CHECK(replicas >= 1, "dp needs at least one replica");
   auto group = std::make_shared<DpGroup>(replicas, sgd, timeout, std::move(link));
   std::vector<std::unique_ptr<SyncStrategy>> out;

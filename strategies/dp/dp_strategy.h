@@ -24,6 +24,6 @@ namespace gradsync {
 
 std::vector<std::unique_ptr<SyncStrategy>> make_dp_group(int replicas, const SgdOptions& sgd,
                                                          std::chrono::milliseconds timeout,
-                                                         std::shared_ptr<EmulatedLink> link = {});
+                                                         std::shared_ptr<Link> link = {});
 
 }  // namespace gradsync

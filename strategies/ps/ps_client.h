@@ -74,7 +74,7 @@ struct PsClientOptions {
   std::optional<CurveKeys> curve;             // the shared key pair (with its secret); absent: none
   // The worker's emulated NIC (network.link_gbps): payload bytes sent and received are each
   // capped at its rate, full duplex. Null: no cap.
-  std::shared_ptr<EmulatedLink> link;
+  std::shared_ptr<Link> link;
 };
 
 struct PushPullStats {

@@ -1,4 +1,4 @@
-// EmulatedLink: the token bucket that caps a process's sends and receives at
+// Link: the pacers that cap a process's sends and receives at
 // network.link_gbps, and the ring moving data through it at that rate, not faster.
 #include <doctest/doctest.h>
 
@@ -12,7 +12,7 @@
 
 namespace {
 
-using gradsync::TokenBucket;
+using gradsync::Pacer;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -22,8 +22,8 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
-TEST_CASE("token bucket: rate 0 is unlimited") {
-  TokenBucket unlimited(0);
+TEST_CASE("link pacer: rate 0 is unlimited") {
+  Pacer unlimited(0);
   CHECK(unlimited.take(1u << 30) == 1u << 30);
   CHECK(unlimited.wait_for(1u << 30) == 0ns);
   const auto start = Clock::now();
@@ -31,8 +31,8 @@ TEST_CASE("token bucket: rate 0 is unlimited") {
   CHECK(seconds_since(start) < 1.0);  // a 1 GiB wait at any real rate would be far longer
 }
 
-TEST_CASE("token bucket: take grants at most the burst, refund gives it back") {
-  TokenBucket bucket(1e6);  // 1 MB/s: the burst is its floor, 256 KiB
+TEST_CASE("link pacer: take grants at most the burst, refund gives it back") {
+  Pacer bucket(1e6);  // 1 MB/s: the burst is its floor, 256 KiB
   const std::size_t first = bucket.take(1u << 20);
   CHECK(first == 256u * 1024);
   CHECK(bucket.take(1u << 20) == 0);  // empty until credit accrues
@@ -41,11 +41,20 @@ TEST_CASE("token bucket: take grants at most the burst, refund gives it back") {
   CHECK(bucket.take(1u << 20) == first);
 }
 
-TEST_CASE("token bucket: acquire and take pace bytes at the rate") {
+TEST_CASE("link pacer: streams and whole messages share one clock per direction") {
+  // A message queued on the link keeps a stream waiting behind it: one link, whichever way a
+  // transport moves its bytes (two separate accounts would let the stream burst at once).
+  Pacer link(1e6);  // 1 MB/s: 100 KB take 100 ms; the burst is 256 KiB
+  link.schedule(100'000);
+  CHECK(link.take(1000) == 0);
+  CHECK(link.wait_for(1000) > 50ms);
+}
+
+TEST_CASE("link pacer: acquire and take pace bytes at the rate") {
   constexpr double kRate = 50e6;  // 50 MB/s
   const std::size_t bytes = 5'000'000;
   {
-    TokenBucket bucket(kRate);
+    Pacer bucket(kRate);
     const auto start = Clock::now();
     for (std::size_t sent = 0; sent < bytes; sent += 500'000) bucket.acquire(500'000);
     const double expected = (bytes - 256.0 * 1024) / kRate;  // the first burst is free
@@ -53,7 +62,7 @@ TEST_CASE("token bucket: acquire and take pace bytes at the rate") {
     CHECK(seconds_since(start) < expected * 2 + 0.5);  // loose: a loaded machine oversleeps
   }
   {
-    TokenBucket bucket(kRate);
+    Pacer bucket(kRate);
     const auto start = Clock::now();
     std::size_t moved = 0;
     while (moved < bytes) {
@@ -80,7 +89,7 @@ TEST_CASE("ring over emulated links: exact sums, at about the links' rate") {
       for (std::size_t i = 0; i < count; ++i) data[r][i] = float(r + 1 + i % 5);
       gradsync::TcpRingOptions options;
       options.timeout = 20s;
-      options.link = gradsync::make_emulated_link(kGbps);
+      options.link = gradsync::make_link(kGbps);
       auto ring = gradsync::make_tcp_ring(store, r, kRanks, options);
       const auto start = Clock::now();
       ring->allreduce(data[r], gradsync::ReduceOp::kSum);

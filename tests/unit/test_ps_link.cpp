@@ -1,4 +1,4 @@
-// The parameter server under link emulation (network.link_gbps): TokenBucket's virtual-time
+// The parameter server under link emulation (network.link_gbps): Pacer's virtual-time
 // schedule, then live shards and clients on loopback whose links are paced, checked against
 // experiments/cost_model.h: a sync step costs max(S, N*S/K) / rate plus about one chunk (the
 // pipeline's fill), because push and pull overlap chunk by chunk on full-duplex links. Then
@@ -75,7 +75,7 @@ PsShardOptions shard_options(int world, std::uint64_t model, Mode mode, double g
   o.mode = mode;
   o.sgd = {0.1, 0.0, 0.0};
   o.timeout = 5s;
-  o.link = make_emulated_link(gbps);
+  o.link = make_link(gbps);
   return o;
 }
 
@@ -88,7 +88,7 @@ PsClientOptions client_options(int rank, int world, std::uint64_t model,
   o.endpoints = {endpoint};
   o.timeout = 5s;
   o.heartbeat = 100ms;
-  o.link = make_emulated_link(gbps);
+  o.link = make_link(gbps);
   return o;
 }
 
@@ -120,14 +120,14 @@ double median_step_seconds(int workers, std::uint64_t model, double gbps, int ro
 }  // namespace
 
 TEST_CASE("ps link: schedule queues sends behind each other, receives cut through when idle") {
-  TokenBucket link(1e6);  // 1 MB/s: 1000 bytes take 1 ms
+  Pacer link(1e6);  // 1 MB/s: 1000 bytes take 1 ms
   const auto t0 = Clock::now();
   CHECK(link.schedule(1000, t0) == t0 + 1ms);
   CHECK(link.schedule(1000, t0) == t0 + 2ms);          // behind the first
   CHECK(link.schedule(0, t0) == t0 + 2ms);             // no bytes, but its place in line
   CHECK(link.schedule(1000, t0 + 10ms) == t0 + 11ms);  // an idle link starts now
 
-  TokenBucket in(1e6);
+  Pacer in(1e6);
   // A message that arrived whole came in over its own serialisation time already: done now on
   // an idle link; two arriving together (two senders) are done one after the other.
   CHECK(in.schedule_arrived(1000, t0) == t0);
@@ -135,7 +135,7 @@ TEST_CASE("ps link: schedule queues sends behind each other, receives cut throug
   CHECK(in.schedule_arrived(1000, t0 + 500us) == t0 + 2ms);
   CHECK(in.schedule_arrived(1000, t0 + 10ms) == t0 + 10ms);
 
-  TokenBucket unlimited(0);
+  Pacer unlimited(0);
   CHECK(unlimited.schedule(1u << 30, t0) == t0);
   CHECK(unlimited.schedule_arrived(1u << 30, t0) == t0);
 }
