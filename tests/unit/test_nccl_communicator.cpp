@@ -118,7 +118,7 @@ TEST_CASE("nccl: collectives are exact with one rank per GPU") {
   }
 }
 
-TEST_CASE("nccl: zero elements complete at once; host buffers are refused by name") {
+TEST_CASE("nccl: zero elements complete at once, and host buffers are refused by name") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);
   gradsync::InMemoryStore store;
   auto comm = NcclCommunicator::create(store, 0, 1, gradsync::NcclOptions{});

@@ -66,7 +66,7 @@ TEST_CASE("ps shard: INIT and PULLs wait at the start gate until every worker sa
   CHECK(error_text(g.init(1.f).at(0)).find("INIT again") != std::string::npos);
 }
 
-TEST_CASE("ps shard: sync checkpoints its range; a shard resumed from it goes on without INIT") {
+TEST_CASE("ps shard: sync checkpoints its range, and a shard resumed from it goes on without INIT") {
   // Two runs of 4 steps with momentum: one straight through, one that stops after step 2 and is
   // resumed by a fresh shard from the step-2 checkpoint. Both must end with the same parameters.
   const std::filesystem::path root = std::filesystem::temp_directory_path() /
