@@ -1,7 +1,8 @@
 #include "server/shard_state.h"
 
-#include <algorithm>
-#include <cstdio>
+#include "server/consistency/async_policy.h"
+#include "server/consistency/ssp_policy.h"
+#include "server/consistency/sync_policy.h"
 
 namespace gradsync {
 namespace {
@@ -11,7 +12,6 @@ using Mode = PsShardOptions::Mode;
 
 constexpr std::uint64_t kLoggedRejections = 100;    // then every 1000th, so a flood cannot
 constexpr std::uint64_t kRejectionLogEvery = 1000;  // bury the log or slow the shard down
-constexpr long kMaxDeferredPerWorker = 8;           // requests held for INIT, per worker
 
 // decode_header() refuses a frame of another wire version before reading its type, but a
 // HELLO of another version deserves an answer saying so, or that worker would only time out.
@@ -28,33 +28,36 @@ std::optional<std::uint16_t> foreign_hello_version(std::span<const std::byte> fr
   return u16(4);
 }
 
+std::unique_ptr<ConsistencyPolicy> make_policy(const PsShardOptions& options,
+                                               ConsistencyState& state,
+                                               const ShardSessions& sessions,
+                                               const ShardOutput& out) {
+  switch (options.mode) {
+    case Mode::kSync:
+      return std::make_unique<SyncPolicy>(options, state, sessions, out);
+    case Mode::kSsp:
+      return std::make_unique<SspPolicy>(options, state, sessions, out);
+    case Mode::kAsync:
+      break;
+  }
+  return std::make_unique<AsyncPolicy>(options, state, sessions, out);
+}
+
 }  // namespace
 
 ShardState::ShardState(const PsShardOptions& options, Clock::time_point now)
     : options_((validate(options), options)),
       range_(balanced_ranges(options.model_size, options.shards)[options.shard]),
-      started_(now),
-      store_(range_.size(), options.sgd),
-      workers_(options.world_size),
-      chunk_pushes_(store_.chunks().size(), 0) {
-  for (Worker& w : workers_) {
-    w.got.assign(store_.chunks().size(), false);
-    w.pushed.resize(store_.chunks().size());
-  }
-  if (options_.resume) {
-    // A resumed shard is initialised from its checkpoint, at that checkpoint's step.
-    const PsShardOptions::Start& start = *options_.resume;
-    store_.restore(start.params, start.momentum, start.optimizer_steps);
-    initialised_ = true;
-    version_ = start.step;
-    for (Worker& w : workers_) w.clock = w.read_clock = version_;
-    options_.resume.reset();  // the copy is not needed any more
-  }
+      out_(options_, range_),
+      sessions_(options_, now, out_),
+      params_(options_, range_, sessions_, out_),  // a resumed shard is initialised here
+      policy_(make_policy(options_, params_, sessions_, out_)) {
+  options_.resume.reset();  // the checkpoint's copy is in params_ now
 }
 
 void ShardState::on_message(const std::string& peer, std::span<const Buffer> frames,
                             Clock::time_point now, const std::string& address, const Sink& send) {
-  send_ = &send;
+  out_.use(send);
   if (failure_) return;  // the run is over; serve() is about to throw
   if (frames.empty() || frames.size() > 2) {
     reject(peer, std::to_string(frames.size()) +
@@ -96,6 +99,28 @@ std::vector<Outgoing> ShardState::on_message(const std::string& peer,
   return out;
 }
 
+// Liveness, every tick: the session rules first (who never said HELLO, who went silent), then,
+// unless messages are still in transit, the progress checks: who is alive but holds the others
+// up, waited for by the start gate (rank 0's INIT) or by the mode's rules (the policy's).
+// Heartbeats come from their own thread, so a worker whose training thread is stuck still looks
+// alive. Without the progress checks the others would each time out on their own ("no reply
+// from shard 0") with no one to blame; the shard knows whom it waits for, and says so to all of
+// them. Each check needs both: someone has waited for the timeout (as long as that worker's own
+// client waits), and the awaited worker pushed nothing for as long (it is not merely slow this
+// step).
+void ShardState::on_tick(Clock::time_point now, const Sink& send, bool in_transit) {
+  out_.use(send);
+  if (failure_) return;
+  auto failure = sessions_.check_silence(
+      now, [&](int rank) { return policy_->step_of(rank); },
+      [&](int rank) { policy_->worker_dropped(rank); });
+  if (failure) return fail(std::move(*failure));
+  if (in_transit) return;
+  check_init(now);
+  if (failure_) return;
+  if ((failure = policy_->check_progress(now))) fail(std::move(*failure));
+}
+
 std::vector<Outgoing> ShardState::on_tick(Clock::time_point now) {
   std::vector<Outgoing> out;
   on_tick(now, [&](Outgoing&& o) { out.push_back(std::move(o)); });
@@ -133,60 +158,27 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     chunk = *found;
   }
   if (type == MessageType::kHeartbeat) {
-    // Heartbeats come on the client's own heartbeat connection, never the one that said
-    // HELLO, so they are matched by rank.
-    if (header.sender < workers_.size()) {
-      Worker& w = workers_[header.sender];
-      if (w.presence == Presence::kConnected) w.last_seen = now;
-      if (w.presence != Presence::kAbsent) return;  // a late one after BYE is harmless
+    if (!sessions_.heartbeat(header.sender, now)) {
+      reject(peer, header.to_string() + ": no worker of that rank has said HELLO");
     }
-    reject(peer, header.to_string() + ": no worker of that rank has said HELLO");
     return;
   }
-  const auto found = rank_of_peer_.find(peer);
-  if (found == rank_of_peer_.end()) {
-    reject(peer, header.to_string() + ": this connection has not said HELLO");
-    return;
-  }
-  const int rank = found->second;
-  Worker& w = workers_[rank];
-  if (header.sender != static_cast<std::uint32_t>(rank)) {
-    reject(peer,
-           header.to_string() + ": this connection said HELLO as worker " + std::to_string(rank));
-    return;
-  }
-  if (w.presence == Presence::kDropped) {
-    // It was given up for dead and the run went on without it; tell it rather than ignore it.
-    return emit(error_to(peer, "worker " + std::to_string(rank) +
-                                   " was dropped from the run after a silence longer than the "
-                                   "timeout"));
-  }
-  if (w.presence != Presence::kConnected) {
-    reject(peer, header.to_string() + ": worker " + std::to_string(rank) + " already left");
-    return;
-  }
-  w.last_seen = now;
-  if (type == MessageType::kPushPull) w.last_push = now;
+  const ShardSessions::Admission who = sessions_.admit(peer, header, now);
+  if (!who.answer.empty()) return out_.send(out_.error_to(peer, who.answer));
+  if (who.rank < 0) return reject(peer, who.rejection);
+  const int rank = who.rank;
   switch (type) {
     case MessageType::kInit:
       return init(rank, payload);
     case MessageType::kPull:
     case MessageType::kPushPull:
-      if (!initialised_ || !everyone_joined()) {
-        // Rank 0's INIT may still be on its way, or a worker has not joined yet (the start
-        // gate): answer once both happened. A worker has one request in flight, a few at most
-        // (a push_pull is one message per chunk); more is a flood, not a worker.
-        const auto mine = std::count_if(before_init_.begin(), before_init_.end(),
-                                        [&](const Deferred& d) { return d.rank == rank; });
-        const auto limit = kMaxDeferredPerWorker * static_cast<long>(store_.chunks().size());
-        if (mine >= limit) {
-          return reject(peer, header.to_string() + ": too many requests before INIT");
-        }
-        before_init_.push_back({rank, header, payload, chunk, now});
-        return;
+      // Rank 0's INIT may still be on its way, or a worker has not joined yet (the start
+      // gate): answer once both happened.
+      if (!params_.initialised() || !sessions_.everyone_joined()) {
+        return hold(peer, {rank, header, payload, chunk, now});
       }
-      if (type == MessageType::kPull) return reply(rank, 0);
-      return push_pull(rank, header, payload, chunk);
+      if (type == MessageType::kPull) return params_.reply(rank, 0);
+      return push(rank, header, payload, chunk);
     case MessageType::kBye:
       return bye(rank);
     default:
@@ -197,87 +189,48 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
 
 void ShardState::hello(const std::string& peer, const wire::Header& header, Clock::time_point now,
                        const std::string& address) {
-  const std::uint32_t rank = header.sender;
-  const std::uint32_t n = workers_.size();
-  const std::string who = "worker " + std::to_string(rank);
-  std::string why;
-  if (const auto it = rank_of_peer_.find(peer); it != rank_of_peer_.end()) {
-    why = who + ": this connection already said HELLO as worker " + std::to_string(it->second);
-  } else if (rank >= n) {
-    why = who + ": rank out of range, this shard serves world size " + std::to_string(n) +
-          " (ranks 0.." + std::to_string(n - 1) + ")";
-  } else if (header.aux != n) {
-    why = who + ": world size " + std::to_string(header.aux) + ", this shard serves world size " +
-          std::to_string(n);
-  } else if (header.key_begin != 0 || header.key_end != options_.model_size) {
-    why = who + ": model has " + std::to_string(header.key_end - header.key_begin) +
-          " parameters, this shard serves a model of " + std::to_string(options_.model_size);
-  } else if (workers_[rank].presence == Presence::kConnected) {
-    const std::string& from = workers_[rank].address;
-    why = who + ": rank already connected" + (from.empty() ? "" : " (from " + from + ")");
-  } else if (workers_[rank].presence != Presence::kAbsent) {
-    why = who + ": rank already left the run";
-  }
+  const std::string why = sessions_.join(peer, header, now, address);
   if (!why.empty()) return refuse(peer, address, why);
-  Worker& w = workers_[rank];
-  w.presence = Presence::kConnected;
-  w.peer = peer;
-  w.address = address;
-  w.last_seen = now;
-  w.last_push = now;  // a worker's first push follows its HELLO by a step's compute
-  rank_of_peer_[peer] = static_cast<int>(rank);
   // The ack carries the range this shard serves, so a worker with another shard layout fails
   // at the handshake instead of pushing the wrong keys.
-  emit({peer,
-        wire::make_header(MessageType::kHelloAck, options_.shard, version_, range_.begin,
-                          range_.end, 0),
-        {}});
-  if (everyone_joined()) open_start_gate();  // this was the last worker to join
+  out_.send({peer,
+             wire::make_header(MessageType::kHelloAck, options_.shard, params_.version(),
+                               range_.begin, range_.end, 0),
+             {}});
+  if (sessions_.everyone_joined()) open_start_gate();  // this was the last worker to join
+}
+
+void ShardState::push(int rank, const wire::Header& header, const Buffer& payload,
+                      std::size_t chunk) {
+  if (auto failure = policy_->push(rank, header, payload, chunk)) fail(std::move(*failure));
 }
 
 void ShardState::bye(int rank) {
-  Worker& w = workers_[rank];
-  w.presence = Presence::kLeft;
-  w.held_staleness.reset();
-  if (options_.mode == Mode::kSync && pushes_this_step_ > 0) {
-    // Others already pushed this step and wait for an average that now cannot be formed.
-    return fail({rank, w.address, name() + " step " + std::to_string(version_),
-                 "worker " + std::to_string(rank) + " left (BYE) while step " +
-                     std::to_string(version_) + " waits for its gradient: ending the run",
-                 false});
-  }
-  release_held();  // the slowest may just have left
+  sessions_.leave(rank);
+  if (auto failure = policy_->worker_left(rank)) fail(std::move(*failure));
 }
 
 void ShardState::on_stop(const std::string& reason, const Sink& send) {
-  for (const Worker& w : workers_) {
-    if (w.presence == Presence::kConnected) send(error_to(w.peer, reason));
+  for (int r = 0; r < sessions_.size(); ++r) {
+    if (sessions_.connected(r)) send(out_.error_to(sessions_.peer(r), reason));
   }
 }
 
-bool ShardState::finished() const {
-  return !failure_ && std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) {
-    return w.presence == Presence::kAbsent || w.presence == Presence::kConnected;
-  });
-}
+bool ShardState::finished() const { return !failure_ && sessions_.finished(); }
 
 void ShardState::fail(ShardFailure failure) {
-  log(name() + ": " + failure.problem);
+  out_.log(out_.name() + ": " + failure.problem);
   // Every connected worker hears why, so none of them waits out its own timeout.
-  on_stop(failure.problem, *send_);
+  on_stop(failure.problem, out_.sink());
   failure_ = std::move(failure);
 }
 
 void ShardState::refuse(const std::string& peer, const std::string& address,
                         const std::string& why) {
   // A refused HELLO is answered (the worker must learn why) and logged (so must the operator).
-  log(name() + ": refused HELLO from " + peer_hex(peer) +
-      (address.empty() ? "" : " (" + address + ")") + ": " + why);
-  emit(error_to(peer, why));
-}
-
-Outgoing ShardState::error_to(const std::string& peer, const std::string& text) const {
-  return make_error(peer, options_.shard, range_.begin, range_.end, text);
+  out_.log(out_.name() + ": refused HELLO from " + peer_hex(peer) +
+           (address.empty() ? "" : " (" + address + ")") + ": " + why);
+  out_.send(out_.error_to(peer, why));
 }
 
 std::optional<std::size_t> ShardState::chunk_of(const wire::Header& header) const {
@@ -287,48 +240,17 @@ std::optional<std::size_t> ShardState::chunk_of(const wire::Header& header) cons
   const std::uint64_t offset = header.key_begin - range_.begin;
   if (offset % wire::kChunkKeys != 0) return std::nullopt;
   const std::uint64_t c = offset / wire::kChunkKeys;
-  const auto& chunks = store_.chunks();
+  const auto& chunks = params_.store().chunks();
   if (c >= chunks.size() || header.key_end != range_.begin + chunks[c].end) return std::nullopt;
   return static_cast<std::size_t>(c);
-}
-
-std::uint64_t ShardState::slowest_clock_if(int rank, std::uint64_t clock) const {
-  std::uint64_t slowest = clock;
-  for (std::size_t r = 0; r < workers_.size(); ++r) {
-    const Worker& w = workers_[r];
-    if (static_cast<int>(r) == rank || w.presence == Presence::kLeft ||
-        w.presence == Presence::kDropped) {
-      continue;
-    }
-    slowest = std::min(slowest, w.clock);
-  }
-  return slowest;
-}
-
-std::uint64_t ShardState::slowest_clock(std::uint64_t fallback) const {
-  // Workers not yet connected count at clock 0: SSP holds everyone until they join.
-  std::optional<std::uint64_t> slowest;
-  for (const Worker& w : workers_) {
-    if (w.presence == Presence::kLeft || w.presence == Presence::kDropped) continue;
-    slowest = std::min(slowest.value_or(w.clock), w.clock);
-  }
-  return slowest.value_or(fallback);
 }
 
 void ShardState::reject(const std::string& peer, const std::string& reason) {
   ++rejected_;
   if (rejected_ > kLoggedRejections && rejected_ % kRejectionLogEvery != 0) return;
-  log(name() + ": rejected message from " + peer_hex(peer) + ": " + reason +
-      (rejected_ == kLoggedRejections ? " (from now on only every 1000th rejection is logged)"
-                                      : ""));
-}
-
-void ShardState::log(const std::string& line) const {
-  if (options_.log) {
-    options_.log(line);
-  } else {
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }
+  out_.log(out_.name() + ": rejected message from " + peer_hex(peer) + ": " + reason +
+           (rejected_ == kLoggedRejections ? " (from now on only every 1000th rejection is logged)"
+                                           : ""));
 }
 
 }  // namespace gradsync

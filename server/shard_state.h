@@ -58,44 +58,50 @@
 // for options.timeout with no push from it: rank 0's INIT that PULLs wait for, a sync step's
 // missing pushes, or the slowest worker an ssp reply is held for.
 //
+// How it is built: ShardState is the coordinator. It checks each message's frames, header and
+// keys, and routes it: the session rules (HELLO, HEARTBEAT, who may send, BYE, silence, dropping
+// dead workers) are ShardSessions' (shard_sessions.h); the consistency rules (when a pushed
+// chunk is applied, when its replies go out, whom a waiting worker waits for) are one
+// ConsistencyPolicy per mode (consistency/sync_policy.h, async_policy.h, ssp_policy.h) over a
+// ConsistencyState they share (the parameters, the version, the workers' clocks). What joins
+// the two stays here (shard_start.cpp): INIT and the start gate, with the requests held until
+// it opens. Replies, ERRORs and log lines all go out through one ShardOutput (shard_output.h,
+// which also defines ShardFailure).
+//
 // Not thread-safe: one thread drives it. Reply payloads share the parameter array (see
-// ParamStore); received Buffers are kept (sync mode holds a step's pushes) until used.
+// ParamStore); received Buffers are kept (sync mode holds a step's pushes) until used. Neither
+// copyable nor movable: its parts refer to each other.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <functional>
-#include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "server/consistency/consistency_policy.h"
+#include "server/consistency/consistency_state.h"
 #include "server/key_range.h"
 #include "server/message.h"
 #include "server/param_store.h"
 #include "server/shard_options.h"
+#include "server/shard_output.h"
+#include "server/shard_sessions.h"
 
 namespace gradsync {
-
-// Why the shard ended the run, for PsShard::serve() to throw as a PeerError / TimeoutError.
-struct ShardFailure {
-  int rank = -1;          // the worker at fault, -1 for none in particular
-  std::string address;    // its network address when known ("127.0.0.1"), else ""
-  std::string operation;  // "shard 0 step 14"
-  std::string problem;    // what went wrong, one line
-  bool timeout = false;   // a wait ran out (silence, HELLO, a worker holding the others up),
-                          // rather than a protocol violation
-};
 
 class ShardState {
  public:
   using Clock = std::chrono::steady_clock;
 
-  using Sink = std::function<void(Outgoing&&)>;
+  using Sink = ShardOutput::Sink;
 
   ShardState(const PsShardOptions& options, Clock::time_point now);
+  ShardState(const ShardState&) = delete;
+  ShardState& operator=(const ShardState&) = delete;
 
   // `address` is the peer's network address when the transport knows it (for messages).
   void on_message(const std::string& peer, std::span<const Buffer> frames, Clock::time_point now,
@@ -115,31 +121,13 @@ class ShardState {
   const std::optional<ShardFailure>& failure() const { return failure_; }
 
   KeyRange range() const { return range_; }
-  std::uint64_t version() const { return version_; }  // updates applied since INIT
-  bool initialised() const { return initialised_; }
-  std::span<const float> params() const { return store_.values(); }
-  const ParamStore& store() const { return store_; }
+  std::uint64_t version() const { return params_.version(); }  // updates applied since INIT
+  bool initialised() const { return params_.initialised(); }
+  std::span<const float> params() const { return params_.store().values(); }
+  const ParamStore& store() const { return params_.store(); }
   std::uint64_t rejected() const { return rejected_; }
 
  private:
-  enum class Presence { kAbsent, kConnected, kLeft, kDropped };
-  struct Worker {
-    Presence presence = Presence::kAbsent;
-    std::string peer;
-    std::string address;
-    Clock::time_point last_seen;
-    std::uint64_t clock = 0;       // steps whose every chunk was applied: it computes this one
-    std::uint64_t read_clock = 0;  // slowest clock when it last received parameters
-    std::vector<bool> got;         // the chunks of its current step that arrived
-    std::size_t got_count = 0;
-    std::vector<std::optional<Buffer>> pushed;    // sync: per chunk, held until all N pushed it
-    std::optional<std::uint64_t> pushing;         // async, ssp: the step whose chunks arrive
-    bool streaming = false;                       // async, ssp: answer each chunk as applied
-    std::uint32_t staleness = 0;                  // async, ssp: of the step being pushed
-    std::optional<std::uint32_t> held_staleness;  // ssp: a reply waiting for the slowest
-    Clock::time_point held_since;                 // ssp: when that reply began to wait
-    Clock::time_point last_push;                  // its last PUSHPULL (or HELLO) arrived
-  };
   struct Deferred {  // a PULL or PUSHPULL that came before INIT (or before every HELLO)
     int rank;
     wire::Header header;
@@ -148,75 +136,39 @@ class ShardState {
     Clock::time_point since;
   };
 
-  // Message intake (shard_state.cpp).
+  // Message intake and routing (shard_state.cpp).
   void dispatch(const std::string& peer, const wire::Header& header, const Buffer& payload,
                 Clock::time_point now, const std::string& address);
   void hello(const std::string& peer, const wire::Header& header, Clock::time_point now,
              const std::string& address);
+  void push(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
   void bye(int rank);
+  std::optional<std::size_t> chunk_of(const wire::Header& header) const;
   void fail(ShardFailure failure);
-
-  // Liveness (shard_liveness.cpp), from on_tick.
-  void check_silence(Clock::time_point now);
-  void check_progress(Clock::time_point now);
-  bool alive(const Worker& w, Clock::time_point now) const;
-  std::string laggards(const std::function<bool(const Worker&)>& owes, Clock::time_point now,
-                       int& first) const;
   void refuse(const std::string& peer, const std::string& address, const std::string& why);
+  void reject(const std::string& peer, const std::string& reason);
 
-  // Parameters and updates (shard_updates.cpp).
+  // INIT and the start gate (shard_start.cpp).
+  // A PULL or PUSHPULL that came before the gate opened: held, unless its sender floods.
+  void hold(const std::string& peer, Deferred request);
   void init(int rank, const Buffer& payload);
   void apply_init(const Buffer& payload);
-  // Every worker has said HELLO (none still absent): the start gate is open.
-  bool everyone_joined() const;
   // Called when the last HELLO arrives: the held INIT, or a resumed shard's held requests.
   void open_start_gate();
   void answer_deferred();
-  void push_pull(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
-  void push_sync(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
-  void push_async(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
-  void release_held();
-  void reply(int rank, std::uint32_t staleness);
-  Outgoing reply_chunk(int rank, std::size_t chunk, std::uint64_t step,
-                       std::uint32_t staleness) const;
-  std::optional<std::size_t> chunk_of(const wire::Header& header) const;
-  bool checkpoint_due(std::uint64_t step) const;
-  void write_checkpoint() const;
-
-  void emit(Outgoing&& out) { (*send_)(std::move(out)); }
-  Outgoing error_to(const std::string& peer, const std::string& text) const;
-  // A request the protocol forbids from a known worker: logged, and answered with an ERROR
-  // saying why (the worker then fails with that reason instead of waiting).
-  void answer_error(const std::string& peer, const std::string& why) {
-    log(name() + ": " + why);
-    emit(error_to(peer, why));
-  }
-  std::uint64_t slowest_clock(std::uint64_t fallback) const;
-  // The slowest clock if worker `rank` were at `clock` (ssp: may its next step start?).
-  std::uint64_t slowest_clock_if(int rank, std::uint64_t clock) const;
-  void reject(const std::string& peer, const std::string& reason);
-  void log(const std::string& line) const;
-  std::string name() const { return "shard " + std::to_string(options_.shard); }
+  // The start gate's progress check: held requests waiting for rank 0's INIT.
+  void check_init(Clock::time_point now);
 
   PsShardOptions options_;
   KeyRange range_;
-  Clock::time_point started_;
-  ParamStore store_;
-  std::vector<Worker> workers_;
-  std::map<std::string, int> rank_of_peer_;
+  ShardOutput out_;
+  ShardSessions sessions_;
+  ConsistencyState params_;
+  std::unique_ptr<ConsistencyPolicy> policy_;  // the mode's
   std::deque<Deferred> before_init_;
   std::optional<Buffer> pending_init_;  // rank 0's INIT, held at the start gate
-  bool initialised_ = false;
-  std::uint64_t version_ = 0;
-  // sync: per chunk, how many workers pushed it this step; chunks updated and answered; and
-  // chunk messages received this step (a worker leaving then breaks the step).
-  std::vector<int> chunk_pushes_;
-  std::size_t chunks_done_ = 0;
-  std::uint64_t pushes_this_step_ = 0;
-  Clock::time_point step_waiting_since_;  // the step's first push: someone waits from then
   std::optional<ShardFailure> failure_;
   std::uint64_t rejected_ = 0;
-  const Sink* send_ = nullptr;  // the current call's sink
 };
 
 }  // namespace gradsync
