@@ -6,11 +6,14 @@
 // thread. Only payload bytes count; a message without payload keeps its place in line.
 //
 //   LinkShaper<Outgoing, Frames> shaper(options.link);    // a null link: no shaping
-//   if (!shaper.shaping()) send now; else shaper.send(bytes, std::move(message));
-//   shaper.received(bytes, std::move(frames));            // just read from the socket
+//   shaper.send(bytes, std::move(message), transmit);     // now, or queued until due
+//   shaper.received(bytes, std::move(frames), handle);    // just read from the socket
 //   poll(sockets, min(tick, shaper.next_release() - now));
 //   shaper.release_received(now, handle);                 // every message due, in order
 //   shaper.release_sent(now, transmit);
+//
+// Without a link, send and received hand each message on at once, so a transport calls them the
+// same way whether or not the link is emulated.
 //
 // Releases are in order within a direction: the link's schedule only moves forward, so each
 // queue is a FIFO. Messages that must not wait behind data (heartbeats, ERRORs) simply bypass
@@ -35,10 +38,16 @@ class LinkShaper {
 
   bool shaping() const { return link_ != nullptr; }
 
-  void send(std::size_t bytes, Tx message) {
+  // `bytes`: the message's payload, what the link is charged for. `f` takes the message now
+  // when nothing shapes the link; release_sent / release_received hand it on otherwise.
+  template <typename F>
+  void send(std::size_t bytes, Tx message, F&& f) {
+    if (!shaping()) return f(std::move(message));
     tx_.emplace_back(link_->send.schedule(bytes), std::move(message));
   }
-  void received(std::size_t bytes, Rx message) {
+  template <typename F>
+  void received(std::size_t bytes, Rx message, F&& f) {
+    if (!shaping()) return f(std::move(message));
     rx_.emplace_back(link_->receive.schedule_arrived(bytes), std::move(message));
   }
 
@@ -54,6 +63,7 @@ class LinkShaper {
   // Hands each message due at `now` to `f`, oldest first. `f` may queue more (a received
   // request's replies); a message is popped before `f` sees it, so an exception leaves the
   // queue consistent.
+  // Nothing without a link: nothing was queued.
   template <typename F>
   void release_sent(Clock::time_point now, F&& f) {
     release(tx_, now, f);

@@ -134,14 +134,14 @@ class PsShard::Impl {
         for (int i = 0; i < kMaxMessagesPerWake && (items[0].revents & ZMQ_POLLIN); ++i) {
           std::vector<zmq::message_t> frames = receive_message(router_);
           if (frames.empty()) break;
-          if (!shaper_.shaping() || is_heartbeat(frames)) {
+          if (shaper_.shaping() && is_heartbeat(frames)) {
             // Liveness never waits behind data: a heartbeat queued behind 100 MB at 1 Gbit/s
             // would arrive 0.8 s late.
             handle(state, frames);
-          } else {
-            const std::size_t bytes = payload_bytes(frames);  // before frames moves away
-            shaper_.received(bytes, std::move(frames));
+            continue;
           }
+          const std::size_t bytes = payload_bytes(frames);  // before frames moves away
+          shaper_.received(bytes, std::move(frames), [&](Frames&& f) { handle(state, f); });
         }
         if (items[1].revents & ZMQ_POLLIN) read_monitor();
         if (shaper_.shaping()) {
@@ -207,12 +207,9 @@ class PsShard::Impl {
   // with an emulated link, to the send queue; ERRORs skip the queue: they end a worker's run
   // and must not wait behind data (nor be lost when serve() throws right after them).
   void send(Outgoing&& message) {
-    if (shaper_.shaping() && message.header.type != wire::MessageType::kError) {
-      const std::size_t bytes = message.payload.size();
-      shaper_.send(bytes, std::move(message));
-      return;
-    }
-    transmit(std::move(message));
+    if (message.header.type == wire::MessageType::kError) return transmit(std::move(message));
+    const std::size_t bytes = message.payload.size();
+    shaper_.send(bytes, std::move(message), [this](Outgoing&& m) { transmit(std::move(m)); });
   }
 
   void transmit(Outgoing&& message) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <thread>
 #include <zmq.hpp>
@@ -110,15 +111,11 @@ class PsClient::Impl {
         const auto header = wire::make_header(type, options_.rank, step, piece.keys.begin,
                                               piece.keys.end, payload.size());
         request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
-        if (shaper_.shaping()) {
-          const std::size_t bytes = payload.size();
-          shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)});
-        } else {
-          link.send(header, payload, operation(request));
-        }
+        const std::size_t bytes = payload.size();
+        shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)}, transmit_);
       }
       // What the link lets go at once (a PULL on an idle link) leaves now, not at wait().
-      shaper_.release_sent(Clock::now(), [&](Queued&& q) { transmit(std::move(q)); });
+      shaper_.release_sent(Clock::now(), transmit_);
     } catch (const std::exception& e) {
       shut_down(e.what(), std::chrono::milliseconds(0));
       throw;
@@ -204,13 +201,24 @@ class PsClient::Impl {
   // Waits (until `deadline`) for reply messages from the shards that still owe one, and with an
   // emulated link also until the next queued message is due, then releases what is due: the
   // replies received (filed into place) and the chunks to send, side by side (full duplex).
-  // A chunk leaving the send queue moves the deadline to `timeout` after it: the shard cannot
-  // answer what it has not been sent.
   void receive_some(Clock::time_point& deadline) {
+    const std::vector<int> owing = shards_owing_a_reply();
+    for (int k : poll_for_replies(owing, deadline)) read_replies(k);
+    release_due(deadline);
+  }
+
+  std::vector<int> shards_owing_a_reply() {
     std::vector<int> owing;
     for (const ShardLink& link : links_) {
       if (next_request_for(link.shard()) != nullptr) owing.push_back(link.shard());
     }
+    return owing;
+  }
+
+  // The shards of `owing` with messages to read, once one has some, `deadline` has passed or
+  // the link has a queued message due. Throws TimeoutError naming the first shard owing a
+  // reply when the deadline passed with nothing to read and nothing queued.
+  std::vector<int> poll_for_replies(const std::vector<int>& owing, Clock::time_point deadline) {
     std::vector<zmq::pollitem_t> items;
     for (int k : owing) items.push_back({links_[k].socket().handle(), 0, ZMQ_POLLIN, 0});
     const auto now = Clock::now();
@@ -232,30 +240,37 @@ class PsClient::Impl {
                          request ? operation(*request) : "push_pull",
                          "no reply within " + seconds_text(reply_timeout()));
     }
+    std::vector<int> readable;
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      ShardLink& link = links_[owing[i]];
-      // Everything that is here, not one message per poll: a reply is many chunks. With an
-      // emulated link each message is stamped with its arrival now, to be filed when due.
-      while (next_request_for(link.shard()) != nullptr || shaper_.shaping()) {
-        auto message = link.try_read(pending_operation(link.shard()));
-        if (!message) break;
-        if (!shaper_.shaping()) {
-          file_reply(link.shard(), *message);
-          continue;
-        }
-        const std::size_t bytes = message->payload.size();
-        shaper_.received(bytes, Arrived{link.shard(), std::move(*message)});
-      }
+      if (items[i].revents & ZMQ_POLLIN) readable.push_back(owing[i]);
     }
-    if (shaper_.shaping()) {
-      const auto at = Clock::now();
-      shaper_.release_received(at, [&](Arrived&& a) { file_reply(a.shard, a.message); });
-      shaper_.release_sent(at, [&](Queued&& q) {
-        transmit(std::move(q));
-        deadline = std::max(deadline, at + reply_timeout());
-      });
+    return readable;
+  }
+
+  // Everything shard k has sent, not one message per poll: a reply is many chunks. Each is filed
+  // at once, or with an emulated link stamped with its arrival now, to be filed when due (its
+  // request then stays pending, so what follows it is read as well).
+  void read_replies(int k) {
+    ShardLink& link = links_[k];
+    while (next_request_for(k) != nullptr || shaper_.shaping()) {
+      auto message = link.try_read(pending_operation(k));
+      if (!message) break;
+      const std::size_t bytes = message->payload.size();
+      shaper_.received(bytes, Arrived{k, std::move(*message)}, file_);
     }
+  }
+
+  // With an emulated link: files the replies due and sends the chunks due. A chunk leaving the
+  // send queue moves the deadline to `timeout` after it: the shard cannot answer what it has
+  // not been sent.
+  void release_due(Clock::time_point& deadline) {
+    if (!shaper_.shaping()) return;
+    const auto at = Clock::now();
+    shaper_.release_received(at, file_);
+    shaper_.release_sent(at, [&](Queued&& q) {
+      transmit(std::move(q));
+      deadline = std::max(deadline, at + reply_timeout());
+    });
   }
 
   // Until this client's first request is answered, the shards may hold it at their start gate
@@ -348,6 +363,11 @@ class PsClient::Impl {
   std::unique_ptr<HeartbeatSender> heartbeat_;
   bool answered_ = false;  // a request completed: the shards' start gate is behind us
   LinkShaper<Queued, Arrived> shaper_{options_.link};
+  // What the shaper hands messages to, now or once the link has carried them.
+  const std::function<void(Queued&&)> transmit_ = [this](Queued&& q) { transmit(std::move(q)); };
+  const std::function<void(Arrived&&)> file_ = [this](Arrived&& a) {
+    file_reply(a.shard, a.message);
+  };
   const ReplyCopy copy_{options_.model_size * sizeof(float)};  // cached or streaming stores
 };
 
