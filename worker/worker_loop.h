@@ -12,8 +12,8 @@
 //     rank 0 evaluates on the test set every `eval_every` steps and after the last step
 //     the checkpointer (rank 0 of single / dp / allreduce) writes one when it is due
 //
-// Lives in experiments/ rather than worker/ because it is where worker (model, data, sampler)
-// and strategies meet; worker/ stays free of any dependency on strategies/.
+// Lives in worker/, above strategies/ and model/: it is where the model, data and sampler meet
+// the strategies, and below experiments/, which only configures and starts it.
 // Blocking: as long as the strategy's waits; a failure in any call propagates as an exception
 // after strategy.abort() has been called, so peers in the same process are woken.
 #pragma once

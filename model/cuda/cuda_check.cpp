@@ -8,7 +8,8 @@ namespace {
 // __FILE__ is absolute in CMake builds; the part from the source tree's top folder is enough.
 std::string short_path(const char* file) {
   std::string path = file;
-  for (const char* top : {"/worker/", "/allreduce/", "/strategies/", "/experiments/"}) {
+  // The folders whose files check CUDA calls.
+  for (const char* top : {"/model/", "/allreduce/", "/strategies/", "/bench/", "/tests/"}) {
     const auto at = path.rfind(top);
     if (at != std::string::npos) return path.substr(at + 1);
   }
