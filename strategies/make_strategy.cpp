@@ -2,8 +2,8 @@
 
 #include "common/error.h"
 #include "strategies/allreduce/allreduce_strategy.h"
-#include "strategies/allreduce/host_staged_strategy.h"
 #include "strategies/dp/dp_strategy.h"
+#include "strategies/ps/host_staged_strategy.h"
 #include "strategies/ps/ps_strategy.h"
 #include "strategies/single_strategy.h"
 #ifdef GRADSYNC_HAVE_NCCL

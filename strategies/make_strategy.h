@@ -14,7 +14,7 @@
 // GPU group of strategies/dp/dp_gpu_strategy.h (replica r's model on device r; a build with NCCL
 // and at least `workers` visible GPUs; without them: ConfigError naming key `device`),
 // `allreduce` reduces device buffers over its (NCCL) communicator, and `ps` goes through pinned
-// host copies (strategies/allreduce/host_staged_strategy.h).
+// host copies (strategies/ps/host_staged_strategy.h).
 #pragma once
 
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "strategies/allreduce/host_staged_strategy.h"
+#include "strategies/ps/host_staged_strategy.h"
 
 #include <string>
 
