@@ -49,7 +49,7 @@ struct SizeResult {
 };
 
 // Runs spec.ranks threads; thread r calls connect(r) once, sweeps every size with the timing
-// rules above, and destroys its rank only once every rank is done. The first failure (in time)
+// rules of collective_bench.h, and destroys its rank only once every rank is done. The first failure (in time)
 // is rethrown after every thread has joined.
 std::vector<SizeResult> measure_sweep(
     const SweepSpec& spec, const std::function<std::unique_ptr<BenchRank>(int rank)>& connect);

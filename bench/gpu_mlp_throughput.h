@@ -1,6 +1,7 @@
 // `gradsync bench mlp --device gpu`: the CUDA MLP's training throughput at a given batch, with
-// the same pool, model and optimizer settings as the CPU benchmark (timed_steps.h) and as
-// `bench/torch_mlp.py --device cuda`, so the two run the same work on the same GPU.
+// the same pool, model and optimizer settings as the CPU benchmark (mlp_throughput.h; both use
+// timed_steps.h) and as `bench/torch_mlp.py --device cuda`, so the two run the same work on the
+// same GPU.
 // A step is forward_backward (which waits for its stream: the loss reaches the host, as
 // loss.item() would) and DeviceSgd::step (which waits for the update).
 #pragma once

@@ -14,15 +14,19 @@ namespace {
 // scheduler's latency); small enough that the rate holds over a few milliseconds.
 double burst_for(double rate) { return std::max(256.0 * 1024, rate * 4e-3); }
 
+// Checked before the members derived from it are computed.
+double checked_rate(double bytes_per_s) {
+  GRADSYNC_CHECK(bytes_per_s >= 0 && std::isfinite(bytes_per_s),
+                 "a link rate must be finite and not negative");
+  return bytes_per_s;
+}
+
 }  // namespace
 
 Pacer::Pacer(double bytes_per_s)
-    : rate_(bytes_per_s),
+    : rate_(checked_rate(bytes_per_s)),
       burst_(bytes_per_s > 0 ? burst_for(bytes_per_s) : 0),
-      burst_time_(duration_of(burst_)) {
-  GRADSYNC_CHECK(bytes_per_s >= 0 && std::isfinite(bytes_per_s),
-                 "a link rate must be finite and not negative");
-}
+      burst_time_(duration_of(burst_)) {}
 
 Pacer::Clock::duration Pacer::duration_of(double bytes) const {
   if (rate_ == 0) return Clock::duration::zero();

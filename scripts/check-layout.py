@@ -33,6 +33,11 @@ ONLY = {
     "launch": ["common/"],
     "server": ["common/", "model/optimizer/"],
 }
+# Sub-folders with a target of their own and a narrower rule than their folder's: the optimizer
+# is what the shard links, so it may not reach into the rest of model/ (nor CUDA through it).
+SUBFOLDER_ONLY = {
+    "model/optimizer": ["common/"],
+}
 SOURCE_EXTENSIONS = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"}
 SKIP_ANYWHERE = {".git", "__pycache__"}
 # Only quoted includes: angle brackets name system headers.
@@ -148,6 +153,12 @@ def check(root):
             other = os.path.splitext(target)[0]
             if other != component:
                 graph[component].setdefault(other, f"{path}:{number}")
+            sub = next((s for s in SUBFOLDER_ONLY if path.startswith(s + "/")), None)
+            if sub and not target.startswith(sub + "/"):
+                if not any(target.startswith(prefix) for prefix in SUBFOLDER_ONLY[sub]):
+                    rule = f"{sub}/ may include only {', '.join(SUBFOLDER_ONLY[sub])}"
+                    violations.append((path, number, f"includes {target}: {rule}"))
+                continue
             if folder not in LEVELS or target.startswith(folder + "/"):
                 continue  # tests/, fuzz/ and the like may include anything
             allowed = allowed_prefixes(folder)

@@ -86,7 +86,7 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(
         "`" + options.name + "` runs one process per rank (gradsync worker), not in-process");
   }
   if (process && (options.name == "single" || options.name == "dp")) {
-    throw ConfigError("strategy", "strategy",
+    throw ConfigError("config", "strategy",
                       "`" + options.name + "` does not run as worker processes");
   }
   if (per_process) {

@@ -9,7 +9,7 @@ namespace {
 std::string short_path(const char* file) {
   std::string path = file;
   // The folders whose files check CUDA calls.
-  for (const char* top : {"/model/", "/allreduce/", "/strategies/", "/bench/", "/tests/"}) {
+  for (const char* top : {"/model/", "/strategies/", "/bench/", "/tests/"}) {
     const auto at = path.rfind(top);
     if (at != std::string::npos) return path.substr(at + 1);
   }

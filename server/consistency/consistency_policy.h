@@ -10,7 +10,8 @@
 //   if (auto failure = policy->push(rank, header, payload, chunk)) ...;  // per PUSHPULL
 //   if (auto failure = policy->check_progress(now)) ...;                 // every tick
 //
-// ShardState calls it only for connected workers past the start gate; the session rules
+// ShardState calls push only for connected workers past the start gate (worker_left,
+// worker_dropped and step_of whenever the sessions need them); the session rules
 // (ShardSessions) stay outside, and the policy only reads them. A protocol violation by one
 // worker (a chunk pushed twice, a step out of order) is answered with an ERROR to that worker
 // and the run goes on; a returned ShardFailure ends the run (ShardState tells every connected

@@ -13,8 +13,8 @@
 // Waits are the inner strategy's; the copies themselves are local and unbounded in time
 // only as much as the GPU is. One object per rank; not thread-safe.
 //
-// adapt_to_model_device(strategy, model) is what a worker process applies to its strategy:
-// it wraps `ps` when the model is on a GPU and returns every other case unchanged (allreduce
+// adapt_to_model_device(strategy, model) is what make_strategies applies to a worker process's
+// strategy: it wraps `ps` when the model is on a GPU and returns every other case unchanged (allreduce
 // reduces device buffers itself over NCCL; a CPU model needs nothing).
 #pragma once
 

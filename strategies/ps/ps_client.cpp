@@ -31,6 +31,10 @@ class PsClient::Impl {
  public:
   enum class Kind { kInit, kPull, kPushPull };
 
+  // Not copyable nor movable: the handlers below (transmit_, file_) capture `this`.
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   explicit Impl(const PsClientOptions& options) : options_(options) {
     const int shards = static_cast<int>(options_.endpoints.size());
     if (shards < 1) throw Error("PsClient: no shard endpoints");

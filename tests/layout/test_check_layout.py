@@ -99,6 +99,15 @@ class CheckLayoutTest(unittest.TestCase):
         self.assert_passes({"server/shard.cpp": inc("model/optimizer/sgd.h"),
                             "model/optimizer/sgd.h": ""})
 
+    def test_the_optimizer_may_not_include_the_rest_of_model(self):
+        self.assert_fails({"model/optimizer/sgd.cpp": inc("common/e.h", "model/mlp.h"),
+                           "common/e.h": "", "model/mlp.h": ""},
+                          "model/optimizer/sgd.cpp:3: includes model/mlp.h",
+                          "model/optimizer/ may include only common/")
+        self.assert_passes({"model/optimizer/sgd.cpp": inc("common/e.h", "model/optimizer/o.h"),
+                            "model/optimizer/o.h": "", "common/e.h": "",
+                            "model/mlp.cpp": inc("model/optimizer/o.h")})
+
     def test_launch_may_include_only_common(self):
         self.assert_fails({"launch/spawn.cpp": inc("common/e.h", "model/x.h"),
                            "common/e.h": "", "model/x.h": ""},

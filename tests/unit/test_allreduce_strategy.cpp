@@ -254,7 +254,7 @@ TEST_CASE("allreduce strategy: with overlap, buckets are issued during backward,
 }
 
 TEST_CASE(
-    "allreduce strategy: a failing rank aborts its communicator with the reason; an ending one "
+    "allreduce strategy: a failing rank aborts its communicator with the reason, an ending one "
     "does not") {
   auto comm = std::make_shared<RecordingCommunicator>();
   {
