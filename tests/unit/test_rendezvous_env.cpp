@@ -1,17 +1,56 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "launch/hostlist.h"
 #include "launch/rendezvous_env.h"
 
 namespace {
 
-gradsync::RendezvousEnv read(const std::map<std::string, std::string>& vars) {
+using Vars = std::map<std::string, std::string>;
+using Hosts = std::vector<std::string>;
+
+gradsync::RendezvousEnv read(const Vars& vars) {
   return gradsync::read_rendezvous_env([&](const std::string& name) -> std::optional<std::string> {
     const auto it = vars.find(name);
     return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
   });
+}
+
+// `base` with `changes` set over it.
+Vars with(Vars base, const Vars& changes) {
+  for (const auto& [name, value] : changes) base.insert_or_assign(name, value);
+  return base;
+}
+
+// The whole message of the ConfigError that reading `vars` throws, and the variable it names.
+struct Failure {
+  std::string key;
+  std::string message;
+};
+
+Failure failure(const Vars& vars) {
+  try {
+    read(vars);
+  } catch (const gradsync::ConfigError& e) {
+    CHECK(e.where() == "environment");
+    return {e.key(), e.what()};
+  }
+  FAIL("no ConfigError");
+  return {};
+}
+
+Failure hostlist_failure(const std::string& list) {
+  try {
+    gradsync::expand_hostlist(list, "SLURM_JOB_NODELIST");
+  } catch (const gradsync::ConfigError& e) {
+    return {e.key(), e.what()};
+  }
+  FAIL("no ConfigError for '" << list << "'");
+  return {};
 }
 
 }  // namespace
@@ -28,6 +67,26 @@ TEST_CASE("rendezvous env: torchrun's variables") {
   CHECK(env.local_rank == 1);
   CHECK(env.master_addr == "10.1.2.3");
   CHECK(env.master_port == 1234);
+}
+
+TEST_CASE("rendezvous env: torchrun's node, local world and restart count") {
+  const auto env = read({{"RANK", "5"},
+                         {"WORLD_SIZE", "8"},
+                         {"LOCAL_RANK", "1"},
+                         {"LOCAL_WORLD_SIZE", "4"},
+                         {"GROUP_RANK", "1"},
+                         {"TORCHELASTIC_RESTART_COUNT", "2"},
+                         {"TORCHELASTIC_RUN_ID", "job-7"},
+                         {"MASTER_ADDR", "node0"},
+                         {"MASTER_PORT", "29400"}});
+  CHECK(env.source == "torchrun");
+  CHECK(env.rank == 5);
+  CHECK(env.local_rank == 1);
+  CHECK(env.local_world_size == 4);
+  CHECK(env.node_rank == 1);
+  CHECK(env.restart_count == 2);
+  CHECK(env.master_port == 29400);
+  CHECK(env.store_port == 29401);
 }
 
 TEST_CASE("rendezvous env: mpirun, then srun, when torchrun's are absent") {
@@ -52,6 +111,273 @@ TEST_CASE("rendezvous env: no launcher means one process of one") {
   CHECK(env.source == "default");
   CHECK(env.rank == 0);
   CHECK(env.world_size == 1);
+  CHECK(env.local_rank == 0);
+  CHECK(env.local_world_size == 1);
+  CHECK(env.node_rank == 0);
+  CHECK(env.restart_count == 0);
+  CHECK(env.master_addr == "127.0.0.1");
+  CHECK(env.master_port == 29500);
+  CHECK(env.store_port == 29500);
+}
+
+TEST_CASE("rendezvous env: a hand-set RANK and WORLD_SIZE is one machine") {
+  const auto env = read({{"RANK", "2"}, {"WORLD_SIZE", "3"}});
+  CHECK(env.local_rank == 2);
+  CHECK(env.local_world_size == 3);
+  CHECK(env.node_rank == 0);
+  CHECK(env.master_addr == "127.0.0.1");
+}
+
+TEST_CASE("rendezvous env: Open MPI's local size, and no node index from its NODE_RANK") {
+  const auto env = read({{"OMPI_COMM_WORLD_RANK", "6"},
+                         {"OMPI_COMM_WORLD_SIZE", "8"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                         // A rank among all jobs' processes on this node, not the node's index.
+                         {"OMPI_COMM_WORLD_NODE_RANK", "2"},
+                         {"MASTER_ADDR", "head"}});
+  CHECK(env.source == "mpirun");
+  CHECK(env.rank == 6);
+  CHECK(env.local_rank == 2);
+  CHECK(env.local_world_size == 4);
+  CHECK(env.node_rank == 0);
+  CHECK(env.master_addr == "head");
+}
+
+TEST_CASE("rendezvous env: MPICH and Intel MPI's PMI variables") {
+  auto env = read({{"PMI_RANK", "3"},
+                   {"PMI_SIZE", "4"},
+                   {"MPI_LOCALRANKID", "1"},
+                   {"MPI_LOCALNRANKS", "2"},
+                   {"MASTER_ADDR", "head"}});
+  CHECK(env.source == "pmi");
+  CHECK(env.rank == 3);
+  CHECK(env.world_size == 4);
+  CHECK(env.local_rank == 1);
+  CHECK(env.local_world_size == 2);
+  // Without Hydra's local variables: one machine, as for a hand-set RANK.
+  env = read({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}});
+  CHECK(env.source == "pmi");
+  CHECK(env.local_rank == 3);
+  CHECK(env.local_world_size == 4);
+  CHECK(env.master_addr == "127.0.0.1");
+}
+
+TEST_CASE("rendezvous env: PMIx takes its size from OMPI_, SLURM_ or PMI_ variables") {
+  auto env = read({{"PMIX_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+  CHECK(env.source == "pmix");
+  CHECK(env.rank == 2);
+  CHECK(env.world_size == 4);
+  env = read({{"PMIX_RANK", "2"}, {"PMI_SIZE", "3"}});
+  CHECK(env.source == "pmix");
+  CHECK(env.world_size == 3);
+  // Under srun --mpi=pmix: Slurm describes the same processes, so it fills in the rest.
+  env = read({{"PMIX_RANK", "3"},
+              {"SLURM_PROCID", "3"},
+              {"SLURM_NTASKS", "4"},
+              {"SLURM_LOCALID", "1"},
+              {"SLURM_NODEID", "1"},
+              {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+              {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+              {"SLURM_JOB_ID", "123456"}});
+  CHECK(env.source == "pmix");
+  CHECK(env.rank == 3);
+  CHECK(env.world_size == 4);
+  CHECK(env.local_rank == 1);
+  CHECK(env.local_world_size == 2);
+  CHECK(env.node_rank == 1);
+  CHECK(env.master_addr == "gpu07");
+  CHECK(env.master_port == 23456);
+  const Failure f = failure({{"PMIX_RANK", "2"}});
+  CHECK(f.key == "PMIX_RANK");
+  CHECK(f.message ==
+        "environment: PMIX_RANK: set to '2', but no world size beside it (expected "
+        "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS or PMI_SIZE)");
+}
+
+TEST_CASE("rendezvous env: srun's variables and ranks per node") {
+  const Vars base = {{"SLURM_PROCID", "6"},      {"SLURM_NTASKS", "7"},
+                     {"SLURM_LOCALID", "0"},     {"SLURM_NODEID", "2"},
+                     {"SLURM_JOB_ID", "987654"}, {"SLURM_JOB_NODELIST", "cn[1-3]"}};
+  const Vars uneven = with(base, {{"SLURM_TASKS_PER_NODE", "3(x2),1"}});  // cn1..3: 3, 3, 1
+  auto env = read(uneven);
+  CHECK(env.source == "srun");
+  CHECK(env.rank == 6);
+  CHECK(env.world_size == 7);
+  CHECK(env.local_rank == 0);
+  CHECK(env.local_world_size == 1);
+  CHECK(env.node_rank == 2);
+  CHECK(env.master_addr == "cn1");
+  CHECK(env.master_port == 27654);
+  CHECK(env.store_port == 27654);
+  // The step's own list beats the job's.
+  CHECK(read(with(uneven, {{"SLURM_STEP_TASKS_PER_NODE", "2,2,3"}})).local_world_size == 3);
+  // --ntasks-per-node when there is no list.
+  CHECK(read(with(base, {{"SLURM_NTASKS_PER_NODE", "4"}})).local_world_size == 4);
+  // Neither: one machine assumed, as for a hand-set RANK.
+  CHECK(read(base).local_world_size == 7);
+  // Tasks per node without SLURM_NODEID: the first entry.
+  env = read({{"SLURM_PROCID", "1"},
+              {"SLURM_NTASKS", "4"},
+              {"SLURM_LOCALID", "1"},
+              {"SLURM_TASKS_PER_NODE", "2(x2)"},
+              {"SLURM_JOB_NODELIST", "a,b"}});
+  CHECK(env.local_world_size == 2);
+  CHECK(env.node_rank == 0);
+}
+
+TEST_CASE("rendezvous env: torchrun inside srun takes torchrun's view") {
+  // srun --ntasks-per-node=1 torchrun --nproc-per-node=4: Slurm's task is the agent.
+  const auto env = read({{"RANK", "6"},
+                         {"WORLD_SIZE", "8"},
+                         {"LOCAL_RANK", "2"},
+                         {"LOCAL_WORLD_SIZE", "4"},
+                         {"GROUP_RANK", "1"},
+                         {"TORCHELASTIC_RUN_ID", "42"},
+                         {"MASTER_ADDR", "gpu01"},
+                         {"MASTER_PORT", "29500"},
+                         {"SLURM_PROCID", "1"},
+                         {"SLURM_NTASKS", "2"},
+                         {"SLURM_LOCALID", "0"},
+                         {"SLURM_NODEID", "1"},
+                         {"SLURM_TASKS_PER_NODE", "1(x2)"},
+                         {"SLURM_STEP_NODELIST", "gpu[01-02]"},
+                         {"SLURM_JOB_ID", "77"}});
+  CHECK(env.source == "torchrun");
+  CHECK(env.rank == 6);
+  CHECK(env.world_size == 8);
+  CHECK(env.local_rank == 2);
+  CHECK(env.local_world_size == 4);
+  CHECK(env.node_rank == 1);
+  CHECK(env.master_addr == "gpu01");
+  CHECK(env.master_port == 29500);
+  CHECK(env.store_port == 29501);
+}
+
+TEST_CASE("rendezvous env: Open MPI inside sbatch takes rank 0's host from the job's list") {
+  // A rank on the third node: Open MPI's daemons ran as a step on every node but the first
+  // (where mpirun itself runs rank 0), and the ranks inherit that step's variables.
+  const auto env = read({{"OMPI_COMM_WORLD_RANK", "9"},
+                         {"OMPI_COMM_WORLD_SIZE", "12"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                         {"SLURM_PROCID", "1"},
+                         {"SLURM_NTASKS", "2"},
+                         {"SLURM_LOCALID", "0"},
+                         {"SLURM_NODEID", "1"},
+                         {"SLURM_STEP_NODELIST", "node[02-03]"},
+                         {"SLURM_JOB_NODELIST", "node[01-03]"},
+                         {"SLURM_JOB_ID", "31337"}});
+  CHECK(env.source == "mpirun");
+  CHECK(env.rank == 9);
+  CHECK(env.local_rank == 1);
+  CHECK(env.local_world_size == 4);
+  CHECK(env.node_rank == 0);  // Open MPI has no node index, and Slurm's is the daemon's
+  CHECK(env.master_addr == "node01");
+  CHECK(env.master_port == 21337);
+  CHECK(env.store_port == 21337);
+}
+
+TEST_CASE("rendezvous env: MASTER_ADDR from SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST") {
+  const Vars vars = {{"SLURM_PROCID", "0"},
+                     {"SLURM_NTASKS", "4"},
+                     {"SLURM_LOCALID", "0"},
+                     {"SLURM_TASKS_PER_NODE", "2(x2)"},
+                     {"SLURM_JOB_NODELIST", "rack[1-2]-gpu[03-04]"}};
+  CHECK(read(vars).master_addr == "rack1-gpu03");
+  const Vars step = with(vars, {{"SLURM_STEP_NODELIST", "rack2-gpu[07,09]"}});
+  CHECK(read(step).master_addr == "rack2-gpu07");
+  // The environment's MASTER_ADDR wins over both.
+  CHECK(read(with(step, {{"MASTER_ADDR", "10.0.0.9"}})).master_addr == "10.0.0.9");
+  // With an inner torchrun-style family too (RANK set by hand inside srun).
+  const Vars inner = {{"RANK", "1"},
+                      {"WORLD_SIZE", "2"},
+                      {"LOCAL_RANK", "0"},
+                      {"LOCAL_WORLD_SIZE", "1"},
+                      {"SLURM_JOB_NODELIST", "login1,cn[5-6]"}};
+  CHECK(read(inner).master_addr == "login1");
+  // A malformed list names its variable.
+  const Failure f = failure(with(inner, {{"SLURM_JOB_NODELIST", "cn[5-6"}}));
+  CHECK(f.key == "SLURM_JOB_NODELIST");
+  CHECK(f.message ==
+        "environment: SLURM_JOB_NODELIST: unbalanced '[' (no closing ']') in 'cn[5-6'");
+}
+
+TEST_CASE("rendezvous env: MASTER_ADDR without a node list") {
+  // Every rank here: loopback.
+  auto env =
+      read({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
+  CHECK(env.master_addr == "127.0.0.1");
+  // Ranks on other nodes and nothing to find rank 0's host with.
+  const Failure f =
+      failure({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
+  CHECK(f.key == "MASTER_ADDR");
+  CHECK(f.message ==
+        "environment: MASTER_ADDR: not set, and no node list to take rank 0's host from (set "
+        "MASTER_ADDR to rank 0's host)");
+  // A process alone in an salloc shell ignores the allocation's list.
+  env = read({{"SLURM_JOB_NODELIST", "cn[1-4]"}});
+  CHECK(env.source == "default");
+  CHECK(env.master_addr == "127.0.0.1");
+}
+
+TEST_CASE("rendezvous env: MASTER_PORT from the environment, SLURM_JOB_ID or torchrun's default") {
+  CHECK(read({{"MASTER_PORT", "4000"}, {"SLURM_JOB_ID", "5"}}).master_port == 4000);
+  CHECK(read({{"SLURM_JOB_ID", "5"}}).master_port == 20005);
+  CHECK(read({{"SLURM_JOB_ID", "1234567"}}).master_port == 24567);
+  CHECK(read({{"SLURM_JOB_ID", "4294967295"}}).master_port == 27295);
+  CHECK(read({}).master_port == 29500);
+}
+
+TEST_CASE("rendezvous env: store_port") {
+  // Outside torchrun, the store is on MASTER_PORT.
+  CHECK(read({{"MASTER_PORT", "4000"}}).store_port == 4000);
+  // torchrun's agent holds MASTER_PORT: one above.
+  const Vars torchrun = {{"RANK", "0"},
+                         {"WORLD_SIZE", "2"},
+                         {"MASTER_PORT", "29500"},
+                         {"TORCHELASTIC_RUN_ID", "none"},
+                         {"LOCAL_RANK", "0"},
+                         {"LOCAL_WORLD_SIZE", "2"}};
+  CHECK(read(torchrun).store_port == 29501);
+  CHECK(read(torchrun).master_port == 29500);
+  // GRADSYNC_STORE_PORT wins everywhere.
+  CHECK(read(with(torchrun, {{"GRADSYNC_STORE_PORT", "31000"}})).store_port == 31000);
+  CHECK(read({{"GRADSYNC_STORE_PORT", "1"}}).store_port == 1);
+  CHECK(read({{"GRADSYNC_STORE_PORT", "65535"}}).store_port == 65535);
+  // Nothing above 65535.
+  const Vars top = with(torchrun, {{"MASTER_PORT", "65535"}});
+  Failure f = failure(top);
+  CHECK(f.key == "MASTER_PORT");
+  CHECK(f.message ==
+        "environment: MASTER_PORT: '65535' leaves no port above it for gradsync's store (under "
+        "torchrun it listens on MASTER_PORT + 1); set GRADSYNC_STORE_PORT");
+  CHECK(read(with(top, {{"GRADSYNC_STORE_PORT", "30000"}})).store_port == 30000);
+  f = failure({{"GRADSYNC_STORE_PORT", "0"}});
+  CHECK(f.key == "GRADSYNC_STORE_PORT");
+  CHECK(f.message == "environment: GRADSYNC_STORE_PORT: '0' is outside [1, 65535]");
+  f = failure({{"GRADSYNC_STORE_PORT", "port"}});
+  CHECK(f.message == "environment: GRADSYNC_STORE_PORT: expected an integer, got 'port'");
+}
+
+TEST_CASE("rendezvous env: describe() is one log line") {
+  auto env = read({{"RANK", "1"},
+                   {"WORLD_SIZE", "4"},
+                   {"LOCAL_RANK", "1"},
+                   {"LOCAL_WORLD_SIZE", "2"},
+                   {"GROUP_RANK", "0"},
+                   {"TORCHELASTIC_RUN_ID", "r"},
+                   {"MASTER_ADDR", "10.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+  CHECK(env.describe() ==
+        "rank 1 of 4 (local 1 of 2, node 0) from torchrun, store at 10.0.0.1:29501");
+  env.restart_count = 3;
+  env.master_addr = "fe80::1";
+  CHECK(env.describe() ==
+        "rank 1 of 4 (local 1 of 2, node 0) from torchrun, restart 3, store at [fe80::1]:29501");
+  CHECK(read({}).describe() ==
+        "rank 0 of 1 (local 0 of 1, node 0) from default, store at "
+        "127.0.0.1:29500");
 }
 
 TEST_CASE("rendezvous env: bad values name the variable") {
@@ -60,4 +386,173 @@ TEST_CASE("rendezvous env: bad values name the variable") {
                     doctest::Contains("RANK: expected an integer, got 'x'"));
   CHECK_THROWS_WITH(read({{"RANK", "0"}}), doctest::Contains("WORLD_SIZE: missing"));
   CHECK_THROWS_WITH(read({{"MASTER_PORT", "70000"}}), doctest::Contains("MASTER_PORT"));
+}
+
+TEST_CASE("rendezvous env: every error names its variable and quotes its value") {
+  struct Case {
+    Vars vars;
+    std::string key;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      // Not an integer, out of range, rank not below the world size.
+      {{{"RANK", "1"}, {"WORLD_SIZE", "four"}}, "WORLD_SIZE", "expected an integer, got 'four'"},
+      {{{"RANK", " 1"}, {"WORLD_SIZE", "4"}}, "RANK", "expected an integer, got ' 1'"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE", "'0' is outside [1, 1048576]"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "99999999999999999999"}},
+       "WORLD_SIZE",
+       "'99999999999999999999' is outside [1, 1048576]"},
+      {{{"RANK", "4"}, {"WORLD_SIZE", "4"}}, "RANK", "'4' is outside [0, 3] (WORLD_SIZE is 4)"},
+      {{{"RANK", "-1"}, {"WORLD_SIZE", "4"}}, "RANK", "'-1' is outside [0, 3] (WORLD_SIZE is 4)"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "5"}},
+       "LOCAL_WORLD_SIZE",
+       "'5' is outside [1, 4] (WORLD_SIZE is 4)"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}},
+       "LOCAL_RANK",
+       "'2' is outside [0, 1] (LOCAL_WORLD_SIZE is 2)"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "4"}},
+       "LOCAL_RANK",
+       "'4' is outside [0, 3] (WORLD_SIZE is 4)"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}},
+       "LOCAL_RANK",
+       "missing, but LOCAL_WORLD_SIZE is set to '2' (the ranks span nodes, so the rank is not "
+       "the local rank)"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"GROUP_RANK", "g"}},
+       "GROUP_RANK",
+       "expected an integer, got 'g'"},
+      {{{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"TORCHELASTIC_RESTART_COUNT", "-2"}},
+       "TORCHELASTIC_RESTART_COUNT",
+       "'-2' is outside [0, 2147483647]"},
+      // A family with only one of its rank and size.
+      {{{"RANK", "0"}}, "WORLD_SIZE", "missing, but RANK is set to '0' (torchrun sets both)"},
+      {{{"WORLD_SIZE", "2"}}, "RANK", "missing, but WORLD_SIZE is set to '2' (torchrun sets both)"},
+      {{{"OMPI_COMM_WORLD_SIZE", "2"}},
+       "OMPI_COMM_WORLD_RANK",
+       "missing, but OMPI_COMM_WORLD_SIZE is set to '2' (Open MPI's mpirun sets both)"},
+      {{{"OMPI_COMM_WORLD_RANK", "1"},
+        {"OMPI_COMM_WORLD_SIZE", "2"},
+        {"OMPI_COMM_WORLD_LOCAL_SIZE", "x"}},
+       "OMPI_COMM_WORLD_LOCAL_SIZE",
+       "expected an integer, got 'x'"},
+      {{{"PMI_RANK", "1"}},
+       "PMI_SIZE",
+       "missing, but PMI_RANK is set to '1' (MPICH's and Intel MPI's launchers set both)"},
+      {{{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "2"}, {"MPI_LOCALNRANKS", "2"}},
+       "MPI_LOCALRANKID",
+       "'2' is outside [0, 1] (MPI_LOCALNRANKS is 2)"},
+      {{{"PMIX_RANK", "4"}, {"SLURM_NTASKS", "4"}},
+       "PMIX_RANK",
+       "'4' is outside [0, 3] (SLURM_NTASKS is 4)"},
+      {{{"PMIX_RANK", "0"}, {"PMI_SIZE", "zero"}}, "PMI_SIZE", "expected an integer, got 'zero'"},
+      {{{"SLURM_NTASKS", "4"}},
+       "SLURM_PROCID",
+       "missing, but SLURM_NTASKS is set to '4' (srun sets both; in an salloc or sbatch shell, "
+       "start the workers with srun)"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "id"}},
+       "SLURM_LOCALID",
+       "expected an integer, got 'id'"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NODEID", "4"}},
+       "SLURM_NODEID",
+       "'4' is outside [0, 3] (SLURM_NTASKS is 4)"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_TASKS_PER_NODE", "2(x2"}},
+       "SLURM_TASKS_PER_NODE",
+       "expected counts such as '2(x3),1', got '2(x2' (at '2(x2')"},
+      {{{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "4"},
+        {"SLURM_NODEID", "1"},
+        {"SLURM_TASKS_PER_NODE", "2,,2"}},
+       "SLURM_TASKS_PER_NODE",
+       "expected counts such as '2(x3),1', got '2,,2' (at '')"},
+      {{{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "4"},
+        {"SLURM_NODEID", "2"},
+        {"SLURM_TASKS_PER_NODE", "2(x2)"}},
+       "SLURM_NODEID",
+       "'2' is outside [0, 1] (SLURM_TASKS_PER_NODE is '2(x2)')"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "8"}},
+       "SLURM_STEP_TASKS_PER_NODE",
+       "'8' puts 8 ranks on node 0, outside [1, 4] (SLURM_NTASKS is 4)"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "0"}},
+       "SLURM_NTASKS_PER_NODE",
+       "'0' is outside [1, 4] (SLURM_NTASKS is 4)"},
+      {{{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "4"},
+        {"SLURM_LOCALID", "2"},
+        {"SLURM_NTASKS_PER_NODE", "2"}},
+       "SLURM_LOCALID",
+       "'2' is outside [0, 1] (SLURM_NTASKS_PER_NODE is 2)"},
+      // Addresses and ports.
+      {{{"MASTER_ADDR", ""}}, "MASTER_ADDR", "is empty"},
+      {{{"MASTER_PORT", "0"}}, "MASTER_PORT", "'0' is outside [1, 65535]"},
+      {{{"MASTER_PORT", "70000"}}, "MASTER_PORT", "'70000' is outside [1, 65535]"},
+      {{{"MASTER_PORT", "29500x"}}, "MASTER_PORT", "expected an integer, got '29500x'"},
+      {{{"SLURM_JOB_ID", "12a"}}, "SLURM_JOB_ID", "expected an integer, got '12a'"},
+      {{{"SLURM_JOB_ID", "-5"}}, "SLURM_JOB_ID", "'-5' is outside [0, 9223372036854775807]"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.key);
+    CAPTURE(c.message);
+    const Failure f = failure(c.vars);
+    CHECK(f.key == c.key);
+    CHECK(f.message == "environment: " + c.key + ": " + c.message);
+  }
+}
+
+TEST_CASE("hostlist: the forms Slurm documents") {
+  using gradsync::expand_hostlist;
+  CHECK(expand_hostlist("cn7") == Hosts{"cn7"});
+  CHECK(expand_hostlist("a,b,c") == Hosts{"a", "b", "c"});
+  CHECK(expand_hostlist("node-1.cluster,node_2") == Hosts{"node-1.cluster", "node_2"});
+  // Ranges and single numbers, zero padding kept from the lower bound.
+  CHECK(expand_hostlist("gpu[01-04,07]") == Hosts{"gpu01", "gpu02", "gpu03", "gpu04", "gpu07"});
+  CHECK(expand_hostlist("n[8-11]") == Hosts{"n8", "n9", "n10", "n11"});
+  CHECK(expand_hostlist("n[098-101]") == Hosts{"n098", "n099", "n100", "n101"});
+  CHECK(expand_hostlist("n[3]") == Hosts{"n3"});
+  CHECK(expand_hostlist("n[5-5]") == Hosts{"n5"});
+  // Text after a group.
+  CHECK(expand_hostlist("n[1-2].ib") == Hosts{"n1.ib", "n2.ib"});
+  // Several groups: the cross product, the last group varying fastest.
+  CHECK(expand_hostlist("rack[1-2]-node[1-2]") ==
+        Hosts{"rack1-node1", "rack1-node2", "rack2-node1", "rack2-node2"});
+  CHECK(expand_hostlist("r[1,3]c[0-1]n[9]") == Hosts{"r1c0n9", "r1c1n9", "r3c0n9", "r3c1n9"});
+  // Mixed lists.
+  CHECK(expand_hostlist("gpu[01-04,07],cpu3") ==
+        Hosts{"gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "cpu3"});
+  CHECK(expand_hostlist("login,cn[1-2],gpu[1,3]") == Hosts{"login", "cn1", "cn2", "gpu1", "gpu3"});
+  // The variable named by default.
+  CHECK_THROWS_WITH(expand_hostlist("a,"), doctest::Contains("environment: hostlist: "));
+}
+
+TEST_CASE("hostlist: malformed lists name the variable and quote the list") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"gpu[01-04", "unbalanced '[' (no closing ']') in 'gpu[01-04'"},
+      {"gpu01-04]", "']' without '[' in 'gpu01-04]'"},
+      {"gpu[[1-2]]", "nested '[' in 'gpu[[1-2]]'"},
+      {"gpu[04-01]", "descending range '04-01' in 'gpu[04-01]'"},
+      {"", "empty host name (a comma at an end, or two in a row) in ''"},
+      {"a,,b", "empty host name (a comma at an end, or two in a row) in 'a,,b'"},
+      {",a", "empty host name (a comma at an end, or two in a row) in ',a'"},
+      {"a,", "empty host name (a comma at an end, or two in a row) in 'a,'"},
+      {"gpu[]", "empty range in '[]' in 'gpu[]'"},
+      {"gpu[1,]", "empty range in '[1,]' in 'gpu[1,]'"},
+      {"gpu[,1]", "empty range in '[,1]' in 'gpu[,1]'"},
+      {"gpu[-3]", "range '-3' lacks a bound in 'gpu[-3]'"},
+      {"gpu[3-]", "range '3-' lacks a bound in 'gpu[3-]'"},
+      {"gpu[a-b]", "range 'a-b' is not a number or a pair of numbers in 'gpu[a-b]'"},
+      {"gpu[1-2-3]", "range '1-2-3' is not a number or a pair of numbers in 'gpu[1-2-3]'"},
+      {"gpu 1", "unexpected character ' ' in 'gpu 1'"},
+      {"n[0-1048576]", "more than 1048576 hosts in 'n[0-1048576]'"},
+      {"a[0-1023]b[0-1024]", "more than 1048576 hosts in 'a[0-1023]b[0-1024]'"},
+      {"n[1234567890123456789]",
+       "number '1234567890123456789' is too long in "
+       "'n[1234567890123456789]'"},
+  };
+  for (const auto& [list, message] : cases) {
+    CAPTURE(list);
+    const Failure f = hostlist_failure(list);
+    CHECK(f.key == "SLURM_JOB_NODELIST");
+    CHECK(f.message == "environment: SLURM_JOB_NODELIST: " + message);
+  }
+  // Exactly at the cap is fine.
+  CHECK(gradsync::expand_hostlist("n[0-1048575]").size() == 1048576);
 }
