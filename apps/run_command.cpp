@@ -25,14 +25,7 @@ struct RunOptions {
 int run_and_compare(const RunOptions& o, const std::vector<std::string>& overrides) {
   const std::string path = find_preset(o.preset, kPresetsDir);
   Preset preset = load_preset(path, overrides);
-  if (!o.only.empty()) {
-    std::erase_if(preset.runs, [&](const Config& c) {
-      return std::find(o.only.begin(), o.only.end(), c.name) == o.only.end();
-    });
-    if (preset.runs.empty()) {
-      throw ConfigError(path, "--only", "no run of the preset has that name");
-    }
-  }
+  keep_only(preset, o.only);
   const PresetOutcome outcome = run_preset(preset, o.output_dir);
   std::vector<RunSummary> summaries;
   for (const auto& run : outcome.runs) summaries.push_back(run.summary);

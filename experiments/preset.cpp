@@ -272,6 +272,31 @@ Preset load_preset(const std::string& path, const std::vector<std::string>& over
   return load_preset_text(text.str(), path, overrides);
 }
 
+void keep_only(Preset& preset, const std::vector<std::string>& only) {
+  if (only.empty()) return;
+  std::erase_if(preset.runs, [&](const Config& c) {
+    return std::find(only.begin(), only.end(), c.name) == only.end();
+  });
+  if (preset.runs.empty()) {
+    throw ConfigError(preset.path, "--only", "no run of the preset has that name");
+  }
+}
+
+PresetRun resolve_one_run(const std::string& name_or_path, const std::string& presets_dir,
+                          const std::vector<std::string>& overrides,
+                          const std::vector<std::string>& only) {
+  Preset preset = load_preset(find_preset(name_or_path, presets_dir), overrides);
+  keep_only(preset, only);
+  if (preset.runs.size() != 1) {
+    std::string names;
+    for (const Config& c : preset.runs) names += (names.empty() ? "" : ", ") + c.name;
+    throw ConfigError(preset.path, "--only",
+                      "the preset holds " + std::to_string(preset.runs.size()) + " runs (" + names +
+                          "); a worker runs one: choose it with --only");
+  }
+  return {std::move(preset.runs.front()), preset.name, preset.path};
+}
+
 Config load_run_config(const std::string& path) {
   Preset preset = load_preset(path, {});
   if (preset.runs.size() != 1) {

@@ -36,6 +36,22 @@ Preset load_preset(const std::string& path, const std::vector<std::string>& over
 // worker` and `gradsync server`: a ConfigError naming the file when it holds more than one run.
 Config load_run_config(const std::string& path);
 
+// Keeps only the runs named in `only` (all when it is empty): `--only` of `gradsync run` and
+// `gradsync worker`. A ConfigError naming --only when no run has one of those names.
+void keep_only(Preset& preset, const std::vector<std::string>& only);
+
+// One run of a preset resolved as `gradsync run` resolves it (find_preset, `--set` overrides),
+// for `gradsync worker`: the preset's only run, or the one `only` names; a ConfigError naming
+// --only, with the runs' names, when that leaves more than one.
+struct PresetRun {
+  Config config;
+  std::string preset_name;  // the file stem, as run_preset names its folder
+  std::string path;         // the file it came from
+};
+PresetRun resolve_one_run(const std::string& name_or_path, const std::string& presets_dir,
+                          const std::vector<std::string>& overrides,
+                          const std::vector<std::string>& only);
+
 // Whether a loaded preset must be able to run here: kToRun checks that data.dir exists (and
 // fills in the Fashion-MNIST default); kToRead does not, for reading a results folder's
 // config.yaml on another machine (`gradsync model --calibrate`).

@@ -1,6 +1,5 @@
 #include "experiments/run_experiment.h"
 
-#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -16,6 +15,7 @@
 #include "worker/metrics_writer.h"
 #include "worker/model_factory.h"
 #include "worker/rank_outputs.h"
+#include "worker/run_folder.h"
 #include "worker/run_plan.h"
 #include "worker/trace_writer.h"
 #include "worker/worker_process.h"
@@ -28,21 +28,6 @@ void write_text(const fs::path& path, const std::string& text) {
   write_file_atomically(path.string(), text);
 }
 
-// A new folder under `root`: <preset>-<timestamp>, with a suffix if that exists already, so a
-// run never writes into (or over) an earlier run's results.
-fs::path fresh_folder(const fs::path& root, const std::string& preset) {
-  const std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-  fs::path dir = root / (preset + "-" + stamp);
-  for (int i = 2; fs::exists(dir); ++i)
-    dir = root / (preset + "-" + stamp + "-" + std::to_string(i));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(dir.string() + ": cannot create results folder: " + ec.message());
-  return dir;
-}
-
 void report(const RunOutcome& run) {
   std::cerr << "gradsync: run " << run.summary.run << ": "
             << static_cast<long long>(run.summary.samples_per_s) << " samples/s";
@@ -51,13 +36,6 @@ void report(const RunOutcome& run) {
     std::cerr << ", test accuracy " << run.summary.final_test_accuracy * 100.0 << "%";
   }
   std::cerr << "\n";
-}
-
-void point_latest_at(const fs::path& root, const fs::path& target) {
-  const fs::path link = root / "latest";
-  std::error_code ec;
-  if (fs::is_symlink(link, ec)) fs::remove(link, ec);
-  if (!fs::exists(link, ec)) fs::create_directory_symlink(target.filename(), link, ec);
 }
 
 // checkpoint.resume as the canonical path of the step folder it names for this run, so every
@@ -218,8 +196,8 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
   // mistake in the last run must not surface after the first one trained for an hour.
   for (const Config& config : configs) plan_run(config, data_for(config));
 
-  const fs::path dir = fresh_folder(root, preset.name);
-  point_latest_at(root, dir);
+  const fs::path dir = fresh_results_folder(root.string(), preset.name);
+  point_latest_at(root.string(), dir.string());
   PresetOutcome outcome{dir.string(), {}};
 
   for (const Config& config : configs) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gradsync needs, and only those that are missing.
-#   scripts/install-deps.sh          build, test and demo dependencies
+#   scripts/install-deps.sh          build, test and demo dependencies (the launchers included)
 #   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
 #                                    (PyTorch on OpenBLAS, Gloo, Open MPI)
 #   scripts/install-deps.sh --fuzz   also clang, libFuzzer and llvm-symbolizer for `make fuzz`
@@ -11,10 +11,12 @@ packages=(
   libzmq3-dev cppzmq-dev libeigen3-dev doctest-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-matplotlib python3-numpy
+  # The launchers the tests start gradsync under: torchrun (python3-torch), mpirun.
+  python3-torch openmpi-bin
 )
 for flag in "$@"; do
   case "$flag" in
-    --bench) packages+=(python3-torch libopenblas0-serial libgloo-dev openmpi-bin libopenmpi-dev) ;;
+    --bench) packages+=(libopenblas0-serial libgloo-dev libopenmpi-dev) ;;
     # libFuzzer's runtime is in libclang-rt-14-dev, which clang does not pull in; llvm-14 has the
     # symbolizer that turns sanitizer stacks into file:line.
     --fuzz) packages+=(clang libclang-rt-14-dev llvm-14) ;;

@@ -8,9 +8,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "launch/rendezvous_env.h"
@@ -22,6 +24,7 @@
 #include "worker/metrics_writer.h"
 #include "worker/model_factory.h"
 #include "worker/rank_outputs.h"
+#include "worker/run_folder.h"
 #include "worker/run_plan.h"
 #include "worker/trace_writer.h"
 #include "worker/worker_loop.h"
@@ -59,38 +62,92 @@ std::string local_address_towards(const std::string& host, int port) {
   return text;
 }
 
-// allreduce: the rendezvous store (hosted by rank 0 at MASTER_ADDR:MASTER_PORT) and the
-// communicator over every rank, TcpRing for a model in host memory, NCCL on the model's GPU.
-// The store must outlive the communicator: a ring keeps it for failure reports.
-std::shared_ptr<Communicator> connect_ranks(const Config& config, const RendezvousEnv& env,
-                                            std::chrono::milliseconds timeout, Model& model,
-                                            std::unique_ptr<Store>& store) {
+// The job's rendezvous store, hosted by rank 0 at MASTER_ADDR, on the port
+// launch/rendezvous_env.h says (MASTER_PORT, or the next one under torchrun, whose agent serves
+// its own store on MASTER_PORT): the others connect, waiting up to `timeout` for rank 0.
+std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::milliseconds timeout) {
   TcpStoreOptions store_options;
   store_options.host = env.master_addr;
-  store_options.port = env.master_port;
+  store_options.port = env.store_port;
   store_options.is_server = env.rank == 0;
   store_options.timeout = timeout;
-  store = make_tcp_store(store_options);
+  return make_tcp_store(store_options);
+}
+
+constexpr const char* kRunFolderKey = "gradsync/run_dir";
+
+// Rank 0 decides the run folder (options.run_dir, or a fresh one as `gradsync run` makes),
+// creates it and tells the others through the store, so no rank writes into a folder that does
+// not exist yet, and all write into the same one.
+std::string agree_on_run_folder(Store& store, const RendezvousEnv& env, const Config& config,
+                                const WorkerProcessOptions& options, bool launched_by_gradsync,
+                                std::chrono::milliseconds timeout) {
+  if (env.rank != 0) {
+    const std::string dir = store.get(kRunFolderKey, timeout);
+    if (!options.run_dir.empty() && fs::path(options.run_dir) != fs::path(dir)) {
+      throw ConfigError(
+          "command line", "--run-dir",
+          "this rank was given '" + options.run_dir + "' but rank 0 writes to '" + dir + "'");
+    }
+    return dir;
+  }
+  std::string dir = options.run_dir;
+  if (dir.empty()) {
+    const std::string preset_dir = fresh_results_folder(config.output.dir, options.preset_name);
+    point_latest_at(config.output.dir, preset_dir);
+    dir = (fs::path(preset_dir) / config.name).string();
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create run folder: " + ec.message());
+  if (!launched_by_gradsync && !options.config_yaml.empty()) {
+    write_file_atomically((fs::path(dir) / "config.yaml").string(), options.config_yaml);
+  }
+  store.set(kRunFolderKey, dir);
+  return dir;
+}
+
+// allreduce: the communicator over every rank, formed through the store: TcpRing for a model
+// in host memory, NCCL on the model's GPU. The store must outlive it: a ring keeps it for
+// failure reports.
+std::shared_ptr<Communicator> connect_ranks(const StrategyOptions& strategy,
+                                            const RendezvousEnv& env, Model& model, Store& store) {
   TcpRingOptions ring_options;
-  ring_options.timeout = timeout;
+  ring_options.timeout = strategy.timeout;
   // Neighbours must reach this rank's ring port at an address of this host; the one this host
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
-  ring_options.link = make_link(emulated_link_gbps(config));
-  return make_model_communicator(*store, env.rank, env.world_size, ring_options, model);
+  ring_options.link = strategy.link;  // this process's emulated NIC (network.link_gbps)
+  return make_model_communicator(store, env.rank, env.world_size, ring_options, model);
 }
 
 }  // namespace
 
-void run_worker_process(const Config& config, const std::string& config_path,
-                        const std::string& run_dir, const std::vector<std::string>& ps_endpoints) {
+void run_worker_process(const Config& config, const WorkerProcessOptions& options) {
   const RendezvousEnv env = read_rendezvous_env();
   if (config.workers != env.world_size) {
-    throw ConfigError(config_path, "workers",
+    throw ConfigError(options.config_path, "workers",
                       std::to_string(config.workers) + " in the configuration but WORLD_SIZE (" +
                           env.source + ") is " + std::to_string(env.world_size));
   }
+  const std::vector<std::string>& ps_endpoints = options.ps_endpoints;
+  if (config.strategy == "ps" &&
+      ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
+    throw ConfigError("command line", "--ps-endpoints",
+                      std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
+                          std::to_string(config.ps.servers));
+  }
   const auto timeout = comm_timeout(config);
+  // Under `gradsync run` the launcher made the folder and wrote the header; under mpirun, srun
+  // or torchrun rank 0 does, before any rank can write a row (rows start after the strategy's
+  // first barrier).
+  const bool launched_by_gradsync = std::getenv(kOriginEnv) != nullptr;
+  // Under another launcher, say which of its variables placed the ranks (rank 0, once).
+  if (!launched_by_gradsync && env.rank == 0) std::cerr << "gradsync: " << env.describe() << "\n";
+  // The store outlives the strategy: a ring keeps it for failure reports.
+  const std::unique_ptr<Store> store = connect_store(env, timeout);
+  const std::string run_dir =
+      agree_on_run_folder(*store, env, config, options, launched_by_gradsync, timeout);
 
   const Clock::time_point origin = launcher_origin();
   const TrainTest data = load_data(config.data, config.train.seed);
@@ -101,9 +158,6 @@ void run_worker_process(const Config& config, const std::string& config_path,
       make_model(config, plan.widths, config.train.batch, model_device(config));
   DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
                              config.train.seed);
-  // Under `gradsync run` the launcher wrote the header; under mpirun, srun or torchrun rank 0
-  // does, before any rank can write a row (rows start after the strategy's first barrier).
-  const bool launched_by_gradsync = std::getenv(kOriginEnv) != nullptr;
   MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string(),
                         launched_by_gradsync || env.rank != 0 ? MetricsWriter::Mode::kAppend
                                                               : MetricsWriter::Mode::kCreate);
@@ -121,25 +175,18 @@ void run_worker_process(const Config& config, const std::string& config_path,
   LoopSinks sinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr};
   if (checkpoints.writer) sinks.checkpointer = &*checkpoints.writer;
 
-  if (config.strategy == "ps" &&
-      ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
-    throw ConfigError("command line", "--ps-endpoints",
-                      std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
-                          std::to_string(config.ps.servers));
-  }
-  // The store outlives the strategy: a ring keeps it for failure reports.
-  std::unique_ptr<Store> store;
+  const StrategyOptions strategy_settings = strategy_options(config, ps_endpoints);
   std::shared_ptr<Communicator> comm;  // allreduce only
-  if (config.strategy == "allreduce") comm = connect_ranks(config, env, timeout, *model, store);
+  if (config.strategy == "allreduce") comm = connect_ranks(strategy_settings, env, *model, *store);
   const ProcessContext process{.rank = env.rank,
                                .model = model.get(),
                                .comm = comm,
                                .first_step = checkpoints.resume ? checkpoints.resume->step : 0};
   std::unique_ptr<SyncStrategy> strategy =
-      std::move(make_strategies(strategy_options(config, ps_endpoints), process).front());
+      std::move(make_strategies(strategy_settings, process).front());
   // allreduce ranks resolve --resume each on their own host (ps workers take the step from the
   // shards, which refuse a push of another step): they must agree before training.
-  if (store && checkpoints.resume) {
+  if (comm && checkpoints.resume) {
     agree_on_resumed_step(*store, env.rank, checkpoints.resume->step, checkpoints.resumed_from,
                           timeout);
   }

@@ -1,9 +1,11 @@
 // `gradsync worker`: one rank of a multi-process run (strategies `allreduce` and `ps`), started
 // by the local launcher, mpirun, srun or torchrun alike. Its place comes from the environment
-// (launch/rendezvous_env.h); the run from a resolved Config (apps/ loads the run's config.yaml
-// through experiments/); its outputs go into the run folder:
+// (launch/rendezvous_env.h); the run from a resolved Config (apps/ resolves a preset or the
+// run's config.yaml through experiments/); its outputs go into the run folder:
 //   metrics.csv (rows appended), trace.rank<R>.json, rank<R>.json (worker/rank_outputs.h)
-// Rank 0 hosts the rendezvous store at MASTER_ADDR:MASTER_PORT and shows the progress line.
+// Rank 0 hosts the job's rendezvous store (launch/rendezvous_env.h: store_port), decides the run
+// folder and shows the progress line. The other ranks wait for it (up to comm.timeout_s): the store
+// tells them the run folder, and an allreduce ring forms through it.
 #pragma once
 
 #include <string>
@@ -13,11 +15,22 @@
 
 namespace gradsync {
 
+struct WorkerProcessOptions {
+  // Where the Config came from (a preset or a run's config.yaml), for error messages.
+  std::string config_path;
+  // The run folder. Empty: rank 0 makes <output.dir>/<preset>-<timestamp>/<run> as
+  // `gradsync run` would (worker/run_folder.h), points <output.dir>/latest at it, and tells
+  // the other ranks; given: rank 0 creates it if missing, and the others write into the same.
+  std::string run_dir;
+  std::string preset_name;  // names a folder rank 0 makes
+  // The resolved Config as YAML: rank 0 writes it to <run folder>/config.yaml unless the local
+  // launcher did (it starts the ranks with a folder ready).
+  std::string config_yaml;
+  std::vector<std::string> ps_endpoints;  // ps: one per ps.servers
+};
+
 // Runs the worker loop for this rank; throws on any failure (the caller prints it).
-// `config_path` names the file `config` came from, for error messages. `ps_endpoints` lists the
-// shards' addresses for strategy `ps` (one per ps.servers).
-void run_worker_process(const Config& config, const std::string& config_path,
-                        const std::string& run_dir, const std::vector<std::string>& ps_endpoints);
+void run_worker_process(const Config& config, const WorkerProcessOptions& options);
 
 // The environment variable with the launcher's clock origin (steady_clock nanoseconds), so the
 // ranks' traces share one time axis.

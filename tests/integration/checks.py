@@ -1,7 +1,9 @@
 """A tiny check collector for the integration scripts: each check counts, failures print at
 once, and the summary line is the `N passed, N failed` that CI reads."""
+import glob
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -91,3 +93,23 @@ def run_preset(check, gradsync, preset, out, timeout):
                           text=True, timeout=timeout)
     check(proc.returncode == 0, f"gradsync run exited {proc.returncode}: {proc.stderr[-3000:]}")
     return proc, os.path.realpath(os.path.join(out, "latest"))
+
+
+def load_checkpoint(folder):
+    """(step, params) of a step folder, its parts joined in order (common/checkpoint_file.h)."""
+    parts = sorted(glob.glob(os.path.join(folder, "part-*.ckpt")),
+                   key=lambda p: int(os.path.basename(p).split("-")[1]))
+    step, params = None, []
+    for path in parts:
+        data = open(path, "rb").read()
+        (length,) = struct.unpack_from("<I", data, 20)
+        step, _total, begin, end, _opt = struct.unpack_from("<5Q", data, 24)
+        params += struct.unpack_from(f"<{end - begin}f", data, 64 + length)
+    return step, params
+
+
+def max_rel_diff(a, b):
+    """inf unless both hold the same number of values: zip alone would compare only a prefix."""
+    if len(a) != len(b) or not a:
+        return float("inf")
+    return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))

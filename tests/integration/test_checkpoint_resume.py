@@ -19,13 +19,12 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import Checks
+from checks import Checks, load_checkpoint, max_rel_diff
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
@@ -45,26 +44,6 @@ def run_ok(out, *args):
     check(proc.returncode == 0, f"gradsync run {' '.join(args)} exited {proc.returncode}: "
                                 f"{proc.stderr[-2000:]}")
     return os.path.realpath(os.path.join(out, "latest"))
-
-
-def load_checkpoint(folder):
-    """(step, params) of a step folder, its parts joined in order (common/checkpoint_file.h)."""
-    parts = sorted(glob.glob(os.path.join(folder, "part-*.ckpt")),
-                   key=lambda p: int(os.path.basename(p).split("-")[1]))
-    step, params = None, []
-    for path in parts:
-        data = open(path, "rb").read()
-        (length,) = struct.unpack_from("<I", data, 20)
-        step, _total, begin, end, _opt = struct.unpack_from("<5Q", data, 24)
-        params += struct.unpack_from(f"<{end - begin}f", data, 64 + length)
-    return step, params
-
-
-def max_rel_diff(a, b):
-    """inf unless both hold the same number of values: zip alone would compare only a prefix."""
-    if len(a) != len(b) or not a:
-        return float("inf")
-    return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
 
 
 def resumed_from(run_dir):
