@@ -20,13 +20,14 @@ struct RunOptions {
   std::string output_dir;
   bool list_keys = false;
   std::string resume;
+  int max_restarts = 0;
 };
 
 int run_and_compare(const RunOptions& o, const std::vector<std::string>& overrides) {
   const std::string path = find_preset(o.preset, kPresetsDir);
   Preset preset = load_preset(path, overrides);
   keep_only(preset, o.only);
-  const PresetOutcome outcome = run_preset(preset, o.output_dir);
+  const PresetOutcome outcome = run_preset(preset, o.output_dir, o.max_restarts);
   std::vector<RunSummary> summaries;
   for (const auto& run : outcome.runs) summaries.push_back(run.summary);
   std::cout << "\n" << comparison_table(summaries) << "\nresults: " << outcome.dir << "\n";
@@ -48,6 +49,10 @@ Command add_run_command(CLI::App& parent) {
   run->add_option("--resume", options->resume,
                   "continue from a checkpoint: a step-N folder, a checkpoints folder (its newest "
                   "complete step), a run's or a preset's results folder");
+  run->add_option("--max-restarts", options->max_restarts,
+                  "restart a run of worker processes after a failure, at most this many times, "
+                  "from its newest checkpoint (torchrun's --max_restarts)")
+      ->check(CLI::Range(0, 1000));
 
   return {run, [options] {
             if (options->list_keys) {

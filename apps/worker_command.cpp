@@ -18,6 +18,7 @@ struct WorkerOptions {
   std::vector<std::string> overrides;
   std::vector<std::string> only;
   std::string run_dir;
+  std::string resume;
   std::vector<std::string> ps_endpoints;
 };
 
@@ -28,7 +29,11 @@ int run_worker(const WorkerOptions& o) {
         "allreduce-4` (or --config FILE)");
   }
   const std::string& given = o.preset.empty() ? o.config : o.preset;
-  PresetRun run = resolve_one_run(given, kPresetsDir, o.overrides, o.only);
+  std::vector<std::string> overrides = o.overrides;
+  // --resume PATH is checkpoint.resume, as for `gradsync run`; auto is a restart (below).
+  const bool restart = o.resume == "auto";
+  if (!o.resume.empty() && !restart) overrides.push_back("checkpoint.resume=" + o.resume);
+  PresetRun run = resolve_one_run(given, kPresetsDir, overrides, o.only);
   // The launcher decides how many ranks there are; a preset names its own count only for
   // `gradsync run`. Said once, by rank 0.
   const RendezvousEnv env = read_rendezvous_env();
@@ -46,6 +51,7 @@ int run_worker(const WorkerOptions& o) {
   options.preset_name = run.preset_name;
   options.config_yaml = to_yaml(run.config);
   options.ps_endpoints = o.ps_endpoints;
+  options.restart = restart;
   run_worker_process(run.config, options);
   return 0;
 }
@@ -65,6 +71,9 @@ Command add_worker_command(CLI::App& parent) {
   worker->add_option("--run-dir", options->run_dir,
                      "the run's results folder (default: <output.dir>/<preset>-<time>/<run>, "
                      "made by rank 0)");
+  worker->add_option("--resume", options->resume,
+                     "auto: go on with the earlier attempt's run folder from its newest checkpoint "
+                     "(as after a torchrun restart); or a checkpoint, as for `gradsync run`");
   worker
       ->add_option("--ps-endpoints", options->ps_endpoints, "ps: the shards, tcp://HOST:PORT each")
       ->delimiter(',');

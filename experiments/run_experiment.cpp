@@ -53,7 +53,7 @@ Config with_resolved_checkpoint(const Config& given) {
 
 }  // namespace
 
-RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
+RunOutcome run_multi_process(const Config& config, const std::string& run_dir, int max_restarts) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) throw Error(run_dir + ": cannot create run folder: " + ec.message());
@@ -114,7 +114,26 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir) {
   std::vector<std::string> traces;
   for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
   try {
-    launch(processes, LaunchOptions{});
+    for (int restart = 1;; ++restart) {
+      try {
+        launch(processes, LaunchOptions{});
+        break;
+      } catch (const Interrupted&) {
+        throw;  // the user stopped it: not a failure to restart after
+      } catch (const std::exception& e) {
+        if (restart > max_restarts) throw;
+        // Every process of the failed attempt has ended: the new one starts from the newest
+        // complete checkpoint, which config.yaml names for the workers and shards to read.
+        Config again = config;
+        again.checkpoint.resume = prepare_restart(config, run_dir);
+        write_text(config_path, to_yaml(again));
+        std::cerr << "gradsync: run " << config.name << ": restart " << restart << " of "
+                  << max_restarts << ", from "
+                  << (again.checkpoint.resume.empty() ? std::string("the start")
+                                                      : again.checkpoint.resume)
+                  << ", after: " << e.what() << "\n";
+      }
+    }
   } catch (...) {
     // Keep what the ranks wrote up to the failure; the failure is what gets reported, so a
     // trace that cannot be merged must not replace it.
@@ -164,7 +183,7 @@ RunOutcome run_experiment(const Config& config, const TrainTest& data, const std
   return outcome;
 }
 
-PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
+PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, int max_restarts) {
   GRADSYNC_CHECK(!preset.runs.empty(), "a preset has at least one run");
   const fs::path root =
       output_dir.empty() ? fs::path(preset.runs.front().output.dir) : fs::path(output_dir);
@@ -214,7 +233,7 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir) {
       // The worker processes load their own copy: this one's memory goes back meanwhile.
       cached = TrainTest{};
       cached_for.reset();
-      outcome.runs.push_back(run_multi_process(config, run_dir));
+      outcome.runs.push_back(run_multi_process(config, run_dir, max_restarts));
       report(outcome.runs.back());
       continue;
     }

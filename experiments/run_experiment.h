@@ -32,8 +32,13 @@ struct RunOutcome {
 // Runs one configuration on already-loaded data, writing into `run_dir` (created).
 RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir);
 
-// Runs one configuration as `workers` processes of this executable on this machine.
-RunOutcome run_multi_process(const Config& config, const std::string& run_dir);
+// Runs one configuration as `workers` processes of this executable on this machine. After a
+// failure the whole group is started again, at most `max_restarts` times (torchrun's
+// --max_restarts), each time from the run's newest complete checkpoint (prepare_restart in
+// worker/checkpoints.h), with a line on stderr naming the failure; a user's interrupt is not
+// restarted after.
+RunOutcome run_multi_process(const Config& config, const std::string& run_dir,
+                             int max_restarts = 0);
 
 struct PresetOutcome {
   std::string dir;
@@ -41,7 +46,8 @@ struct PresetOutcome {
 };
 
 // Runs every run of the preset in order; logs one line per run to stderr and returns the
-// results. `output_dir` overrides each run's output.dir when not empty.
-PresetOutcome run_preset(const Preset& preset, const std::string& output_dir);
+// results. `output_dir` overrides each run's output.dir when not empty; `max_restarts` applies
+// to runs of worker processes (run_multi_process).
+PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, int max_restarts = 0);
 
 }  // namespace gradsync

@@ -12,6 +12,7 @@
 
 #include "common/checkpoint_file.h"
 #include "common/error.h"
+#include "worker/metrics_writer.h"
 #include "worker/model_factory.h"
 
 namespace gradsync {
@@ -255,6 +256,23 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
                        description, training_settings(config));
   }
   return out;
+}
+
+std::string prepare_restart(const Config& config, const std::string& run_dir) {
+  validate_checkpointing(config);
+  bool any_step_folder = false;
+  const std::optional<fs::path> newest =
+      newest_complete(checkpoint_root(config, run_dir), any_step_folder);
+  const std::string metrics = (fs::path(run_dir) / "metrics.csv").string();
+  const std::int64_t step =
+      newest ? static_cast<std::int64_t>(checkpoint_step(newest->string())) : 0;
+  std::error_code ec;
+  if (fs::exists(metrics, ec)) {
+    keep_rows_before(metrics, step);
+  } else {
+    MetricsWriter header(metrics);
+  }
+  return newest ? newest->string() : std::string();
 }
 
 void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std::string& folder,

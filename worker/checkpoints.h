@@ -118,6 +118,14 @@ struct RunCheckpoints {
 RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>& widths,
                                    std::int64_t last_step, const std::string& run_dir, int rank);
 
+// A run started again after a failure (gradsync run --max-restarts, torchrun --max_restarts)
+// continues from the newest complete checkpoint under its checkpoint root: returns that step
+// folder, or an empty string when there is none (the run starts over). Either way the run
+// folder's metrics.csv keeps only the rows of the steps before it (keep_rows_before), so every
+// step ends with one row per rank. For the one process that decides (the launcher, or rank 0),
+// before any rank of the new attempt writes.
+std::string prepare_restart(const Config& config, const std::string& run_dir);
+
 // Under mpirun, srun or torchrun every rank resolves checkpoint.resume itself, and on a shared
 // filesystem one host's listing may lag another's: "the newest complete step" could differ.
 // Rank 0 posts the step it resumes from in the run's Store; every other rank compares its own

@@ -3,7 +3,10 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 namespace gradsync {
@@ -52,6 +55,27 @@ void MetricsWriter::write(const MetricsRow& row) {
       s.bytes_sent, s.bytes_received, s.staleness);
   // Flush per row: a run that crashes later still leaves every finished step on disk.
   if (n < 0 || std::fflush(file_) != 0) throw_io_error(path_, "cannot write metrics row");
+}
+
+void keep_rows_before(const std::string& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) throw_io_error(path, "cannot read metrics file");
+  std::string kept;
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    // A line without its newline is a row cut short by the failure.
+    if (in.eof()) break;
+    if (header) {
+      kept += line + "\n";
+      header = false;
+      continue;
+    }
+    const std::int64_t row_step = std::strtoll(line.c_str(), nullptr, 10);
+    if (row_step < step) kept += line + "\n";
+  }
+  if (header) kept = kHeader;  // nothing was written yet, not even the header
+  write_file_atomically(path, kept);
 }
 
 }  // namespace gradsync

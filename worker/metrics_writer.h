@@ -47,4 +47,11 @@ class MetricsWriter {
   std::mutex mutex_;
 };
 
+// A run restarted after a failure goes on from a checkpoint of step `step`: keeps the header and
+// the rows of earlier steps, dropping those of `step` and later (the restart writes them again)
+// and a last row cut short, so that every step keeps one row per rank. Rewritten atomically
+// (common/atomic_file.h); call it while no writer has the file open. Throws Error naming the
+// path when it cannot be read or written.
+void keep_rows_before(const std::string& path, std::int64_t step);
+
 }  // namespace gradsync

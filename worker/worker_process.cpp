@@ -75,36 +75,74 @@ std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::mill
 }
 
 constexpr const char* kRunFolderKey = "gradsync/run_dir";
+constexpr const char* kResumeKey = "gradsync/restart_from";
+
+struct RunFolder {
+  std::string dir;
+  bool restarted = false;
+  std::string resume;  // restarted: the step folder every rank goes on from; empty: the start
+};
+
+// Rank 0's run folder when the job is a restart: the one given, or the one the first attempt
+// made (<output.dir>/latest/<run>).
+std::string earlier_run_folder(const Config& config, const WorkerProcessOptions& options,
+                               const RendezvousEnv& env) {
+  if (!options.run_dir.empty()) return options.run_dir;
+  const fs::path dir = fs::path(config.output.dir) / "latest" / config.name;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    const bool torchrun = env.restart_count > 0;
+    throw ConfigError(torchrun ? "environment" : "command line",
+                      torchrun ? "TORCHELASTIC_RESTART_COUNT" : "--resume",
+                      "a restart, but no earlier run folder at " + dir.string() +
+                          " to go on with (name it with --run-dir)");
+  }
+  return fs::canonical(dir, ec).string();
+}
 
 // Rank 0 decides the run folder (options.run_dir, or a fresh one as `gradsync run` makes),
 // creates it and tells the others through the store, so no rank writes into a folder that does
-// not exist yet, and all write into the same one.
-std::string agree_on_run_folder(Store& store, const RendezvousEnv& env, const Config& config,
-                                const WorkerProcessOptions& options, bool launched_by_gradsync,
-                                std::chrono::milliseconds timeout) {
+// not exist yet, and all write into the same one. On a restart (torchrun's, or --resume auto)
+// it is the earlier attempt's folder, and rank 0 also says which checkpoint every rank goes on
+// from (prepare_restart: rows past it are dropped from metrics.csv first).
+RunFolder agree_on_run_folder(Store& store, const RendezvousEnv& env, const Config& config,
+                              const WorkerProcessOptions& options, bool launched_by_gradsync,
+                              std::chrono::milliseconds timeout) {
+  RunFolder folder;
+  folder.restarted = env.restart_count > 0 || options.restart;
   if (env.rank != 0) {
-    const std::string dir = store.get(kRunFolderKey, timeout);
-    if (!options.run_dir.empty() && fs::path(options.run_dir) != fs::path(dir)) {
-      throw ConfigError(
-          "command line", "--run-dir",
-          "this rank was given '" + options.run_dir + "' but rank 0 writes to '" + dir + "'");
+    folder.dir = store.get(kRunFolderKey, timeout);
+    if (!options.run_dir.empty() && fs::path(options.run_dir) != fs::path(folder.dir)) {
+      throw ConfigError("command line", "--run-dir",
+                        "this rank was given '" + options.run_dir + "' but rank 0 writes to '" +
+                            folder.dir + "'");
     }
-    return dir;
+    if (folder.restarted) folder.resume = store.get(kResumeKey, timeout);
+    return folder;
   }
-  std::string dir = options.run_dir;
-  if (dir.empty()) {
+  if (folder.restarted) {
+    folder.dir = earlier_run_folder(config, options, env);
+    folder.resume = prepare_restart(config, folder.dir);
+    std::cerr << "gradsync: run " << config.name << " restarts from "
+              << (folder.resume.empty() ? std::string("the start") : folder.resume) << "\n";
+    store.set(kResumeKey, folder.resume);  // first: a rank that sees the folder may read it
+    store.set(kRunFolderKey, folder.dir);
+    return folder;
+  }
+  folder.dir = options.run_dir;
+  if (folder.dir.empty()) {
     const std::string preset_dir = fresh_results_folder(config.output.dir, options.preset_name);
     point_latest_at(config.output.dir, preset_dir);
-    dir = (fs::path(preset_dir) / config.name).string();
+    folder.dir = (fs::path(preset_dir) / config.name).string();
   }
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(dir + ": cannot create run folder: " + ec.message());
+  fs::create_directories(folder.dir, ec);
+  if (ec) throw Error(folder.dir + ": cannot create run folder: " + ec.message());
   if (!launched_by_gradsync && !options.config_yaml.empty()) {
-    write_file_atomically((fs::path(dir) / "config.yaml").string(), options.config_yaml);
+    write_file_atomically((fs::path(folder.dir) / "config.yaml").string(), options.config_yaml);
   }
-  store.set(kRunFolderKey, dir);
-  return dir;
+  store.set(kRunFolderKey, folder.dir);
+  return folder;
 }
 
 // allreduce: the communicator over every rank, formed through the store: TcpRing for a model
@@ -123,7 +161,8 @@ std::shared_ptr<Communicator> connect_ranks(const StrategyOptions& strategy,
 
 }  // namespace
 
-void run_worker_process(const Config& config, const WorkerProcessOptions& options) {
+void run_worker_process(const Config& given, const WorkerProcessOptions& options) {
+  Config config = given;
   const RendezvousEnv env = read_rendezvous_env();
   if (config.workers != env.world_size) {
     throw ConfigError(options.config_path, "workers",
@@ -146,8 +185,10 @@ void run_worker_process(const Config& config, const WorkerProcessOptions& option
   if (!launched_by_gradsync && env.rank == 0) std::cerr << "gradsync: " << env.describe() << "\n";
   // The store outlives the strategy: a ring keeps it for failure reports.
   const std::unique_ptr<Store> store = connect_store(env, timeout);
-  const std::string run_dir =
+  const RunFolder folder =
       agree_on_run_folder(*store, env, config, options, launched_by_gradsync, timeout);
+  const std::string& run_dir = folder.dir;
+  if (folder.restarted) config.checkpoint.resume = folder.resume;
 
   const Clock::time_point origin = launcher_origin();
   const TrainTest data = load_data(config.data, config.train.seed);
@@ -158,9 +199,11 @@ void run_worker_process(const Config& config, const WorkerProcessOptions& option
       make_model(config, plan.widths, config.train.batch, model_device(config));
   DistributedSampler sampler(data.train.size, env.rank, env.world_size, config.train.batch,
                              config.train.seed);
-  MetricsWriter metrics((fs::path(run_dir) / "metrics.csv").string(),
-                        launched_by_gradsync || env.rank != 0 ? MetricsWriter::Mode::kAppend
-                                                              : MetricsWriter::Mode::kCreate);
+  // A restart keeps the rows before its checkpoint (prepare_restart left them and the header).
+  const bool creates_metrics = !launched_by_gradsync && env.rank == 0 && !folder.restarted;
+  MetricsWriter metrics(
+      (fs::path(run_dir) / "metrics.csv").string(),
+      creates_metrics ? MetricsWriter::Mode::kCreate : MetricsWriter::Mode::kAppend);
   TraceWriter trace(origin, plan.trace_spans_per_rank);
   ProgressReporter progress = progress_reporter(config, plan);
   const RunCheckpoints checkpoints =

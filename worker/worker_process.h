@@ -27,6 +27,11 @@ struct WorkerProcessOptions {
   // launcher did (it starts the ranks with a folder ready).
   std::string config_yaml;
   std::vector<std::string> ps_endpoints;  // ps: one per ps.servers
+  // A restart after a failure (--resume auto; torchrun's TORCHELASTIC_RESTART_COUNT > 0 says
+  // so too): the run folder is the earlier attempt's (run_dir, or <output.dir>/latest/<run>),
+  // and every rank goes on from its newest complete checkpoint, or from the start without one;
+  // metrics.csv keeps only the rows before it.
+  bool restart = false;
 };
 
 // Runs the worker loop for this rank; throws on any failure (the caller prints it).

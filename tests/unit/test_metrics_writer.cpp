@@ -158,4 +158,32 @@ TEST_CASE("metrics writer: a full disk throws at the first flush") {
   CHECK_THROWS_WITH_AS(MetricsWriter("/dev/full"), doctest::Contains("/dev/full"), Error);
 }
 
+TEST_CASE("metrics writer: a restart keeps the rows before its checkpoint, and no torn row") {
+  TempDir dir;
+  const std::string path = dir.file("metrics.csv");
+  {
+    MetricsWriter writer(path);
+    for (std::int64_t step = 0; step < 5; ++step) {
+      for (int rank = 0; rank < 2; ++rank) writer.write({step, rank, 0, 0.1, 1.0, {}});
+    }
+  }
+  {
+    std::ofstream torn(path, std::ios::app);
+    torn << "5,0,0,0.5";  // the failed attempt died inside a row
+  }
+  keep_rows_before(path, 3);
+  const std::vector<std::string> lines = read_lines(path);
+  REQUIRE(lines.size() == 1 + 3 * 2);
+  CHECK(lines[0] == kHeader);
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    CHECK(std::stoll(lines[i]) == static_cast<long long>((i - 1) / 2));
+  }
+  // From the start (no checkpoint yet): the header alone.
+  keep_rows_before(path, 0);
+  CHECK(read_lines(path) == std::vector<std::string>{kHeader});
+  // The restart appends after what was kept.
+  MetricsWriter(path, MetricsWriter::Mode::kAppend).write({0, 1, 0, 0.2, 1.0, {}});
+  CHECK(read_lines(path).size() == 2);
+}
+
 }  // namespace gradsync

@@ -1,0 +1,121 @@
+"""Elastic restarts: a worker killed mid-run is started again with the others, and the run goes
+on from its newest checkpoint to the same end as a run never interrupted.
+
+1. `gradsync run --max-restarts 1`: the local launcher restarts the group, saying why.
+2. Debian's torchrun `--max_restarts 1`: its agent restarts the group with
+   TORCHELASTIC_RESTART_COUNT=1; rank 0 finds the first attempt's run folder and checkpoint.
+
+Each ends with the final parameters of an uninterrupted `gradsync run` (within 1e-6) and one
+metrics row per rank per step: the rows the failed attempt wrote past its checkpoint are gone.
+"""
+import collections
+import csv
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from checks import Checks, load_checkpoint, max_rel_diff
+
+gradsync, preset = sys.argv[1], sys.argv[2]
+DEBIAN_PYTHON = "/usr/bin/python3"
+STEPS, WORKERS, KILL_AFTER = 100, 2, 30  # as the preset says; kill once step 30 is logged
+check = Checks()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def final_params(run_dir):
+    step, params = load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{STEPS:08d}"))
+    check(step == STEPS, f"{run_dir}: a checkpoint of the last step, found {step}")
+    return params
+
+
+def rank_pids(rank):
+    """The gradsync worker processes of rank `rank` on this machine (RANK in their environment)."""
+    found, exe = [], os.path.realpath(gradsync)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            running = os.readlink(f"/proc/{pid}/exe")
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if running == exe and b"worker" in cmdline and f"RANK={rank}".encode() in environ:
+            found.append(int(pid))
+    return found
+
+
+def kill_rank_1_mid_run(out, proc):
+    """Waits until step KILL_AFTER is in metrics.csv, then SIGKILLs rank 1."""
+    metrics = os.path.join(out, "latest", "ring", "metrics.csv")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            steps = [int(line.split(",")[0]) for line in open(metrics).read().splitlines()[1:]
+                     if line]
+        except (OSError, ValueError):
+            steps = []
+        if steps and max(steps) >= KILL_AFTER:
+            victims = rank_pids(1)
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            return max(steps), victims
+        time.sleep(0.02)
+    return None, []
+
+
+def check_restarted(label, proc, out, reference, killed_at, victims, said):
+    stdout, stderr = proc.communicate(timeout=180)
+    check(killed_at is not None and victims, f"{label}: rank 1 killed mid-run (after step "
+                                             f"{killed_at}, pids {victims})")
+    check(proc.returncode == 0, f"{label}: the restarted run succeeds, exit {proc.returncode}: "
+                                f"{(stdout + stderr)[-2000:]}")
+    check(said in stdout + stderr, f"{label}: says it restarted ({said!r})")
+    run_dir = os.path.realpath(os.path.join(out, "latest", "ring"))
+    rows = list(csv.DictReader(open(os.path.join(run_dir, "metrics.csv"))))
+    counts = collections.Counter((int(r["step"]), int(r["rank"])) for r in rows)
+    want = {(s, r) for s in range(STEPS) for r in range(WORKERS)}
+    check(set(counts) == want and set(counts.values()) == {1},
+          f"{label}: one metrics row per rank per step ({len(rows)} rows, "
+          f"{sum(c > 1 for c in counts.values())} repeated, {len(want - set(counts))} missing)")
+    diff = max_rel_diff(final_params(run_dir), reference)
+    check(diff <= 1e-6, f"{label}: final parameters as without the failure (max rel diff {diff:g})")
+
+
+with tempfile.TemporaryDirectory() as top:
+    ref = os.path.join(top, "ref")
+    done = subprocess.run([gradsync, "run", preset, "--output", ref], capture_output=True,
+                          text=True, timeout=180)
+    check(done.returncode == 0, f"uninterrupted run: exit {done.returncode}: {done.stderr[-2000:]}")
+    reference = final_params(os.path.join(os.path.realpath(os.path.join(ref, "latest")), "ring"))
+
+    out = os.path.join(top, "run")
+    proc = subprocess.Popen([gradsync, "run", preset, "--output", out, "--max-restarts", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed_at, victims = kill_rank_1_mid_run(out, proc)
+    check_restarted("gradsync run --max-restarts 1", proc, out, reference, killed_at, victims,
+                    "restart 1 of 1, from ")
+
+    out = os.path.join(top, "torchrun")
+    # -r 1 -t 2: Debian's torch 1.13 under Python 3.11 crashes on its default redirects/tee.
+    proc = subprocess.Popen(
+        [DEBIAN_PYTHON, "-m", "torch.distributed.run", f"--nproc_per_node={WORKERS}",
+         "--max_restarts", "1", "--monitor_interval", "0.5", "-r", "1", "-t", "2",
+         "--log_dir", os.path.join(top, "torchrun-logs"), "--master_port", str(free_port()),
+         "--no_python", gradsync, "worker", preset, "--set", f"output.dir={out}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed_at, victims = kill_rank_1_mid_run(out, proc)
+    check_restarted("torchrun --max_restarts 1", proc, out, reference, killed_at, victims,
+                    "restarts from ")
+
+check.finish()
