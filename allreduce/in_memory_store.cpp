@@ -18,6 +18,15 @@ std::string InMemoryStore::get(const std::string& key, std::chrono::milliseconds
   return values_.at(key);
 }
 
+bool InMemoryStore::check(const std::vector<std::string>& keys,
+                          std::chrono::milliseconds /*timeout*/) {
+  std::lock_guard lock(mutex_);
+  for (const auto& key : keys) {
+    if (values_.find(key) == values_.end()) return false;
+  }
+  return true;
+}
+
 void InMemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   const auto all_present = [&] {

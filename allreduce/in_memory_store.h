@@ -15,6 +15,7 @@ class InMemoryStore final : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
  private:
   std::mutex mutex_;

@@ -70,7 +70,28 @@ class TcpStore final : public Store {
          [&] { return missing_message(keys, timeout); });
   }
 
+  bool check(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    return missing(keys, timeout).empty();
+  }
+
  private:
+  // The keys of `keys` the store does not hold now (kCheck: the server never waits for one).
+  std::vector<std::string> missing(const std::vector<std::string>& keys,
+                                   std::chrono::milliseconds timeout) {
+    if (keys.empty()) return {};
+    std::string reply(4 + keys.size(), '\0');
+    call("check", encode_keys(tcp::StoreRequest::kCheck, keys), timeout, reply.data(),
+         reply.size(), [&] {
+           return "no answer within " + std::to_string(timeout.count()) + " ms to a check of " +
+                  join(keys) + " in the store at " + endpoint_;
+         });
+    std::vector<std::string> absent;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (reply[4 + i] == 0) absent.push_back(keys[i]);
+    }
+    return absent;
+  }
+
   // Sends one request and reads its reply: `reply_size` fixed bytes into `reply`, or, when
   // `value` is given, a length-prefixed string. `on_timeout` composes the timeout's message.
   template <typename OnTimeout>
@@ -140,30 +161,17 @@ class TcpStore final : public Store {
     return conn;
   }
 
-  // Names the keys that are still missing, asked on a fresh connection with a short deadline.
+  // Names the keys that are still missing, asked with a short deadline of its own.
   std::string missing_message(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout) {
-    std::vector<std::string> missing = keys;
+    std::vector<std::string> absent = keys;
     try {
-      const auto deadline = Clock::now() + std::chrono::milliseconds(500);
-      Socket conn = take_connection("check", deadline, std::chrono::milliseconds(500));
-      const std::string request = encode_keys(tcp::StoreRequest::kCheck, keys);
-      std::string reply(4 + keys.size(), '\0');
-      if (tcp::send_all(conn.fd(), request.data(), request.size(), deadline).status ==
-              IoStatus::kOk &&
-          tcp::recv_all(conn.fd(), reply.data(), reply.size(), deadline).status == IoStatus::kOk) {
-        missing.clear();
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          if (reply[4 + i] == 0) missing.push_back(keys[i]);
-        }
-        std::lock_guard lock(mutex_);
-        idle_.push_back(std::move(conn));
-      }
+      absent = missing(keys, std::chrono::milliseconds(500));
     } catch (const Error&) {
       // Keep every key as "missing": the store did not answer the check either.
     }
     return "timed out after " + std::to_string(timeout.count()) + " ms waiting for key(s) " +
-           join(missing) + " in the store at " + endpoint_;
+           join(absent) + " in the store at " + endpoint_;
   }
 
   TcpStoreOptions options_;

@@ -129,6 +129,23 @@ TEST_CASE("store: tcp get and wait time out naming the missing key and the store
   CHECK(client->get("present", 1s) == "1");
 }
 
+TEST_CASE("store: check says whether every key is there now, without waiting for one") {
+  gradsync::InMemoryStore memory;
+  const int port = free_port();
+  auto server = gradsync::make_tcp_store(store_options(port, true));
+  auto client = gradsync::make_tcp_store(store_options(port, false));
+  for (gradsync::Store* store : {static_cast<gradsync::Store*>(&memory), client.get()}) {
+    CHECK(store->check({}, 1s));
+    const auto start = Clock::now();
+    CHECK_FALSE(store->check({"stop/0", "stop/1"}, 10s));
+    CHECK(ms_since(start) < 5000);  // answered at once, not after the timeout
+    store->set("stop/0", "3");
+    CHECK_FALSE(store->check({"stop/0", "stop/1"}, 1s));
+    store->set("stop/1", "4");
+    CHECK(store->check({"stop/0", "stop/1"}, 1s));
+  }
+}
+
 TEST_CASE("store: tcp client retries until the server appears") {
   const int port = free_port();
   auto client_result = std::async(std::launch::async, [port] {
