@@ -120,6 +120,15 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
         // Only a step that follows waits for it: not the last one's.
         if (step + 1 < options.steps) result.between_steps_s += seconds_between(end, Clock::now());
       }
+      if (options.stop_after && step + 1 < options.steps && options.stop_after(step + 1)) {
+        // The run ends here for now: the checkpoint it goes on from, unless one was just saved.
+        if (sinks.checkpointer && !sinks.checkpointer->due(step + 1)) {
+          checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace,
+                     step - first_step < options.trace_steps);
+        }
+        result.stopped = true;
+        break;
+      }
       if (rank != 0) continue;
       if (sinks.progress) sinks.progress->update(step, epoch, loss);
       const bool last = step + 1 == options.steps;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "common/progress.h"
@@ -56,6 +57,10 @@ struct LoopOptions {
   bool evaluate = true;      // false: no test-set evaluation (a synthetic model)
   // Resuming: the whole buffer's state from a checkpoint; the loop starts at resume->step.
   const TrainingState* resume = nullptr;
+  // Asked after every step but the last, with the steps completed: true stops the run there,
+  // after rank 0's checkpointer (if any) has saved that step (worker/stop_request.h). Every
+  // rank must answer the same.
+  std::function<bool(std::int64_t steps_done)> stop_after;
 };
 
 // Optional sinks; null pointers are skipped. `progress` is used by rank 0 only.
@@ -77,6 +82,7 @@ struct LoopResult {
   double between_steps_s = 0;
   std::int64_t parameters = 0;
   std::vector<float> final_params;  // only with LoopOptions::keep_params
+  bool stopped = false;             // LoopOptions::stop_after ended it before the last step
 };
 
 LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,

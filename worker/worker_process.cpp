@@ -6,13 +6,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/atomic_file.h"
+#include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "launch/rendezvous_env.h"
@@ -26,6 +29,7 @@
 #include "worker/rank_outputs.h"
 #include "worker/run_folder.h"
 #include "worker/run_plan.h"
+#include "worker/stop_request.h"
 #include "worker/trace_writer.h"
 #include "worker/worker_loop.h"
 
@@ -217,6 +221,20 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
   if (checkpoints.resume) loop.resume = &*checkpoints.resume;
   LoopSinks sinks{&metrics, &trace, env.rank == 0 ? &progress : nullptr};
   if (checkpoints.writer) sinks.checkpointer = &*checkpoints.writer;
+  // Under a scheduler, SIGTERM or SIGUSR1 stop the ring's ranks after one agreed step, rank 0
+  // checkpointing it even when checkpoint.every asks for none. (ps workers keep the default
+  // action: their shards hold the parameters, and no step is agreed with them.)
+  std::optional<StopRequest> stop;
+  std::optional<Checkpointer> stop_checkpointer;
+  if (!launched_by_gradsync && config.strategy == "allreduce") {
+    stop.emplace(*store, env.rank, env.world_size, timeout);
+    loop.stop_after = [&](std::int64_t done) { return stop->stop_after(done); };
+    if (env.rank == 0 && !sinks.checkpointer) {
+      stop_checkpointer.emplace(checkpoint_root(config, run_dir), 0, plan.steps,
+                                model_description(config, plan.widths), training_settings(config));
+      sinks.checkpointer = &*stop_checkpointer;
+    }
+  }
 
   const StrategyOptions strategy_settings = strategy_options(config, ps_endpoints);
   std::shared_ptr<Communicator> comm;  // allreduce only
@@ -246,6 +264,17 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
     throw;
   }
   trace.write(rank_trace_path(run_dir, env.rank));
+  if (result.stopped) {
+    const std::int64_t done =
+        checkpoints.resume ? static_cast<std::int64_t>(checkpoints.resume->step) + result.steps
+                           : result.steps;
+    throw Interrupted(stop->signal(),
+                      std::string(stop->signal() == SIGUSR1 ? "SIGUSR1" : "SIGTERM") +
+                          ": stopped after step " + std::to_string(done) + " of " +
+                          std::to_string(plan.steps) + " with every rank; checkpoint " +
+                          checkpoint_step_folder(checkpoint_root(config, run_dir), done) +
+                          " (go on with the same command and --resume auto)");
+  }
   write_rank_result(rank_result_path(run_dir, env.rank), result);
   // Without `gradsync run` nobody else folds the ranks' files into summary.json and trace.json:
   // rank 0 does, once every rank has written its own: the ring's barrier says so; ps workers
