@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from checks import Checks, load_checkpoint, max_rel_diff
+from checks import Checks, children_of, load_checkpoint, max_rel_diff
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -38,20 +38,20 @@ def final_params(run_dir):
     return params
 
 
-def rank_pids(rank):
-    """The gradsync worker processes of rank `rank` on this machine (RANK in their environment)."""
-    found, exe = [], os.path.realpath(gradsync)
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            running = os.readlink(f"/proc/{pid}/exe")
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if running == exe and b"worker" in cmdline and f"RANK={rank}".encode() in environ:
-            found.append(int(pid))
+def rank_pids(ancestor, rank):
+    """The gradsync worker processes of rank `rank` (RANK in their environment) among the
+    descendants of `ancestor`: other tests run their own ranks beside this one."""
+    found, exe, todo = [], os.path.realpath(gradsync), [ancestor]
+    while todo:
+        for pid, _ in children_of(todo.pop()):
+            todo.append(pid)
+            try:
+                running = os.readlink(f"/proc/{pid}/exe")
+                environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if running == exe and f"RANK={rank}".encode() in environ:
+                found.append(pid)
     return found
 
 
@@ -66,7 +66,7 @@ def kill_rank_1_mid_run(out, proc):
         except (OSError, ValueError):
             steps = []
         if steps and max(steps) >= KILL_AFTER:
-            victims = rank_pids(1)
+            victims = rank_pids(proc.pid, 1)
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
             return max(steps), victims
