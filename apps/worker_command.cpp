@@ -37,13 +37,18 @@ int run_worker(const WorkerOptions& o) {
   // The launcher decides how many ranks there are; a preset names its own count only for
   // `gradsync run`. Said once, by rank 0.
   const RendezvousEnv env = read_rendezvous_env();
-  if (run.config.workers != env.world_size) {
+  // ps without --ps-endpoints: the launch's last ps.servers ranks are its shards.
+  const bool ps_roles = run.config.strategy == "ps" && o.ps_endpoints.empty();
+  const int workers = ps_roles ? ps_workers(run.config, env.world_size) : env.world_size;
+  if (run.config.workers != workers) {
     if (env.rank == 0) {
       std::cerr << "gradsync: worker: " << run.config.name
                 << " says workers = " << run.config.workers << ", but " << env.source << " started "
-                << env.world_size << " rank(s): running with " << env.world_size << "\n";
+                << env.world_size << " rank(s)"
+                << (ps_roles ? " with ps.servers = " + std::to_string(run.config.ps.servers) : "")
+                << ": running " << workers << " worker(s)\n";
     }
-    run.config.workers = env.world_size;
+    run.config.workers = workers;
   }
   WorkerProcessOptions options;
   options.config_path = run.path;

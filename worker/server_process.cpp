@@ -41,7 +41,8 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
 }  // namespace
 
 void run_server_process(const Config& config, const std::string& run_dir, int shard, int port,
-                        const std::string& bind) {
+                        const std::string& bind,
+                        const std::function<void(const std::string&)>& on_listening) {
   if (shard >= config.ps.servers) {
     throw ConfigError(
         "command line", "--shard",
@@ -69,7 +70,11 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   add_checkpointing(options, config, plan, run_dir);
 
   PsShard server(options);
-  std::cout << "endpoint " << server.endpoint() << std::endl;
+  if (on_listening) {
+    on_listening(server.endpoint());
+  } else {
+    std::cout << "endpoint " << server.endpoint() << std::endl;
+  }
   server.serve();
   const PsShardTraffic traffic = server.traffic();
   write_server_traffic(server_result_path(run_dir, shard), traffic.bytes_sent,

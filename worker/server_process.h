@@ -4,6 +4,7 @@
 // worker has said goodbye; then it writes server<K>.json (its traffic) into the run folder.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "common/config.h"
@@ -11,8 +12,10 @@
 namespace gradsync {
 
 // Throws on any failure (the caller prints it); the shard listens on `bind` (empty: ps.bind) at
-// `port` (0: an ephemeral port, printed on stdout as "endpoint tcp://...").
+// `port` (0: an ephemeral port), and then hands its endpoint ("tcp://HOST:PORT") to
+// `on_listening`, by default printing "endpoint tcp://..." on stdout.
 void run_server_process(const Config& config, const std::string& run_dir, int shard, int port,
-                        const std::string& bind = "");
+                        const std::string& bind = "",
+                        const std::function<void(const std::string&)>& on_listening = {});
 
 }  // namespace gradsync

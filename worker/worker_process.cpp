@@ -29,6 +29,7 @@
 #include "worker/rank_outputs.h"
 #include "worker/run_folder.h"
 #include "worker/run_plan.h"
+#include "worker/server_process.h"
 #include "worker/stop_request.h"
 #include "worker/trace_writer.h"
 #include "worker/worker_loop.h"
@@ -149,6 +150,26 @@ RunFolder agree_on_run_folder(Store& store, const RendezvousEnv& env, const Conf
   return folder;
 }
 
+std::string shard_key(int shard) { return "gradsync/ps/shard/" + std::to_string(shard); }
+
+// A launch rank past the workers: shard (rank - workers), listening on an ephemeral port of the
+// address this host reaches rank 0 from, which it posts in the store for the workers.
+void serve_as_shard(const Config& config, const RendezvousEnv& env, Store& store,
+                    const std::string& run_dir) {
+  const int shard = env.rank - env.world_size;
+  run_server_process(config, run_dir, shard, 0,
+                     local_address_towards(env.master_addr, env.master_port),
+                     [&](const std::string& endpoint) { store.set(shard_key(shard), endpoint); });
+}
+
+// The shards' endpoints, in shard order, as they post them.
+std::vector<std::string> shard_endpoints(Store& store, int shards,
+                                         std::chrono::milliseconds timeout) {
+  std::vector<std::string> endpoints;
+  for (int k = 0; k < shards; ++k) endpoints.push_back(store.get(shard_key(k), timeout));
+  return endpoints;
+}
+
 // allreduce: the communicator over every rank, formed through the store: TcpRing for a model
 // in host memory, NCCL on the model's GPU. The store must outlive it: a ring keeps it for
 // failure reports.
@@ -165,16 +186,33 @@ std::shared_ptr<Communicator> connect_ranks(const StrategyOptions& strategy,
 
 }  // namespace
 
+int ps_workers(const Config& config, int launched) {
+  const int workers = launched - config.ps.servers;
+  if (workers < 1) {
+    throw ConfigError("environment", "WORLD_SIZE",
+                      std::to_string(launched) + " ranks launched for ps with ps.servers = " +
+                          std::to_string(config.ps.servers) +
+                          ": the last ps.servers ranks serve, which leaves no worker");
+  }
+  return workers;
+}
+
 void run_worker_process(const Config& given, const WorkerProcessOptions& options) {
   Config config = given;
-  const RendezvousEnv env = read_rendezvous_env();
+  const RendezvousEnv launch = read_rendezvous_env();
+  RendezvousEnv env = launch;  // as the strategy sees it: the workers alone under ps roles
+  // ps under another launcher, without --ps-endpoints: the last ps.servers ranks of the launch
+  // serve the key ranges, as ps-lite assigns roles; the others train, as ranks 0..N-1 of N.
+  const bool ps_roles = config.strategy == "ps" && options.ps_endpoints.empty();
+  if (ps_roles) env.world_size = ps_workers(config, env.world_size);
   if (config.workers != env.world_size) {
     throw ConfigError(options.config_path, "workers",
-                      std::to_string(config.workers) + " in the configuration but WORLD_SIZE (" +
-                          env.source + ") is " + std::to_string(env.world_size));
+                      std::to_string(config.workers) + " in the configuration but " +
+                          (ps_roles ? "the launch has " : "WORLD_SIZE (" + env.source + ") is ") +
+                          std::to_string(env.world_size) + (ps_roles ? " workers" : ""));
   }
-  const std::vector<std::string>& ps_endpoints = options.ps_endpoints;
-  if (config.strategy == "ps" &&
+  std::vector<std::string> ps_endpoints = options.ps_endpoints;
+  if (config.strategy == "ps" && !ps_roles &&
       ps_endpoints.size() != static_cast<std::size_t>(config.ps.servers)) {
     throw ConfigError("command line", "--ps-endpoints",
                       std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
@@ -186,13 +224,18 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
   // first barrier).
   const bool launched_by_gradsync = std::getenv(kOriginEnv) != nullptr;
   // Under another launcher, say which of its variables placed the ranks (rank 0, once).
-  if (!launched_by_gradsync && env.rank == 0) std::cerr << "gradsync: " << env.describe() << "\n";
+  if (!launched_by_gradsync && env.rank == 0)
+    std::cerr << "gradsync: " << launch.describe() << "\n";
   // The store outlives the strategy: a ring keeps it for failure reports.
   const std::unique_ptr<Store> store = connect_store(env, timeout);
   const RunFolder folder =
       agree_on_run_folder(*store, env, config, options, launched_by_gradsync, timeout);
   const std::string& run_dir = folder.dir;
   if (folder.restarted) config.checkpoint.resume = folder.resume;
+  if (ps_roles) {
+    if (env.rank >= env.world_size) return serve_as_shard(config, env, *store, run_dir);
+    ps_endpoints = shard_endpoints(*store, config.ps.servers, timeout);
+  }
 
   const Clock::time_point origin = launcher_origin();
   const TrainTest data = load_data(config.data, config.train.seed);

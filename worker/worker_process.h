@@ -34,8 +34,14 @@ struct WorkerProcessOptions {
   bool restart = false;
 };
 
-// Runs the worker loop for this rank; throws on any failure (the caller prints it).
+// Runs the worker loop for this rank; throws on any failure (the caller prints it). For ps
+// without options.ps_endpoints, the last ps.servers ranks of the launch serve the key ranges
+// instead (gradsync server's work, their endpoints posted in the store), and the others train.
 void run_worker_process(const Config& config, const WorkerProcessOptions& options);
+
+// The workers of a ps launch of `launched` ranks without --ps-endpoints (all but the last
+// ps.servers); a ConfigError naming WORLD_SIZE when that leaves none.
+int ps_workers(const Config& config, int launched);
 
 // The environment variable with the launcher's clock origin (steady_clock nanoseconds), so the
 // ranks' traces share one time axis.
