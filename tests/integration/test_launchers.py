@@ -3,7 +3,8 @@
 1. torchrun (Debian's python3-torch) at 2 and 4 processes, for allreduce and for ps (whose last
    ps.servers ranks become its shards): its agent serves its own store on MASTER_PORT, so
    gradsync's store takes the next port; no run folder is prepared: rank 0 makes one under
-   output.dir as `gradsync run` would, and the others write into it.
+   output.dir as `gradsync run` would, and the others write into it. Also under its c10d
+   rendezvous.
 2. mpirun (Open MPI) -np 4 with `gradsync worker quickstart --only allreduce-4`: no folder, no
    MASTER_ADDR or MASTER_PORT (both defaulted on one host).
 
@@ -69,21 +70,25 @@ def compare(label, run_dir, reference_dir, workers, steps):
     check(diff <= 1e-5, f"{label}: final parameters as under gradsync run (max rel diff {diff:g})")
 
 
-def under_torchrun(out, run, processes):
-    """`run` of the preset as `processes` ranks; ps keeps its last one as the shard."""
+def under_torchrun(out, run, processes, rendezvous="static"):
+    """`run` of the preset as `processes` ranks; ps keeps its last one as the shard. The static
+    rendezvous is torchrun's default; c10d is its elastic one (an agent store of its own at the
+    rendezvous endpoint, MASTER_PORT a free port it picks)."""
     steps = 60
     workers = processes - 1 if run == "ps" else processes
     ref = reference(os.path.join(out, "ref"), preset, run, "--set", f"workers={workers}")
     logs = os.path.join(out, "torchrun-logs")
     mine = os.path.join(out, "torchrun")
     # -r 1 -t 2: Debian's torch 1.13 under Python 3.11 crashes on its default redirects/tee.
-    run_ok(f"torchrun --nproc_per_node={processes} ({run})",
+    where = (["--master_port", str(free_port())] if rendezvous == "static" else
+             ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}"])
+    run_ok(f"torchrun --nproc_per_node={processes} ({run}, {rendezvous} rendezvous)",
            [DEBIAN_PYTHON, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
-            "-r", "1", "-t", "2", "--log_dir", logs, "--master_port", str(free_port()),
+            "-r", "1", "-t", "2", "--log_dir", logs, *where,
             "--no_python", gradsync, "worker", preset, "--only", run,
             "--set", f"output.dir={mine}"])
     run_dir = os.path.join(os.path.realpath(os.path.join(mine, "latest")), run)
-    compare(f"torchrun x{processes} {run}", run_dir, ref, workers, steps)
+    compare(f"torchrun x{processes} {run} ({rendezvous})", run_dir, ref, workers, steps)
 
 
 def under_mpirun(out):
@@ -105,6 +110,8 @@ for run in ("ring", "ps"):
     for processes in (2, 4):
         with tempfile.TemporaryDirectory() as out:
             under_torchrun(out, run, processes)
+with tempfile.TemporaryDirectory() as out:
+    under_torchrun(out, "ring", 2, rendezvous="c10d")
 with tempfile.TemporaryDirectory() as out:
     under_mpirun(out)
 check.finish()
