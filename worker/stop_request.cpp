@@ -18,7 +18,12 @@ static_assert(std::atomic<int>::is_always_lock_free);
 struct sigaction g_old_term {};
 struct sigaction g_old_usr1 {};
 
-void on_signal(int signal) { g_signal.store(signal); }
+// The first signal is the one that asked: a launcher's later SIGTERM (srun's, once other ranks
+// have left) does not rename the stop.
+void on_signal(int signal) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal);
+}
 
 void catch_signal(int signal, struct sigaction& old) {
   struct sigaction action {};

@@ -308,6 +308,9 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
   }
   trace.write(rank_trace_path(run_dir, env.rank));
   if (result.stopped) {
+    // Nobody leaves before rank 0's checkpoint is whole: a launcher that ends the job once the
+    // first rank exits (srun --kill-on-bad-exit) must not cut it short.
+    comm->barrier();
     const std::int64_t done =
         checkpoints.resume ? static_cast<std::int64_t>(checkpoints.resume->step) + result.steps
                            : result.steps;
