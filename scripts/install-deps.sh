@@ -11,8 +11,9 @@ packages=(
   libzmq3-dev cppzmq-dev libeigen3-dev doctest-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   dataset-fashion-mnist python3 python3-matplotlib python3-numpy
-  # The launchers the tests start gradsync under: torchrun (python3-torch), mpirun.
-  python3-torch openmpi-bin
+  # The launchers the tests start gradsync under: torchrun (python3-torch), mpirun, and a real
+  # one-host Slurm (scripts/slurm-one-host.sh: slurmctld, slurmd, munge).
+  python3-torch openmpi-bin slurm-wlm munge
 )
 for flag in "$@"; do
   case "$flag" in

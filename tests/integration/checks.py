@@ -113,3 +113,11 @@ def max_rel_diff(a, b):
     if len(a) != len(b) or not a:
         return float("inf")
     return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
+
+
+def last_step_params(check, run_dir, steps):
+    """The parameters in `run_dir`'s checkpoint of step `steps` (its last), checked to be of
+    that step: the final parameters that runs under different launchers are compared by."""
+    step, params = load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{steps:08d}"))
+    check(step == steps, f"{run_dir}: the last checkpoint is of step {steps}, found {step}")
+    return params

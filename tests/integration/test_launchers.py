@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks, load_checkpoint, max_rel_diff
+from checks import Checks, last_step_params, max_rel_diff
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 DEBIAN_PYTHON = "/usr/bin/python3"  # torch is Debian's python3-torch, not any python3 on PATH
@@ -47,12 +47,6 @@ def run_ok(label, argv, timeout=240, env=None):
     return proc
 
 
-def final_params(run_dir, steps):
-    step, params = load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{steps:08d}"))
-    check(step == steps, f"{run_dir}: the last checkpoint is of step {steps}, found {step}")
-    return params
-
-
 def reference(out, preset_arg, run, *sets):
     """The same run under `gradsync run`: its run folder."""
     run_ok(f"gradsync run {preset_arg} --only {run} {' '.join(sets)}",
@@ -66,7 +60,8 @@ def compare(label, run_dir, reference_dir, workers, steps):
           f"{label}: one metrics row per rank per step: {len(rows)}, expected {steps * workers}")
     check(os.path.exists(os.path.join(run_dir, "summary.json")),
           f"{label}: rank 0 wrote summary.json")
-    diff = max_rel_diff(final_params(run_dir, steps), final_params(reference_dir, steps))
+    diff = max_rel_diff(last_step_params(check, run_dir, steps),
+                        last_step_params(check, reference_dir, steps))
     check(diff <= 1e-5, f"{label}: final parameters as under gradsync run (max rel diff {diff:g})")
 
 

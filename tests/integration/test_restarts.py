@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from checks import Checks, children_of, load_checkpoint, max_rel_diff
+from checks import Checks, last_step_params, children_of, max_rel_diff
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -30,12 +30,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def final_params(run_dir):
-    step, params = load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{STEPS:08d}"))
-    check(step == STEPS, f"{run_dir}: a checkpoint of the last step, found {step}")
-    return params
 
 
 def rank_pids(ancestor, rank):
@@ -88,7 +82,7 @@ def check_restarted(label, proc, out, reference, killed_at, victims, said):
     check(set(counts) == want and set(counts.values()) == {1},
           f"{label}: one metrics row per rank per step ({len(rows)} rows, "
           f"{sum(c > 1 for c in counts.values())} repeated, {len(want - set(counts))} missing)")
-    diff = max_rel_diff(final_params(run_dir), reference)
+    diff = max_rel_diff(last_step_params(check, run_dir, STEPS), reference)
     check(diff <= 1e-6, f"{label}: final parameters as without the failure (max rel diff {diff:g})")
 
 
@@ -97,7 +91,8 @@ with tempfile.TemporaryDirectory() as top:
     done = subprocess.run([gradsync, "run", preset, "--output", ref], capture_output=True,
                           text=True, timeout=180)
     check(done.returncode == 0, f"uninterrupted run: exit {done.returncode}: {done.stderr[-2000:]}")
-    reference = final_params(os.path.join(os.path.realpath(os.path.join(ref, "latest")), "ring"))
+    reference = last_step_params(
+        check, os.path.join(os.path.realpath(os.path.join(ref, "latest")), "ring"), STEPS)
 
     out = os.path.join(top, "run")
     proc = subprocess.Popen([gradsync, "run", preset, "--output", out, "--max-restarts", "1"],

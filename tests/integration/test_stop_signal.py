@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-from checks import Checks, load_checkpoint, max_rel_diff
+from checks import Checks, last_step_params, load_checkpoint, max_rel_diff
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 STEPS, WORKERS, SIGNAL_AFTER = 100, 2, 30  # as the preset says
@@ -36,16 +36,12 @@ def start_ranks(out, *extra):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(WORKERS)]
 
 
-def final_params(run_dir):
-    return load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{STEPS:08d}"))[1]
-
-
 with tempfile.TemporaryDirectory() as top:
     done = subprocess.run([gradsync, "run", preset, "--output", os.path.join(top, "ref")],
                           capture_output=True, text=True, timeout=180)
     check(done.returncode == 0, f"uninterrupted run: exit {done.returncode}: {done.stderr[-2000:]}")
-    reference = final_params(os.path.join(os.path.realpath(os.path.join(top, "ref", "latest")),
-                                          "ring"))
+    reference = last_step_params(
+        check, os.path.join(os.path.realpath(os.path.join(top, "ref", "latest")), "ring"), STEPS)
 
     out = os.path.join(top, "out")
     ranks = start_ranks(out)
@@ -90,7 +86,7 @@ with tempfile.TemporaryDirectory() as top:
     want = {(s, r) for s in range(STEPS) for r in range(WORKERS)}
     check(set(counts) == want and set(counts.values()) == {1},
           f"one metrics row per rank per step ({len(rows)} rows)")
-    diff = max_rel_diff(final_params(run_dir), reference)
+    diff = max_rel_diff(last_step_params(check, run_dir, STEPS), reference)
     check(diff <= 1e-6, f"resumed: final parameters as never stopped (max rel diff {diff:g})")
 
 check.finish()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from checks import Checks, load_checkpoint, max_rel_diff
+from checks import Checks, last_step_params, max_rel_diff
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 DEBIAN_PYTHON = "/usr/bin/python3"
@@ -45,19 +45,14 @@ def remove_nodes():
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True, timeout=30)
 
 
-def final_params(run_dir):
-    step, params = load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{STEPS:08d}"))
-    check(step == STEPS, f"{run_dir}: a checkpoint of the last step, found {step}")
-    return params
-
-
 with tempfile.TemporaryDirectory() as top:
     ref = os.path.join(top, "ref")
     done = subprocess.run([gradsync, "run", preset, "--only", "ring", "--output", ref,
                            "--set", f"workers={2 * PER_NODE}"],
                           capture_output=True, text=True, timeout=180)
     check(done.returncode == 0, f"gradsync run: exit {done.returncode}: {done.stderr[-2000:]}")
-    reference = final_params(os.path.join(os.path.realpath(os.path.join(ref, "latest")), "ring"))
+    reference = last_step_params(
+        check, os.path.join(os.path.realpath(os.path.join(ref, "latest")), "ring"), STEPS)
 
     out = os.path.join(top, "out")
     try:
@@ -86,7 +81,7 @@ with tempfile.TemporaryDirectory() as top:
     check(len(rows) == STEPS * 2 * PER_NODE,
           f"one metrics row per rank per step: {len(rows)}, expected {STEPS * 2 * PER_NODE}")
     check({r["rank"] for r in rows} == {"0", "1", "2", "3"}, "rows from the ranks of both nodes")
-    diff = max_rel_diff(final_params(run_dir), reference)
+    diff = max_rel_diff(last_step_params(check, run_dir, STEPS), reference)
     check(diff <= 1e-5, f"final parameters as under gradsync run (max rel diff {diff:g})")
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     check(tag not in left, f"no namespace left behind: {left!r}")
