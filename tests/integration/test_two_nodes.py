@@ -4,7 +4,7 @@ each. Rank 0's store listens on node 0's address, node 1's ranks reach it and fo
 across the veth; the run ends with the parameters `gradsync run` ends with at 4 workers (within
 1e-5), one metrics row per rank per step.
 
-Skips (exit 77, reported as skipped) when not root: namespaces need it.
+Skips (exit 77, reported as skipped) when not root, or where `ip netns add` is not permitted.
 """
 import csv
 import os
@@ -20,6 +20,11 @@ STEPS, PER_NODE = 60, 2
 if os.geteuid() != 0:
     print("skipped: network namespaces need root")
     sys.exit(77)
+probe = f"gradsync-probe-{os.getpid()}"
+if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode != 0:
+    print("skipped: `ip netns add` is not permitted here")  # as test_network_namespaces.py
+    sys.exit(77)
+subprocess.run(["ip", "netns", "del", probe], capture_output=True)
 check = Checks()
 tag = f"gs{os.getpid() % 100000}"  # names unique to this test run
 NODES = [(f"{tag}a", f"{tag}va", "10.213.7.1"), (f"{tag}b", f"{tag}vb", "10.213.7.2")]
