@@ -171,8 +171,6 @@ std::size_t parse_size(const std::string& text) {
   return value << shift;
 }
 
-bool gloo_compiled_in() { return GRADSYNC_HAVE_GLOO; }
-
 namespace {
 
 // The sweep the options describe, for either transport.

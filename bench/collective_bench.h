@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 
+#include "allreduce/gloo/gloo_communicator.h"  // gloo_compiled_in(): the Gloo columns exist
 #include "bench/collective_ops.h"
 #include "bench/collective_sweep.h"
 
@@ -61,8 +62,5 @@ struct CollectiveBenchReport {
   std::uint64_t gloo_wrong = 0;  // Gloo's, when it ran beside
 };
 CollectiveBenchReport run_collective_bench_report(const CollectiveBenchOptions& options);
-
-// True when this build has the Gloo comparison (GRADSYNC_HAVE_GLOO).
-bool gloo_compiled_in();
 
 }  // namespace gradsync

@@ -6,7 +6,6 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
-#include <gloo/config.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/hash_store.h>
@@ -16,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "allreduce/gloo/gloo_communicator.h"  // gloo_version(), the one gradsync links
 #include "common/error.h"
 
 namespace gradsync {
@@ -135,11 +135,6 @@ class GlooRank final : public BenchRank {
 };
 
 }  // namespace
-
-std::string gloo_version() {
-  return std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
-         std::to_string(GLOO_VERSION_PATCH);
-}
 
 std::string gloo_algorithm(const std::string& op) {
   const GlooOp* gloo_op = find_gloo_op(op);

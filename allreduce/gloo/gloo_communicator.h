@@ -1,0 +1,102 @@
+// GlooCommunicator: the Communicator of allreduce/communicator.h over Gloo (Debian's
+// libgloo-dev), on host buffers, beside TcpRing: the same contract, Gloo's algorithms and TCP
+// transport underneath.
+//
+//   GlooOptions options;  options.timeout = comm_timeout;  options.algorithm = "halving_doubling";
+//   auto comm = make_gloo_communicator(store, rank, world, options);   // collective
+//   comm->allreduce(grads, ReduceOp::kAvg);
+//
+// Rendezvous: through the gradsync Store (allreduce/store.h), under "<store_prefix>/": each rank
+// publishes the addresses of its Gloo TCP pairs there (allreduce/gloo/gloo_store.h) and every
+// pair of ranks connects (Gloo's full mesh); then the local address of each connection, under
+// "<store_prefix>/addresses/<rank>", so that a peer's error can name a rank where Gloo's message
+// gives only an address. Joining waits for every rank up to options.timeout; a rank that never
+// comes is the Store's TimeoutError naming the keys still missing.
+//
+// Algorithms (allreduce; options.algorithm, gloo_algorithms() lists them):
+//   ring              gloo::allreduce, RING: reduce-scatter then all-gather, segments pipelined
+//                     (each rank sends and receives 2(N-1)/N of the buffer)
+//   ring_chunked      gloo::AllreduceRingChunked: the ring over 2N chunks, two in flight
+//   halving_doubling  gloo::AllreduceHalvingDoubling: recursive halving then doubling (log2 N
+//                     steps; other sizes in binary blocks)
+// Broadcast is gloo::broadcast (a binomial tree from the root), allgather gloo::allgather (ring),
+// barrier gloo::barrier, each call with its own tag (see "Mismatched collectives" below).
+// ReduceOp::kAvg is the sum, then each element divided by float(size) on every rank, as TcpRing
+// divides each finished segment: where both sum in the same order the bits agree; for N >= 3
+// Gloo's orders differ from TcpRing's, so non-integer data can differ in the last bits (integer
+// sums are exact either way). Every rank ends with the same bits under every algorithm.
+//
+// Threads: make_gloo_communicator blocks until every rank has joined. The *_async calls only
+// queue the collective and may come from any thread (issue order is execution order, the same on
+// every rank); one background thread per communicator runs them through Gloo, whose own TCP
+// device adds an event-loop thread. Buffers must stay valid and untouched until the Work
+// completes. World size 1 and zero elements are no-ops that complete as soon as the collectives
+// queued before them have.
+//
+// Failures: every Gloo wait has options.timeout (the context's timeout and each collective's);
+// none waits forever. (Gloo times each wait, not the whole collective: one that stalls fails
+// `timeout` after its last progress.) Gloo's exceptions become gradsync errors naming the
+// collective (its sequence number, operation and size) and, where Gloo's message says it, the
+// peer's rank and address: a timeout is a TimeoutError; a closed or reset connection is a
+// PeerError, or a TimeoutError when that peer reported (through the Store) that it had timed out
+// first. A rank whose collective fails publishes why under "<store_prefix>/failed/<rank>" and
+// closes its connections, so that its peers fail at once and can say why. After a failure, every
+// later call throws the same error. abort(reason) publishes `reason` the same way, closes this
+// rank's connections (its peers' blocked collectives fail at once, naming it), and fails what runs
+// or is queued here and every later call with "this rank aborted: <reason>"; it never waits on a
+// peer. The destructor closes the connections, fails what is queued and joins the thread: it never
+// hangs.
+//
+// Mismatched collectives (another operation, size or root on some rank) are no desync error
+// here, unlike TcpRing's. Every collective of the ring, broadcast, allgather and barrier has a
+// Gloo tag hashed from its sequence number and shape, so mismatched ranks never exchange bytes:
+// each times out. ring_chunked and halving_doubling find their peers' messages by Gloo's slot
+// counter alone; there a size mismatch fails an assertion on Gloo's event-loop thread, which
+// ends the process (std::terminate), so keep them for ranks that cannot disagree.
+//
+// Gloo's own headers stay out of this one: only gloo_communicator.cpp (and gloo_store.h, which
+// only it includes) sees them, so no target above needs Gloo's include path. Without
+// Gloo in the build (GRADSYNC_HAVE_GLOO undefined) only gloo_compiled_in() may be called.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce/communicator.h"
+#include "allreduce/store.h"
+
+namespace gradsync {
+
+struct GlooOptions {
+  std::chrono::milliseconds timeout{60000};  // every collective, and joining
+  std::string algorithm = "ring";            // allreduce: ring | ring_chunked | halving_doubling
+  std::string bind_host = "127.0.0.1";       // the address of this rank's Gloo TCP device
+  std::string store_prefix = "gloo";         // several communicators can share one Store
+};
+
+// Collective over `size` ranks: each calls it with its own rank. Blocks until every rank has
+// joined (bounded by options.timeout). An unknown options.algorithm is a ConfigError for
+// comm.algorithm. The Store must outlive the communicator (failure reports go through it).
+std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int size,
+                                                     const GlooOptions& options);
+
+// The values GlooOptions::algorithm accepts, in order: ring, ring_chunked, halving_doubling.
+const std::vector<std::string>& gloo_algorithms();
+
+// Gloo's version as the headers this build was compiled against state it, e.g. "0.5.0" (Debian
+// packages a git snapshot, which carries no finer version).
+std::string gloo_version();
+
+// True when this build has Gloo (CMake found libgloo-dev and defined GRADSYNC_HAVE_GLOO for
+// every target above allreduce/).
+constexpr bool gloo_compiled_in() {
+#ifdef GRADSYNC_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace gradsync

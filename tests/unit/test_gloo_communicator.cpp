@@ -1,0 +1,419 @@
+// GlooCommunicator: N ranks as N threads of this process over loopback, joined through one
+// InMemoryStore, under every allreduce algorithm gloo_algorithms() lists. Expected values are
+// known in closed form (tests/support/ring_ranks.h): rank r holds r + 1 + i % 7 at element i, so
+// the sum over n ranks is n(n+1)/2 + n (i % 7) and the average (n+1)/2 + i % 7, both exactly
+// representable: any summation order must reproduce them bit for bit.
+// Compiled only where the build has Gloo (tests/CMakeLists.txt).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "allreduce/gloo/gloo_communicator.h"
+#include "allreduce/in_memory_store.h"
+#include "allreduce/tcp/socket.h"
+#include "allreduce/tcp/tcp_ring.h"
+#include "allreduce/tcp/tcp_store.h"
+#include "common/error.h"
+#include "tests/support/ring_ranks.h"
+
+using namespace gradsync::testing;
+using namespace std::chrono_literals;
+using gradsync::Communicator;
+using gradsync::ReduceOp;
+
+namespace {
+
+gradsync::GlooOptions gloo_options(const std::string& algorithm = "ring",
+                                   std::chrono::milliseconds timeout = 20s) {
+  gradsync::GlooOptions options;
+  options.algorithm = algorithm;
+  options.timeout = timeout;
+  return options;
+}
+
+// The message of the E that `call` throws; a failed check saying `expected` if it throws none.
+template <typename E, typename F>
+std::string error_of(F&& call, const std::string& expected) {
+  try {
+    call();
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL_CHECK(expected);
+  return "";
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Per rank, 0.1 (r + 1) / (i + 3): sums that round differently in different orders.
+std::vector<float> noisy_data(int rank, std::size_t length) {
+  std::vector<float> data(length);
+  for (std::size_t i = 0; i < length; ++i) data[i] = 0.1f * float(rank + 1) / float(i + 3);
+  return data;
+}
+
+}  // namespace
+
+TEST_CASE("gloo: the algorithms are the three this Debian Gloo has, and gloo is compiled in") {
+  CHECK(gradsync::gloo_compiled_in());
+  CHECK(gradsync::gloo_algorithms() ==
+        std::vector<std::string>{"ring", "ring_chunked", "halving_doubling"});
+  CHECK(!gradsync::gloo_version().empty());
+}
+
+TEST_CASE("gloo: every collective is exact for 1..4 ranks, awkward lengths and every algorithm") {
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    for (int n = 1; n <= 4; ++n) {
+      CAPTURE(algorithm);
+      CAPTURE(n);
+      // Empty, one element (fewer than ranks), one more than the ranks, and ~4 MB no n divides.
+      const std::vector<std::size_t> lengths = {0, 1, std::size_t(n + 1), 1000003};
+      const int root = n - 1;  // not rank 0 wherever there is another
+      gradsync::InMemoryStore store;
+      run_ranks(n, [&](int r) {
+        auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm));
+        CHECK(comm->rank() == r);
+        CHECK(comm->size() == n);
+        std::uint64_t sent = 0, received = 0;
+        for (std::size_t length : lengths) {
+          const std::uint64_t bytes = length * sizeof(float);
+          std::vector<float> data = rank_data(r, length);
+          comm->allreduce(data, ReduceOp::kSum);
+          CHECK_MESSAGE(
+              wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0,
+              "sum: rank " << r << " length " << length);
+          data = rank_data(r, length);
+          comm->allreduce(data, ReduceOp::kAvg);
+          CHECK_MESSAGE(
+              wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i) / float(n); }) ==
+                  0,
+              "avg: rank " << r << " length " << length);
+          sent += 2 * (2 * bytes * std::uint64_t(n - 1) / std::uint64_t(n));
+          received += 2 * (2 * bytes * std::uint64_t(n - 1) / std::uint64_t(n));
+
+          const auto pattern = [&](std::size_t i) { return float(root * 1000 + int(i % 1000)); };
+          std::vector<float> b(length, -1.0f);
+          if (r == root) {
+            for (std::size_t i = 0; i < length; ++i) b[i] = pattern(i);
+          }
+          comm->broadcast(b, root);
+          CHECK_MESSAGE(wrong_elements(b, pattern) == 0,
+                        "broadcast: rank " << r << " length " << length);
+          if (n > 1) (r == root ? sent : received) += bytes;
+
+          std::vector<float> in(length);
+          for (std::size_t i = 0; i < length; ++i) in[i] = float(r * 10 + int(i % 10));
+          std::vector<float> out(length * std::size_t(n), -1.0f);
+          comm->allgather(in, out);
+          CHECK_MESSAGE(wrong_elements(out,
+                                       [&](std::size_t j) {
+                                         return float(int(j / length) * 10 + int(j % length % 10));
+                                       }) == 0,
+                        "allgather: rank " << r << " length " << length);
+          sent += bytes * std::uint64_t(n) * std::uint64_t(n - 1) / std::uint64_t(n);
+          received += bytes * std::uint64_t(n) * std::uint64_t(n - 1) / std::uint64_t(n);
+
+          comm->barrier();
+        }
+        const auto counters = comm->counters();
+        CHECK(counters.collectives == 5 * lengths.size());
+        CHECK(counters.bytes_sent == sent);
+        CHECK(counters.bytes_received == received);
+      });
+    }
+  }
+}
+
+TEST_CASE("gloo: ranks agree bit for bit, and with 2 ranks the avg is TcpRing's exactly") {
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    for (int n : {2, 3, 4}) {
+      CAPTURE(algorithm);
+      CAPTURE(n);
+      const std::size_t length = 100003;
+      gradsync::InMemoryStore store;
+      std::vector<std::vector<float>> gloo(static_cast<std::size_t>(n)), ring(gloo.size());
+      run_ranks(n, [&](int r) {
+        auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm));
+        gloo[std::size_t(r)] = noisy_data(r, length);
+        comm->allreduce(gloo[std::size_t(r)], ReduceOp::kAvg);
+        auto tcp = gradsync::make_tcp_ring(store, r, n, ring_options());
+        ring[std::size_t(r)] = noisy_data(r, length);
+        tcp->allreduce(ring[std::size_t(r)], ReduceOp::kAvg);
+      });
+      for (int r = 1; r < n; ++r) CHECK(gloo[std::size_t(r)] == gloo[0]);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < length; ++i) differ += gloo[0][i] != ring[0][i] ? 1 : 0;
+      MESSAGE("gloo " << algorithm << ", " << n << " ranks: " << differ << " of " << length
+                      << " averages differ from TcpRing's in the last bits");
+      // Two addends sum alike in either order, and both divide the sum once by 2.
+      if (n == 2) CHECK(differ == 0);
+    }
+  }
+}
+
+TEST_CASE("gloo: collectives queued back to back complete in order with the right values") {
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    CAPTURE(algorithm);
+    const int n = 3;
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm));
+      const int count = 30;
+      std::vector<std::vector<float>> buffers;
+      std::vector<std::shared_ptr<gradsync::Work>> works;
+      for (int k = 0; k < count; ++k) buffers.push_back(rank_data(r, std::size_t(1 + 997 * k)));
+      std::vector<float> gathered(std::size_t(n) * 5);
+      std::vector<float> mine(5, float(r));
+      std::vector<float> broadcast(1000, r == 2 ? 42.0f : 0.0f);
+      for (int k = 0; k < count; ++k) {
+        works.push_back(comm->allreduce_async(buffers[std::size_t(k)],
+                                              k % 2 ? ReduceOp::kAvg : ReduceOp::kSum));
+        if (k == count / 2) works.push_back(comm->allgather_async(mine, gathered));
+        if (k == count / 3) works.push_back(comm->broadcast_async(broadcast, 2));
+        if (k == count / 4) works.push_back(comm->barrier_async());
+      }
+      // Waiting for the last one first: once it is done, every earlier one must be done too.
+      works.back()->wait(20s);
+      for (const auto& w : works) CHECK(w->completed());
+      for (const auto& w : works) w->wait(1s);
+      for (int k = 0; k < count; ++k) {
+        const float divisor = k % 2 ? float(n) : 1.0f;
+        CHECK(wrong_elements(buffers[std::size_t(k)],
+                             [&](std::size_t i) { return expected_sum(n, i) / divisor; }) == 0);
+      }
+      CHECK(wrong_elements(gathered, [](std::size_t j) { return float(j / 5); }) == 0);
+      CHECK(wrong_elements(broadcast, [](std::size_t) { return 42.0f; }) == 0);
+      CHECK(comm->counters().collectives == std::uint64_t(count + 3));
+    });
+  }
+}
+
+TEST_CASE("gloo: a rank that never issues its part makes the others time out") {
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    CAPTURE(algorithm);
+    const int n = 3;
+    const auto timeout = 1500ms;
+    gradsync::InMemoryStore store;
+    Latch others_failed(n - 1);
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm, timeout));
+      std::vector<float> data = rank_data(r, 100000);
+      comm->allreduce(data, ReduceOp::kSum);  // #1 succeeds everywhere
+      if (r == 2) {
+        // Rank 2 stays alive, connections open, but never issues #2.
+        CHECK(others_failed.wait(20s));
+        return;
+      }
+      const auto start = Clock::now();
+      const std::string message = error_of<gradsync::TimeoutError>(
+          [&] { comm->allreduce(data, ReduceOp::kSum); },
+          "rank " + std::to_string(r) + ": collective #2 should have timed out");
+      const auto elapsed = ms_since(start);
+      others_failed.count_down();
+      MESSAGE(algorithm << ": rank " << r << " after " << elapsed << " ms: " << message);
+      CHECK(elapsed >= 1400);
+      CHECK(elapsed < 6000);  // the timeout, a report's grace, and slack for a loaded machine
+      CHECK(has(message, "collective #2 allreduce sum of 100000 floats (gloo " + algorithm));
+      CHECK(has(message, "timed out after 1500 ms"));
+      // The failure stays: the next call says the same at once.
+      const auto again = Clock::now();
+      CHECK(error_of<gradsync::TimeoutError>([&] { comm->barrier(); }, "still failed") == message);
+      CHECK(ms_since(again) < 500);
+    });
+  }
+}
+
+TEST_CASE("gloo: a rank whose peer timed out first fails with a TimeoutError at once, naming it") {
+  // In ring_chunked rank r waits for rank r + 1's "ready" before it sends on. Rank 3 never
+  // issues #2, so rank 2 waits for rank 3 and rank 1 for rank 2 (and rank 0 for rank 3's data).
+  // Rank 2 gives up first (a shorter timeout) and closes its connections; rank 1 reads
+  // end-of-file long before its own deadline and finds rank 2's report in the Store: a
+  // timeout, not a crash.
+  const int n = 4;
+  gradsync::InMemoryStore store;
+  Latch others_failed(n - 1);
+  run_ranks(n, [&](int r) {
+    const auto timeout = r == 2 ? 1000ms : 5000ms;
+    auto comm =
+        gradsync::make_gloo_communicator(store, r, n, gloo_options("ring_chunked", timeout));
+    std::vector<float> data = rank_data(r, 100000);
+    comm->allreduce(data, ReduceOp::kSum);
+    if (r == 3) {
+      CHECK(others_failed.wait(20s));  // never issues #2
+      return;
+    }
+    const auto start = Clock::now();
+    const std::string message = error_of<gradsync::TimeoutError>(
+        [&] { comm->allreduce(data, ReduceOp::kSum); }, "collective #2 should have timed out");
+    others_failed.count_down();
+    MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
+    if (r == 1) {
+      CHECK(ms_since(start) < 3500);  // rank 2's 1 s and a report's grace, not its own 5 s
+      CHECK(has(message,
+                "rank 2 closed the connection after a timeout: rank 2 timed out after "
+                "1000 ms waiting for rank 3 in collective #2"));
+    }
+  });
+}
+
+TEST_CASE("gloo: ranks that issue different sizes time out instead of exchanging bytes") {
+  // The tag of each collective hashes its shape: the two ranks' messages never meet. (With one
+  // tag Gloo would deliver 2000 floats into a 1000-float receive and assert on its own thread.)
+  gradsync::InMemoryStore store;
+  run_ranks(2, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, 2, gloo_options("ring", 1000ms));
+    std::vector<float> data = rank_data(r, r == 0 ? 1000 : 2000);
+    const std::string message = error_of<gradsync::TimeoutError>(
+        [&] { comm->allreduce(data, ReduceOp::kSum); }, "mismatched sizes must time out");
+    CHECK(has(message, "collective #1 allreduce sum of " + std::to_string(data.size())));
+  });
+}
+
+TEST_CASE("gloo: ranks join through a real TcpStore") {
+  int port = 0;
+  {
+    auto probe = gradsync::tcp::listen_on("127.0.0.1", 0);
+    port = gradsync::tcp::local_port(probe);
+  }
+  const int n = 3;
+  run_ranks(n, [&](int r) {
+    gradsync::TcpStoreOptions store_options;
+    store_options.port = port;
+    store_options.is_server = r == 0;
+    store_options.timeout = 10s;
+    auto store = gradsync::make_tcp_store(store_options);
+    auto comm = gradsync::make_gloo_communicator(*store, r, n, gloo_options("halving_doubling"));
+    std::vector<float> data = rank_data(r, 100001);
+    comm->allreduce(data, ReduceOp::kSum);
+    CHECK(wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
+    comm.reset();
+    // Rank 0's store server must outlive the others' last request (as in the TcpRing test).
+    if (r != 0) {
+      store->set("done/" + std::to_string(r), "1");
+    } else {
+      store->wait({"done/1", "done/2"}, 10s);
+    }
+  });
+}
+
+TEST_CASE("gloo: abort on one rank makes peers blocked in a collective fail at once, naming it") {
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    CAPTURE(algorithm);
+    const int n = 3;
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm, 20s));
+      std::vector<float> data = rank_data(r, 100000);
+      comm->allreduce(data, ReduceOp::kSum);
+      if (r == 1) {
+        // Let the others block in collective #2, then leave for a reason of its own.
+        std::this_thread::sleep_for(300ms);
+        comm->abort("rank 1 failed: results/metrics.csv: No space left on device");
+        const std::string mine = error_of<gradsync::Error>(
+            [&] { comm->allreduce(data, ReduceOp::kSum); }, "an aborted communicator must fail");
+        CHECK(has(mine, "this rank aborted: rank 1 failed: results/metrics.csv"));
+        CHECK(error_of<gradsync::Error>([&] { comm->barrier(); }, "still aborted") == mine);
+        return;
+      }
+      const auto start = Clock::now();
+      const std::string message = error_of<gradsync::PeerError>(
+          [&] { comm->allreduce(data, ReduceOp::kSum); },
+          "rank " + std::to_string(r) + ": collective #2 should have failed");
+      MESSAGE(algorithm << ": rank " << r << " after " << ms_since(start) << " ms: " << message);
+      CHECK(ms_since(start) < 5000);  // at once, not at the 20 s timeout
+      CHECK(has(message,
+                "closed the connection after a failure: rank 1 aborted: rank 1 failed: "
+                "results/metrics.csv: No space left on device"));
+      CHECK(has(message, "collective #2 allreduce sum"));
+    });
+  }
+}
+
+TEST_CASE("gloo: abort fails this rank's running and queued collectives without waiting") {
+  const int n = 2;
+  gradsync::InMemoryStore store;
+  Latch done(1);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options("ring", 20s));
+    if (r == 1) {
+      CHECK(done.wait(20s));  // issues nothing: rank 0's collective blocks on it
+      return;
+    }
+    std::vector<float> a = rank_data(r, 1000), b = rank_data(r, 1000);
+    auto running = comm->allreduce_async(a, ReduceOp::kSum);
+    auto queued = comm->allreduce_async(b, ReduceOp::kSum);
+    std::this_thread::sleep_for(200ms);
+    const auto start = Clock::now();
+    comm->abort("rank 0 is leaving");
+    CHECK(ms_since(start) < 1000);
+    for (const auto& work : {running, queued}) {
+      CHECK(has(error_of<gradsync::Error>([&] { work->wait(5s); }, "aborted work must fail"),
+                "this rank aborted: rank 0 is leaving"));
+    }
+    CHECK(ms_since(start) < 2000);
+    done.count_down();
+  });
+}
+
+TEST_CASE("gloo: destroying a communicator with work running and queued never hangs") {
+  const int n = 2;
+  gradsync::InMemoryStore store;
+  Latch done(1);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options("ring", 20s));
+    if (r == 1) {
+      CHECK(done.wait(20s));
+      return;
+    }
+    std::vector<float> a = rank_data(r, 1000), b = rank_data(r, 1000);
+    auto running = comm->allreduce_async(a, ReduceOp::kSum);
+    auto queued = comm->barrier_async();
+    std::this_thread::sleep_for(200ms);
+    const auto start = Clock::now();
+    comm.reset();
+    CHECK(ms_since(start) < 2000);
+    CHECK(has(error_of<gradsync::Error>([&] { running->wait(1s); }, "must fail"), "destroyed"));
+    CHECK(has(error_of<gradsync::Error>([&] { queued->wait(1s); }, "must fail"), "destroyed"));
+    done.count_down();
+  });
+}
+
+TEST_CASE("gloo: joining goes through the gradsync Store and times out naming the missing keys") {
+  gradsync::InMemoryStore store;
+  run_ranks(2, [&](int r) {
+    auto options = gloo_options();
+    options.store_prefix = "job7/gloo";
+    auto comm = gradsync::make_gloo_communicator(store, r, 2, options);
+    comm->barrier();
+  });
+  CHECK(store.check({"job7/gloo/rank_0", "job7/gloo/rank_1", "job7/gloo/0", "job7/gloo/1"}, 1s));
+
+  // Three ranks expected, two come.
+  gradsync::InMemoryStore lonely;
+  run_ranks(2, [&](int r) {
+    const auto start = Clock::now();
+    const std::string message = error_of<gradsync::TimeoutError>(
+        [&] { gradsync::make_gloo_communicator(lonely, r, 3, gloo_options("ring", 1000ms)); },
+        "joining without rank 2 must time out");
+    MESSAGE("rank " << r << ": " << message);
+    CHECK(has(message, "gloo/2"));
+    CHECK(ms_since(start) < 5000);
+  });
+}
+
+TEST_CASE("gloo: an unknown algorithm is a ConfigError listing the valid ones") {
+  gradsync::InMemoryStore store;
+  try {
+    gradsync::make_gloo_communicator(store, 0, 1, gloo_options("bcube"));
+    FAIL_CHECK("an unknown algorithm must be refused");
+  } catch (const gradsync::ConfigError& e) {
+    CHECK(e.key() == "comm.algorithm");
+    CHECK(has(e.what(), "'bcube'"));
+    CHECK(has(e.what(), "(valid for gloo: ring, ring_chunked, halving_doubling)"));
+  }
+}
