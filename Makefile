@@ -37,8 +37,7 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
-# The peers first, then the build: configuring after libgloo-dev is in puts Gloo's columns into
-# `gradsync bench allreduce`.
+# The peers first, then the build (what configure finds is what the build has).
 bench: deps
 	@scripts/install-deps.sh --bench
 	@$(MAKE) --no-print-directory build

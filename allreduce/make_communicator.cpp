@@ -3,15 +3,52 @@
 #include <string>
 
 #include "common/error.h"
+#ifdef GRADSYNC_HAVE_GLOO
+#include "allreduce/gloo/gloo_communicator.h"
+#endif
 #ifdef GRADSYNC_HAVE_NCCL
 #include "allreduce/nccl/nccl_communicator.h"
 #endif
 
 namespace gradsync {
 
+namespace {
+
+std::shared_ptr<Communicator> make_gloo(Store& store, int rank, int size,
+                                        const CommunicatorOptions& options) {
+#ifdef GRADSYNC_HAVE_GLOO
+  GlooOptions gloo;
+  gloo.timeout = options.tcp.timeout;
+  gloo.algorithm = options.algorithm == "default" ? "ring" : options.algorithm;
+  gloo.bind_host = options.tcp.bind_host;
+  // Beside the ring's keys in the same Store, never in their way.
+  gloo.store_prefix = options.tcp.store_prefix + "/gloo";
+  return make_gloo_communicator(store, rank, size, gloo);
+#else
+  (void)store, (void)rank, (void)size, (void)options;
+  throw ConfigError("comm", "comm.backend",
+                    "gloo is not in this gradsync: install Debian's libgloo-dev and rebuild");
+#endif
+}
+
+}  // namespace
+
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,
                                                 const CommunicatorOptions& options) {
-  if (options.device < 0) return make_tcp_ring(store, rank, size, options.tcp);
+  const std::string& backend = options.backend;
+  if (backend != "auto" && backend != "tcp" && backend != "gloo" && backend != "nccl") {
+    throw ConfigError("comm", "comm.backend",
+                      "unknown backend '" + backend + "' (valid: auto, " + "tcp, gloo, nccl)");
+  }
+  const bool host = options.device < 0;
+  if (host != (backend != "nccl") && backend != "auto") {
+    throw ConfigError("comm", "comm.backend",
+                      host ? "nccl reduces GPU buffers, and these are in host memory"
+                           : backend + " reduces host buffers, and these are on cuda:" +
+                                 std::to_string(options.device));
+  }
+  if (backend == "gloo") return make_gloo(store, rank, size, options);
+  if (host) return make_tcp_ring(store, rank, size, options.tcp);
 #ifdef GRADSYNC_HAVE_NCCL
   NcclOptions nccl;
   nccl.device = options.device;
@@ -25,6 +62,15 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
   throw Error("communicator for CUDA device " + std::to_string(options.device) +
               ": this gradsync was built without NCCL");
 #endif
+}
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> names = {"auto", "tcp"};
+#ifdef GRADSYNC_HAVE_GLOO
+  names.push_back("gloo");
+#endif
+  if (nccl_compiled_in()) names.push_back("nccl");
+  return names;
 }
 
 bool nccl_compiled_in() {

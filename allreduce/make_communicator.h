@@ -1,5 +1,6 @@
-// make_communicator: the Communicator for where a rank's buffers live. Host memory (device -1)
-// gets TcpRing; a CUDA device gets NcclCommunicator on that device, ordered after
+// make_communicator: the Communicator of `backend` (comm.backend) for where a rank's buffers
+// live. auto: TcpRing for host memory (device -1), NcclCommunicator for a CUDA device; tcp and
+// gloo (allreduce/gloo/) reduce host buffers, nccl device ones, ordered after
 // `producer_stream` (the model's stream, so bucket reductions start after their layer's
 // gradient kernels; see allreduce/nccl/nccl_communicator.h).
 //
@@ -9,11 +10,14 @@
 //   options.producer_stream = model_stream(model);        // model/cuda/cuda_mlp.h; may be null
 //   std::shared_ptr<Communicator> comm = make_communicator(store, rank, world, options);
 //
-// Collective: every rank calls it. Throws gradsync::Error for a device in a build without NCCL,
-// naming the device. The Store must outlive the communicator.
+// Collective: every rank calls it. Throws ConfigError (key comm.backend) for a backend this
+// build lacks, naming the Debian package, or one that cannot reach these buffers; Error for a
+// device in a build without NCCL. The Store must outlive the communicator.
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "allreduce/communicator.h"
 #include "allreduce/store.h"
@@ -24,7 +28,10 @@ struct CUstream_st;  // cudaStream_t's pointee, so this header needs no CUDA hea
 namespace gradsync {
 
 struct CommunicatorOptions {
-  TcpRingOptions tcp;                      // timeout for both; the rest for TcpRing only
+  std::string backend = "auto";            // auto | tcp | gloo | nccl (comm.backend)
+  std::string algorithm = "default";       // comm.algorithm: gloo's ring, ring_chunked, ...
+  TcpRingOptions tcp;                      // timeout and bind_host for every backend; the rest
+                                           // for TcpRing only
   int device = -1;                         // -1: host buffers (TcpRing); else CUDA ordinal (NCCL)
   CUstream_st* producer_stream = nullptr;  // NCCL: collectives wait for this stream's work
 };
@@ -34,5 +41,9 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
 
 // True in a build with the NCCL communicator (GRADSYNC_HAVE_NCCL).
 bool nccl_compiled_in();
+
+// The backends this build has, in comm.backend's order ("auto", "tcp", then "gloo", "nccl"
+// where compiled in): what `gradsync run --keys` lists.
+std::vector<std::string> compiled_backends();
 
 }  // namespace gradsync

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "allreduce/make_communicator.h"
 #include "common/error.h"
 #include "experiments/preset_schema.h"
 #include "experiments/yaml_schema.h"
@@ -204,6 +205,33 @@ void check_data(const Origins& origins, const std::string& source, DataConfig* d
   throw ConfigError(where, "data.dir", problem);
 }
 
+// comm.backend and comm.algorithm together with the device and link emulation: one meaning per
+// key, whichever backend (README, "Backends").
+void check_backend(const Origins& origins, const std::string& source, const Config& config) {
+  if (config.strategy != "allreduce") return;  // the keys are allreduce's
+  const std::string& backend = config.comm.backend;
+  const std::string where = origin_of(origins, {"comm.backend", "device"}, source + ":1");
+  if (config.comm.algorithm != "default" && backend != "gloo") {
+    throw ConfigError(origin_of(origins, {"comm.algorithm"}, where), "comm.algorithm",
+                      "'" + config.comm.algorithm + "' is gloo's; " +
+                          (backend == "auto" ? std::string("tcp or nccl") : backend) +
+                          " takes only default");
+  }
+  if (backend == "nccl" && config.device != "gpu") {
+    throw ConfigError(where, "comm.backend", "nccl reduces GPU buffers: it needs device: gpu");
+  }
+  if ((backend == "tcp" || backend == "gloo") && config.device == "gpu") {
+    throw ConfigError(where, "comm.backend",
+                      backend + " reduces host buffers: device: gpu needs nccl (or auto)");
+  }
+  // gradsync paces only its own transports; another library's sockets go through the kernel.
+  if (backend == "gloo" && config.network.link_gbps > 0 && !config.network.namespaces) {
+    throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
+                      "gloo's sockets are not gradsync's to pace: with comm.backend gloo, link "
+                      "emulation needs network.namespaces: true (the kernel shapes every byte)");
+  }
+}
+
 // One run: defaults <- top level <- its runs entry <- --set. `name_where` receives where the run
 // is named (its name key, else the entry) for the duplicate check.
 Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
@@ -232,6 +260,7 @@ Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
   }
   if (use == PresetUse::kToRun) check_data(origins, source, &config.data);
   // Combinations no single key can check, blamed on the key that set the number.
+  check_backend(origins, source, config);
   if (config.strategy == "single" && config.workers != 1) {
     throw ConfigError(origin_of(origins, {"workers", "strategy"}, source + ":1"), "workers",
                       "`single` runs one worker, got " + std::to_string(config.workers) +
@@ -384,6 +413,10 @@ std::string describe_keys() {
   for (const KeySpec& spec : kSchema) {
     std::string description = spec.description;
     if (spec.choices != nullptr) description += " (" + join(spec.choices()) + ")";
+    // Which of them this build has: a backend is compiled in only where its library was found.
+    if (spec.key == std::string_view("comm.backend")) {
+      description += " (this build: " + join(compiled_backends()) + ")";
+    }
     if (const std::string range = range_text(spec.range); !range.empty()) {
       description += " (" + std::string(spec.type == Type::kIntList ? "each " : "") + range + ")";
     }

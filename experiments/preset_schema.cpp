@@ -29,6 +29,15 @@ const std::vector<std::string>& ps_modes() {
   static const std::vector<std::string> modes = {"sync", "async", "ssp"};
   return modes;
 }
+const std::vector<std::string>& comm_backends() {
+  static const std::vector<std::string> names = {"auto", "tcp", "gloo", "nccl"};
+  return names;
+}
+const std::vector<std::string>& comm_algorithms() {
+  static const std::vector<std::string> names = {"default", "ring", "ring_chunked",
+                                                 "halving_doubling"};
+  return names;
+}
 const std::vector<std::string>& devices() {
   static const std::vector<std::string> kinds = {"cpu", "gpu"};
   return kinds;
@@ -106,6 +115,12 @@ const KeySpec kRows[] = {
     {"comm.uneven_inputs", Type::kBool, kUnbounded,
      "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
      GRADSYNC_FIELD(comm.uneven_inputs)},
+    {"comm.backend", Type::kChoice, kUnbounded,
+     "allreduce: the library (auto: tcp on cpu, nccl on gpu; tcp: gradsync's ring; gloo; nccl)",
+     GRADSYNC_FIELD(comm.backend), comm_backends},
+    {"comm.algorithm", Type::kChoice, kUnbounded,
+     "allreduce: the backend's all-reduce (default; gloo: ring, ring_chunked, halving_doubling)",
+     GRADSYNC_FIELD(comm.algorithm), comm_algorithms},
     {"ps.servers", Type::kInteger, at_least(1), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
     {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",

@@ -1,9 +1,11 @@
 #include "experiments/run_experiment.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 
+#include "allreduce/make_communicator.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/progress.h"
@@ -49,6 +51,20 @@ Config with_resolved_checkpoint(const Config& given) {
         fs::canonical(resolve_checkpoint(config.checkpoint.resume, config.name)).string();
   }
   return config;
+}
+
+// comm.backend of a library this build was made without: refused with the package to install.
+void check_backend_available(const Config& config) {
+  if (config.strategy != "allreduce" || config.comm.backend == "auto") return;
+  const std::vector<std::string> built = compiled_backends();
+  if (std::find(built.begin(), built.end(), config.comm.backend) != built.end()) return;
+  std::string names;
+  for (const std::string& name : built) names += (names.empty() ? "" : ", ") + name;
+  throw ConfigError(
+      config.name, "comm.backend",
+      config.comm.backend + " is not in this gradsync (built with: " + names + ")" +
+          (config.comm.backend == "gloo" ? ": install Debian's libgloo-dev and rebuild"
+                                         : ": it needs CUDA and NCCL at build time"));
 }
 
 }  // namespace
@@ -195,6 +211,7 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, in
     claim_checkpoint_root(configs.back());
     // A run this machine cannot start is refused before the results folder exists.
     check_device_available(configs.back());
+    check_backend_available(configs.back());
     // checkpoint.resume is the resolved step folder now.
     if (!configs.back().checkpoint.resume.empty()) {
       note_changed_settings(configs.back(), configs.back().checkpoint.resume);

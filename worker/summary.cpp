@@ -50,6 +50,11 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
   RunSummary s;
   s.run = config.name;
   s.strategy = config.strategy;
+  if (config.strategy == "allreduce") {
+    s.backend = config.comm.backend != "auto" ? config.comm.backend
+                : config.device == "gpu"      ? "nccl"
+                                              : "tcp";
+  }
   s.workers = config.workers;
   s.global_batch = static_cast<std::int64_t>(config.train.batch) * config.workers *
                    config.train.accumulation_steps;
@@ -124,6 +129,7 @@ void write_summary(const std::string& path, const RunSummary& s) {
   nlohmann::json j = {
       {"run", s.run},
       {"strategy", s.strategy},
+      {"backend", s.backend},
       {"workers", s.workers},
       {"global_batch", s.global_batch},
       {"steps", s.steps},
@@ -148,16 +154,17 @@ void write_summary(const std::string& path, const RunSummary& s) {
 
 std::string comparison_table(const std::vector<RunSummary>& runs) {
   std::string out =
-      "| run | strategy | workers | global batch | samples/s | vs first | test acc | "
+      "| run | strategy | backend | workers | global batch | samples/s | vs first | test acc | "
       "time to target | busiest node moved | comm+wait share |\n"
-      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   const double base = runs.empty() ? 0 : runs.front().samples_per_s;
   for (const RunSummary& s : runs) {
     const double step = s.mean_step.compute_s + s.mean_step.communicate_s + s.mean_step.wait_s;
     const double comm_share =
         step > 0 ? (s.mean_step.communicate_s + s.mean_step.wait_s) / step : 0;
-    out += "| " + s.run + " | " + s.strategy + " | " + std::to_string(s.workers) + " | " +
-           std::to_string(s.global_batch) + " | " + format("%.0f", s.samples_per_s) + " | " +
+    out += "| " + s.run + " | " + s.strategy + " | " + s.backend + " | " +
+           std::to_string(s.workers) + " | " + std::to_string(s.global_batch) + " | " +
+           format("%.0f", s.samples_per_s) + " | " +
            (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
            // A run without evaluations (a synthetic model) has no accuracy to show.
            (s.evals.empty() ? "-" : format("%.2f%%", 100.0 * s.final_test_accuracy)) + " | " +

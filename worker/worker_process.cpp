@@ -170,10 +170,10 @@ std::vector<std::string> shard_endpoints(Store& store, int shards,
   return endpoints;
 }
 
-// allreduce: the communicator over every rank, formed through the store: TcpRing for a model
-// in host memory, NCCL on the model's GPU. The store must outlive it: a ring keeps it for
-// failure reports.
-std::shared_ptr<Communicator> connect_ranks(const StrategyOptions& strategy,
+// allreduce: the communicator over every rank, formed through the store, of comm.backend
+// (auto: TcpRing for a model in host memory, NCCL on the model's GPU). The store must outlive it: a
+// ring keeps it for failure reports.
+std::shared_ptr<Communicator> connect_ranks(const Config& config, const StrategyOptions& strategy,
                                             const RendezvousEnv& env, Model& model, Store& store) {
   TcpRingOptions ring_options;
   ring_options.timeout = strategy.timeout;
@@ -181,7 +181,11 @@ std::shared_ptr<Communicator> connect_ranks(const StrategyOptions& strategy,
   // uses to reach rank 0 is the one the job's network routes (127.0.0.1 on one machine).
   ring_options.bind_host = local_address_towards(env.master_addr, env.master_port);
   ring_options.link = strategy.link;  // this process's emulated NIC (network.link_gbps)
-  return make_model_communicator(store, env.rank, env.world_size, ring_options, model);
+  CommunicatorOptions options;
+  options.backend = config.comm.backend;
+  options.algorithm = config.comm.algorithm;
+  options.tcp = ring_options;
+  return make_model_communicator(store, env.rank, env.world_size, options, model);
 }
 
 }  // namespace
@@ -281,7 +285,8 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
 
   const StrategyOptions strategy_settings = strategy_options(config, ps_endpoints);
   std::shared_ptr<Communicator> comm;  // allreduce only
-  if (config.strategy == "allreduce") comm = connect_ranks(strategy_settings, env, *model, *store);
+  if (config.strategy == "allreduce")
+    comm = connect_ranks(config, strategy_settings, env, *model, *store);
   const ProcessContext process{.rank = env.rank,
                                .model = model.get(),
                                .comm = comm,

@@ -1,6 +1,5 @@
 #include "strategies/allreduce/model_communicator.h"
 
-#include "allreduce/make_communicator.h"
 #ifdef GRADSYNC_HAVE_CUDA
 #include "model/cuda/cuda_mlp.h"
 #endif
@@ -8,10 +7,7 @@
 namespace gradsync {
 
 std::shared_ptr<Communicator> make_model_communicator(Store& store, int rank, int size,
-                                                      const TcpRingOptions& ring_options,
-                                                      Model& model) {
-  CommunicatorOptions options;
-  options.tcp = ring_options;
+                                                      CommunicatorOptions options, Model& model) {
   options.device = model.device();
 #ifdef GRADSYNC_HAVE_CUDA
   options.producer_stream = model_stream(model);

@@ -1,10 +1,11 @@
 // make_model_communicator: the communicator a worker process's `allreduce` strategy needs for
-// the model it trains: TcpRing for a model in host memory, NcclCommunicator on the model's
-// device for a GPU model, ordered after the model's stream so that bucket reductions issued
-// from its gradient-ready callback start right after that layer's kernels
-// (allreduce/make_communicator.h, model/cuda/cuda_mlp.h).
+// the model it trains, of the backend options.backend names (comm.backend; auto: TcpRing for a
+// model in host memory, NcclCommunicator on the model's device for a GPU model, ordered after
+// the model's stream so that bucket reductions issued from its gradient-ready callback start
+// right after that layer's kernels: allreduce/make_communicator.h, model/cuda/cuda_mlp.h).
 //
-//   comm = make_model_communicator(*store, env.rank, env.world_size, ring_options, *model);
+//   CommunicatorOptions options;  options.backend = "gloo";  options.tcp = ring_options;
+//   comm = make_model_communicator(*store, env.rank, env.world_size, options, *model);
 //
 // Collective: every rank calls it. The model must outlive the communicator (its stream is
 // used by every collective); the Store too.
@@ -13,14 +14,14 @@
 #include <memory>
 
 #include "allreduce/communicator.h"
+#include "allreduce/make_communicator.h"
 #include "allreduce/store.h"
-#include "allreduce/tcp/tcp_ring.h"
 #include "model/model.h"
 
 namespace gradsync {
 
+// options.device and options.producer_stream come from the model.
 std::shared_ptr<Communicator> make_model_communicator(Store& store, int rank, int size,
-                                                      const TcpRingOptions& ring_options,
-                                                      Model& model);
+                                                      CommunicatorOptions options, Model& model);
 
 }  // namespace gradsync

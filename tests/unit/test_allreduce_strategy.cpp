@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "allreduce/in_memory_store.h"
+#include "allreduce/make_communicator.h"
 #include "allreduce/tcp/tcp_ring.h"
 #include "model/mlp.h"
 #include "model/sampler.h"
@@ -28,6 +29,46 @@ struct RankRun {
   bool overlap = true;
   bool join_uneven = false;
   std::vector<std::int64_t> steps_per_rank;  // empty: every rank takes `steps`
+  std::string backend = "tcp";               // comm.backend: the communicator under the strategy
+  std::string algorithm = "default";
+  // When set, each rank records a digest of its parameters after every step: [rank][step].
+  std::vector<std::vector<std::uint64_t>>* digests = nullptr;
+};
+
+// FNV-1a over the parameters' bytes: equal digests, bitwise equal parameters (in practice).
+std::uint64_t digest(std::span<const float> params) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto byte : std::as_bytes(params)) {
+    h = (h ^ static_cast<std::uint8_t>(byte)) * 1099511628211ull;
+  }
+  return h;
+}
+
+// The strategy under test, recording a digest of the parameters after each synchronize().
+class DigestingStrategy final : public gradsync::SyncStrategy {
+ public:
+  DigestingStrategy(gradsync::SyncStrategy& inner, std::vector<std::uint64_t>& out)
+      : inner_(inner), out_(out) {}
+  std::string_view name() const override { return inner_.name(); }
+  int rank() const override { return inner_.rank(); }
+  void init(std::span<float> params) override { inner_.init(params); }
+  void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override {
+    inner_.gradient_ready(grads, begin, end);
+  }
+  void synchronize(std::span<float> grads, std::span<float> params) override {
+    inner_.synchronize(grads, params);
+    out_.push_back(digest(params));
+  }
+  void finish(std::span<float> grads, std::span<float> params) override {
+    inner_.finish(grads, params);
+  }
+  gradsync::StepStats last_step_stats() const override { return inner_.last_step_stats(); }
+  gradsync::Optimizer* optimizer() override { return inner_.optimizer(); }
+  void abort(const std::string& reason) override { inner_.abort(reason); }
+
+ private:
+  gradsync::SyncStrategy& inner_;
+  std::vector<std::uint64_t>& out_;
 };
 
 // N ranks as N threads, each with its own model, sampler and TcpRing over loopback: the same
@@ -40,15 +81,18 @@ std::vector<LoopResult> train_ring(
   std::vector<LoopResult> results(static_cast<std::size_t>(ranks));
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
   if (buckets) buckets->assign(static_cast<std::size_t>(ranks), {});
+  if (run.digests) run.digests->assign(static_cast<std::size_t>(ranks), {});
   {
     std::vector<std::jthread> threads;
     for (int r = 0; r < ranks; ++r) {
       threads.emplace_back([&, r] {
         try {
-          gradsync::TcpRingOptions ring;
-          ring.timeout = std::chrono::milliseconds(errors_out ? 2000 : 20000);
-          std::shared_ptr<gradsync::Communicator> comm(
-              gradsync::make_tcp_ring(store, r, ranks, ring));
+          gradsync::CommunicatorOptions communicator;
+          communicator.backend = run.backend;
+          communicator.algorithm = run.algorithm;
+          communicator.tcp.timeout = std::chrono::milliseconds(errors_out ? 2000 : 20000);
+          std::shared_ptr<gradsync::Communicator> comm =
+              gradsync::make_communicator(store, r, ranks, communicator);
           gradsync::AllreduceStrategyOptions options;
           options.bucket_bytes = run.bucket_bytes;
           options.overlap = run.overlap;
@@ -63,7 +107,12 @@ std::vector<LoopResult> train_ring(
           loop.steps = run.steps_per_rank.empty() ? steps : run.steps_per_rank[r];
           loop.accumulation_steps = run.accumulation;
           loop.keep_params = true;
-          results[r] = gradsync::run_worker_loop(model, strategy, sampler, data(), loop, {});
+          if (run.digests) {
+            DigestingStrategy digesting(strategy, (*run.digests)[r]);
+            results[r] = gradsync::run_worker_loop(model, digesting, sampler, data(), loop, {});
+          } else {
+            results[r] = gradsync::run_worker_loop(model, strategy, sampler, data(), loop, {});
+          }
           if (buckets) (*buckets)[r] = strategy.last_buckets();
         } catch (const std::exception& e) {
           errors[r] = e.what();
@@ -111,6 +160,38 @@ TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 5
     const double expected = 50 * 2.0 * (ranks - 1) / ranks * gradient_bytes;
     CHECK(static_cast<double>(results.front().totals.bytes_sent) ==
           doctest::Approx(expected).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("allreduce strategy: every backend follows `single`, ranks bitwise equal every step") {
+  std::vector<std::pair<std::string, std::string>> backends = {{"tcp", "default"}};
+  for (const std::string& name : gradsync::compiled_backends()) {
+    if (name == "gloo") {
+      for (const char* algorithm : {"ring", "ring_chunked", "halving_doubling"}) {
+        backends.emplace_back(name, algorithm);
+      }
+    }
+  }
+  for (const auto& [backend, algorithm] : backends) {
+    for (int ranks : {2, 4}) {
+      CAPTURE(backend);
+      CAPTURE(algorithm);
+      CAPTURE(ranks);
+      std::vector<std::vector<std::uint64_t>> digests;
+      RankRun run;
+      run.bucket_bytes = 4096;
+      run.backend = backend;
+      run.algorithm = algorithm;
+      run.digests = &digests;
+      const auto results = train_ring(ranks, run, 50);
+      REQUIRE(digests.front().size() == 50);
+      for (int r = 1; r < ranks; ++r) CHECK(digests[r] == digests.front());
+      const double diff = gradsync::testing::max_relative_difference(
+          results.front().final_params, train_single(16 * ranks, 50), layers());
+      MESSAGE(backend << "/" << algorithm << " with " << ranks
+                      << " ranks vs single: max relative difference " << diff);
+      CHECK(diff <= 1e-5);
+    }
   }
 }
 

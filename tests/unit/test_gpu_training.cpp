@@ -52,8 +52,7 @@ Trained train_allreduce(const gradsync::Config& config, const gradsync::TrainTes
   const std::vector<int> widths = gradsync::plan_run(config, data).widths;
   auto model = gradsync::make_model(config, widths, config.train.batch, 0);
   gradsync::InMemoryStore store;
-  gradsync::TcpRingOptions ring;
-  auto comm = gradsync::make_model_communicator(store, 0, 1, ring, *model);
+  auto comm = gradsync::make_model_communicator(store, 0, 1, {}, *model);
   gradsync::AllreduceStrategyOptions options;
   options.bucket_bytes = gradsync::bucket_bytes(config);
   options.sgd = gradsync::sgd_options(config);

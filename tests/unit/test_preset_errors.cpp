@@ -133,6 +133,29 @@ TEST_CASE("preset: choices list the valid values") {
             .starts_with("presets/x.yaml:4: strategy: unknown strategy 'ddp'"));
 }
 
+TEST_CASE("preset: comm.backend and comm.algorithm mean one thing whatever the backend") {
+  const std::string ring = "strategy: allreduce\nworkers: 2\ndata: {kind: synthetic}\n";
+  CHECK(error_of(ring + "comm: {backend: rdma}\n") ==
+        "presets/x.yaml:4: comm.backend: unknown comm.backend 'rdma' (valid: auto, tcp, gloo, "
+        "nccl)");
+  CHECK(error_of(ring + "comm: {algorithm: halving_doubling}\n") ==
+        "presets/x.yaml:4: comm.algorithm: 'halving_doubling' is gloo's; tcp or nccl takes only "
+        "default");
+  CHECK(error_of(ring + "comm: {backend: tcp, algorithm: ring}\n") ==
+        "presets/x.yaml:4: comm.algorithm: 'ring' is gloo's; tcp takes only default");
+  CHECK(error_of(ring + "comm: {backend: nccl}\n") ==
+        "presets/x.yaml:4: comm.backend: nccl reduces GPU buffers: it needs device: gpu");
+  CHECK(error_of(ring + "device: gpu\ncomm: {backend: gloo}\n") ==
+        "presets/x.yaml:5: comm.backend: gloo reduces host buffers: device: gpu needs nccl (or "
+        "auto)");
+  CHECK(error_of(ring + "comm: {backend: gloo}\nnetwork: {link_gbps: 1}\n")
+            .starts_with("presets/x.yaml:5: network.link_gbps: gloo's sockets are not gradsync's "
+                         "to pace"));
+  // The keys are allreduce's: other strategies ignore them; gloo with its algorithms loads.
+  CHECK_NOTHROW(load("data: {kind: synthetic}\ncomm: {backend: nccl}\n"));
+  CHECK_NOTHROW(load(ring + "comm: {backend: gloo, algorithm: ring_chunked}\n"));
+}
+
 TEST_CASE("preset: run names must be unique folder names") {
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {name: a}\n") ==
         "presets/x.yaml:4: name: duplicate run name 'a' (also at presets/x.yaml:3)");
