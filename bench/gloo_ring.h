@@ -23,12 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/gloo/gloo_communicator.h"  // gloo_version()
 #include "bench/collective_sweep.h"
 
 namespace gradsync {
-
-// Gloo's version as its headers state it, e.g. "0.5.0".
-std::string gloo_version();
 
 // One line on which Gloo algorithm runs `op`, for the table's header.
 std::string gloo_algorithm(const std::string& op);
