@@ -26,6 +26,7 @@
 #include "experiments/preset_schema.h"
 #include "experiments/yaml_schema.h"
 #include "model/idx_reader.h"
+#include "worker/model_factory.h"
 
 namespace gradsync {
 namespace {
@@ -220,16 +221,29 @@ void check_backend(const Origins& origins, const std::string& source, const Conf
   if (backend == "nccl" && config.device != "gpu") {
     throw ConfigError(where, "comm.backend", "nccl reduces GPU buffers: it needs device: gpu");
   }
-  if ((backend == "tcp" || backend == "gloo") && config.device == "gpu") {
-    throw ConfigError(where, "comm.backend",
-                      backend + " reduces host buffers: device: gpu needs nccl (or auto)");
-  }
+  // tcp and gloo with device: gpu stage each bucket through pinned host memory
+  // (strategies/allreduce/host_staged_communicator.h): several ranks may share one GPU.
   // gradsync paces only its own transports; another library's sockets go through the kernel.
   if (backend == "gloo" && config.network.link_gbps > 0 && !config.network.namespaces) {
     throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
                       "gloo's sockets are not gradsync's to pace: with comm.backend gloo, link "
                       "emulation needs network.namespaces: true (the kernel shapes every byte)");
   }
+}
+
+// Link emulation paces gradsync's own sockets (network.link_gbps) or a veth per process
+// (network.namespaces); NCCL moves GPU buffers over NVLink, PCIe or shared memory and never
+// touches either, so the run would claim a link speed it did not have. Host-staged GPU runs
+// (ps on gpu) go through the sockets and keep it.
+void check_link_with_nccl(const Origins& origins, const std::string& source, const Config& config) {
+  const NetworkConfig& network = config.network;
+  if (!reduces_over_nccl(config) || (network.link_gbps <= 0 && !network.namespaces)) return;
+  const char* key = network.link_gbps > 0 ? "network.link_gbps" : "network.namespaces";
+  throw ConfigError(origin_of(origins, {key, "network"}, source + ":1"), key,
+                    config.strategy +
+                        " on gpu reduces over NCCL, which bypasses gradsync's emulated link "
+                        "(network.link_gbps, network.namespaces): drop them, or use device: cpu "
+                        "or ps on gpu");
 }
 
 // One run: defaults <- top level <- its runs entry <- --set. `name_where` receives where the run
@@ -261,6 +275,7 @@ Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
   if (use == PresetUse::kToRun) check_data(origins, source, &config.data);
   // Combinations no single key can check, blamed on the key that set the number.
   check_backend(origins, source, config);
+  check_link_with_nccl(origins, source, config);
   if (config.strategy == "single" && config.workers != 1) {
     throw ConfigError(origin_of(origins, {"workers", "strategy"}, source + ":1"), "workers",
                       "`single` runs one worker, got " + std::to_string(config.workers) +

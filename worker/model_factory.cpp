@@ -15,37 +15,8 @@
 namespace gradsync {
 namespace {
 
-// A model on CUDA device `device`, or the reason it cannot be had, as a one-line ConfigError.
-std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<int>& widths,
-                                      int max_batch, std::optional<int> device) {
-  check_device_available(config);
-#ifdef GRADSYNC_HAVE_CUDA
-  if (!device) {
-    // A caller that does not choose a device does not set up its strategy (optimizer,
-    // communicator) for device buffers either: running would hand GPU pointers to host code.
-    throw ConfigError(config.name, "device",
-                      "gpu: this run path does not place models on GPUs (make_model was "
-                      "called without a CUDA device)");
-  }
-  const int visible = cuda::cuda_device_count();
-  if (*device < 0 || *device >= visible) {
-    throw ConfigError(config.name, "device",
-                      "gpu: CUDA device " + std::to_string(*device) + " is not visible (" +
-                          std::to_string(visible) + " device(s); one GPU per worker, from " +
-                          "LOCAL_RANK)");
-  }
-  return std::make_unique<CudaMlp>(widths, max_batch, *device);
-#else
-  (void)widths;
-  (void)max_batch;
-  (void)device;
-  return nullptr;  // not reached: check_device_available refused
-#endif
-}
-
-}  // namespace
-
-void check_device_available(const Config& config) {
+// check_device_available without the count of ranks on this host (see make_gpu_model).
+void check_gpu_usable(const Config& config) {
   if (config.device != "gpu") return;
 #ifdef GRADSYNC_HAVE_CUDA
   if (config.model.kind != "mlp") {
@@ -70,13 +41,83 @@ void check_device_available(const Config& config) {
   if (config.strategy == "dp") check_dp_on_gpus(config.workers);
 }
 
+// A model on CUDA device `device`, or the reason it cannot be had, as a one-line ConfigError.
+std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<int>& widths,
+                                      int max_batch, std::optional<int> device) {
+  // Not check_device_available: in a worker process `workers` counts the ranks of every host;
+  // run_worker_process checks the ranks on this one (check_gpu_per_rank).
+  check_gpu_usable(config);
+#ifdef GRADSYNC_HAVE_CUDA
+  if (!device) {
+    // A caller that does not choose a device does not set up its strategy (optimizer,
+    // communicator) for device buffers either: running would hand GPU pointers to host code.
+    throw ConfigError(config.name, "device",
+                      "gpu: this run path does not place models on GPUs (make_model was "
+                      "called without a CUDA device)");
+  }
+  const int visible = cuda::cuda_device_count();
+  if (*device < 0 || *device >= visible) {
+    throw ConfigError(config.name, "device",
+                      "gpu: CUDA device " + std::to_string(*device) + " is not visible (" +
+                          std::to_string(visible) + " device(s); one GPU per worker, from " +
+                          "LOCAL_RANK)");
+  }
+  // The thread that builds a GPU model trains it (a worker process's main thread, a dp
+  // replica's thread): its device becomes the thread's own, so that no CUDA call on it runs
+  // with the default device 0 current, creating a context on GPU 0 for a rank on another GPU.
+  cuda::set_device(*device);
+  return std::make_unique<CudaMlp>(widths, max_batch, *device);
+#else
+  (void)widths;
+  (void)max_batch;
+  (void)device;
+  return nullptr;  // not reached: check_device_available refused
+#endif
+}
+
+}  // namespace
+
+void check_device_available(const Config& config) {
+  check_gpu_usable(config);
+  // `gradsync run` starts every rank on this host.
+  if (reduces_over_nccl(config)) check_gpu_per_rank(config, config.workers, visible_gpus());
+}
+
+bool reduces_over_nccl(const Config& config) {
+  if (config.device != "gpu") return false;
+  if (config.strategy == "dp") return true;  // its GPU group reduces and broadcasts over NCCL
+  // comm.backend auto means nccl for device buffers (allreduce/make_communicator.h); tcp and
+  // gloo would stage through host memory, where ranks may share a GPU.
+  return config.strategy == "allreduce" &&
+         (config.comm.backend == "auto" || config.comm.backend == "nccl");
+}
+
+void check_gpu_per_rank(const Config& config, int local_ranks, int visible) {
+  // dp's replicas are threads of one process, checked by check_dp_on_gpus.
+  if (config.strategy != "allreduce" || !reduces_over_nccl(config)) return;
+  if (local_ranks <= visible) return;
+  // NCCL refuses two ranks on one GPU only inside ncclCommInitRank ("Duplicate GPU
+  // detected"), after the run has started: refused here, before anything is made.
+  throw ConfigError(config.name, "workers",
+                    "allreduce on gpu reduces over NCCL, which needs a GPU per rank: " +
+                        std::to_string(local_ranks) + " ranks on this host but " +
+                        std::to_string(visible) +
+                        " CUDA device(s) visible (fewer workers, or strategy ps, whose workers "
+                        "may share a GPU)");
+}
+
 int model_device(const Config& config, int replica) {
   if (config.device != "gpu") return -1;
   if (config.strategy == "dp") return replica;
   // A launcher that gives each process one GPU (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per
   // rank) leaves device 0 as the only one; otherwise LOCAL_RANK names it.
-  if (visible_gpus() == 1) return 0;
-  return read_rendezvous_env().local_rank;
+  const int visible = visible_gpus();
+  if (visible == 1) return 0;
+  const int local_rank = read_rendezvous_env().local_rank;
+  // Host-staged workers (ps; allreduce over tcp or gloo) may share GPUs, so more of them than
+  // GPUs go round the GPUs; NCCL ranks keep their own (check_gpu_per_rank refuses more).
+  if (visible > 1 && !reduces_over_nccl(config)) return local_rank % visible;
+  return local_rank;
 }
 
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,

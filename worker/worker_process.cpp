@@ -188,6 +188,20 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Strategy
   return make_model_communicator(store, env.rank, env.world_size, options, model);
 }
 
+// allreduce over NCCL needs a GPU per rank on each host: refused before the store, the run
+// folder or the model exist (check_gpu_per_rank), from the ranks the launcher put on this
+// host. One GPU seen through CUDA_VISIBLE_DEVICES while several ranks share the host is a
+// launcher giving each process its own (srun --gpus-per-task=1 binds so), which a process
+// cannot tell from ranks sharing one GPU: that case is left to ncclCommInitRank, which fails
+// if they do share it ("Duplicate GPU detected").
+void check_local_ranks_per_gpu(const Config& config, const RendezvousEnv& launch) {
+  if (!reduces_over_nccl(config)) return;
+  const int visible = visible_gpus();
+  if (visible == 0) return;  // make_model refuses, with the runtime's reason
+  if (visible == 1 && std::getenv("CUDA_VISIBLE_DEVICES") != nullptr) return;
+  check_gpu_per_rank(config, launch.local_world_size, visible);
+}
+
 }  // namespace
 
 int ps_workers(const Config& config, int launched) {
@@ -222,6 +236,7 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
                       std::to_string(ps_endpoints.size()) + " endpoints given, ps.servers is " +
                           std::to_string(config.ps.servers));
   }
+  check_local_ranks_per_gpu(config, launch);
   const auto timeout = comm_timeout(config);
   // Under `gradsync run` the launcher made the folder and wrote the header; under mpirun, srun
   // or torchrun rank 0 does, before any rank can write a row (rows start after the strategy's

@@ -5,6 +5,7 @@
 
 #include "allreduce/nccl/nccl_state.h"
 #include "common/error.h"
+#include "model/cuda/cuda_device.h"
 
 namespace gradsync {
 
@@ -59,9 +60,10 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Store& store, int ran
   state->size = size;
   state->device = options.device;
   state->timeout = options.timeout;
-  int visible = 0;
-  if (cudaGetDeviceCount(&visible) != cudaSuccess || visible == 0) {
-    cudaGetLastError();
+  // cuda_device_count throws, with the runtime's reason, for GPUs that are there but unusable
+  // (a driver too old): that is not "no device".
+  const int visible = cuda::cuda_device_count();
+  if (visible == 0) {
     throw Error(state->where() + ": no CUDA device is visible to rank " + std::to_string(rank));
   }
   if (options.device < 0 || options.device >= visible) {
@@ -206,6 +208,9 @@ namespace {
 void check_device_buffer(const void* data, std::size_t count, const char* operation,
                          const nccl::State& state) {
   if (count == 0) return;
+  // Asked on the communicator's device: run with device 0 current, the query would create a
+  // context on GPU 0 from a rank that has no business there.
+  const OnDevice on(state.device);
   cudaPointerAttributes attributes{};
   const cudaError_t error = cudaPointerGetAttributes(&attributes, data);
   if (error != cudaSuccess) cudaGetLastError();

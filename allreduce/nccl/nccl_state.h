@@ -14,6 +14,7 @@
 
 #include "allreduce/communicator.h"
 #include "common/error.h"
+#include "model/cuda/cuda_device.h"
 
 namespace gradsync::nccl {
 
@@ -61,22 +62,19 @@ struct State {
   }
 };
 
-// Selects the communicator's device for the calling thread and restores the previous one.
+// Selects the communicator's device for the calling thread, by cuda::DeviceGuard's rule: it
+// restores only a device the thread chose, never the 0 an unchosen thread reports, which would
+// create a context on GPU 0 for a rank whose GPU is another one.
 class OnDevice {
  public:
-  explicit OnDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device && cudaSetDevice(device) != cudaSuccess) {
-      cudaGetLastError();
+  explicit OnDevice(int device) : guard_(device, std::nothrow) {
+    if (!guard_.ok()) {
       throw Error("NCCL on cuda:" + std::to_string(device) + ": cudaSetDevice failed");
     }
   }
-  ~OnDevice() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
 
  private:
-  int previous_ = -1;
+  cuda::DeviceGuard guard_;
 };
 
 inline void check_cuda(cudaError_t error, const char* call, const State& state) {

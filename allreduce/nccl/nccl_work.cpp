@@ -14,18 +14,25 @@ class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<State> state, cudaEvent_t done, std::string what)
       : state_(std::move(state)), done_(done), what_(std::move(what)) {}
+  // The event calls below run on the communicator's device: on a thread with no device chosen
+  // (or another one current), a CUDA call would otherwise create a context on GPU 0.
   ~NcclWork() override {
+    if (done_ == nullptr) return;
+    cuda::DeviceGuard on(state_->device, std::nothrow);
     // Legal while the event is pending: its resources go when it completes.
-    if (done_ != nullptr) cudaEventDestroy(done_);
+    cudaEventDestroy(done_);
   }
 
   bool completed() const override {
-    return done_ == nullptr || complete_ || cudaEventQuery(done_) == cudaSuccess;
+    if (done_ == nullptr || complete_) return true;
+    cuda::DeviceGuard on(state_->device, std::nothrow);  // polled: never throws
+    return cudaEventQuery(done_) == cudaSuccess;
   }
 
   void wait(std::chrono::milliseconds timeout) override {
     if (done_ == nullptr || complete_) return;
     State& s = *state_;
+    const OnDevice on(s.device);
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout;
     for (int polls = 0;; ++polls) {

@@ -3,6 +3,9 @@
 // model in host memory, NcclCommunicator on the model's device for a GPU model, ordered after
 // the model's stream so that bucket reductions issued from its gradient-ready callback start
 // right after that layer's kernels: allreduce/make_communicator.h, model/cuda/cuda_mlp.h).
+// A GPU model with tcp or gloo reduces through pinned host memory: that host communicator,
+// wrapped by host_staged_communicator.h (ordered after the model's stream the same way); it is
+// how ranks that share one GPU train, since NCCL takes one rank per GPU.
 //
 //   CommunicatorOptions options;  options.backend = "gloo";  options.tcp = ring_options;
 //   comm = make_model_communicator(*store, env.rank, env.world_size, options, *model);

@@ -11,6 +11,7 @@
 #include "allreduce/nccl/nccl_communicator.h"
 #include "common/error.h"
 #include "common/stopwatch.h"
+#include "model/cuda/cuda_device.h"
 #include "model/cuda/device_sgd.h"
 
 namespace gradsync {
@@ -34,6 +35,10 @@ struct DpGpuGroup {
 // The CUDA device that holds `data`; throws when it is host memory: the GPU dp needs every
 // replica's model on a GPU.
 int device_of(const float* data, int replica) {
+  // Asked from replica r's GPU (model_device places replica r on GPU r): any CUDA call on a
+  // thread with no device chosen would otherwise create a context on GPU 0. A no-op where the
+  // replica's thread made its model there (make_model set that device).
+  const cuda::DeviceGuard on(replica, std::nothrow);
   cudaPointerAttributes attributes{};
   const cudaError_t error = cudaPointerGetAttributes(&attributes, data);
   if (error != cudaSuccess) cudaGetLastError();

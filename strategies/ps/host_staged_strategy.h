@@ -14,8 +14,10 @@
 // only as much as the GPU is. One object per rank; not thread-safe.
 //
 // adapt_to_model_device(strategy, model) is what make_strategies applies to a worker process's
-// strategy: it wraps `ps` when the model is on a GPU and returns every other case unchanged (allreduce
-// reduces device buffers itself over NCCL; a CPU model needs nothing).
+// strategy: it wraps `ps` when the model is on a GPU and returns every other case unchanged
+// (allreduce reduces device buffers through its communicator: NCCL, or tcp and gloo staged
+// through host memory by strategies/allreduce/host_staged_communicator.h; a CPU model needs
+// nothing).
 #pragma once
 
 #include <memory>

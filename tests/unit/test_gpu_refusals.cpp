@@ -16,10 +16,12 @@
 #include "bench/mlp_throughput.h"
 #include "common/error.h"
 #include "experiments/run_experiment.h"
+#include "gpu_test_support.h"
 #include "model/mlp.h"
 #include "strategies/make_strategy.h"
 #include "strategies/ps/host_staged_strategy.h"
 #include "strategies/single_strategy.h"
+#include "tests/support/preset_text.h"
 #include "tests/support/temp_dir.h"
 #include "worker/model_factory.h"
 
@@ -105,7 +107,11 @@ TEST_CASE("gpu refusals: model_device follows dp replicas and LOCAL_RANK") {
                        {"LOCAL_RANK", "3"},
                        {"MASTER_ADDR", "127.0.0.1"},
                        {"MASTER_PORT", "29500"}});
-  CHECK(gradsync::model_device(config) == (gradsync::visible_gpus() == 1 ? 0 : 3));
+  const int visible = gradsync::visible_gpus();
+  CHECK(gradsync::model_device(config) == (visible == 1 ? 0 : 3));
+  // Host-staged workers share the GPUs there are: LOCAL_RANK 3 of ps on 2 GPUs takes GPU 1.
+  config.strategy = "ps";
+  CHECK(gradsync::model_device(config) == (visible == 0 ? 3 : 3 % visible));
 }
 
 TEST_CASE("gpu refusals: dp on gpu needs NCCL and one GPU per replica") {
@@ -174,10 +180,7 @@ TEST_CASE("gpu refusals: host models keep their strategy unwrapped") {
 
 TEST_CASE("gpu refusals: make_model without a device ordinal never builds a GPU model") {
   // A caller that does not choose a device has not prepared its strategy for device buffers.
-  if (gradsync::visible_gpus() == 0) {
-    MESSAGE("skipped: no GPU visible (the case above covers the refusal here)");
-    return;
-  }
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);  // without one, the first case covers the refusal
   gradsync::Config config;
   config.device = "gpu";
   const std::string error = config_error_of([&] { gradsync::make_model(config, {4, 3}, 8); });
@@ -206,4 +209,115 @@ TEST_CASE("gpu refusals: a preset this machine cannot run leaves no results fold
   CHECK(error.find("gpu-run: device: ") == 0);
   CHECK(one_line(error));
   CHECK(!std::filesystem::exists(out));
+}
+
+TEST_CASE("gpu refusals: NCCL is what reduces dp and allreduce on gpu, unless a host backend") {
+  gradsync::Config config;
+  config.strategy = "allreduce";
+  CHECK_FALSE(gradsync::reduces_over_nccl(config));  // device: cpu
+  config.device = "gpu";
+  CHECK(gradsync::reduces_over_nccl(config));  // comm.backend auto: nccl for device buffers
+  config.comm.backend = "nccl";
+  CHECK(gradsync::reduces_over_nccl(config));
+  for (const char* host : {"tcp", "gloo"}) {
+    config.comm.backend = host;
+    CHECK_FALSE(gradsync::reduces_over_nccl(config));
+  }
+  config.comm.backend = "auto";
+  config.strategy = "dp";
+  CHECK(gradsync::reduces_over_nccl(config));
+  config.strategy = "ps";
+  CHECK_FALSE(gradsync::reduces_over_nccl(config));
+}
+
+TEST_CASE("gpu refusals: allreduce over NCCL needs a GPU per rank on each host") {
+  gradsync::Config config;
+  config.name = "presets/x.yaml";
+  config.strategy = "allreduce";
+  config.device = "gpu";
+  config.workers = 4;
+  // Two ranks on one GPU would fail inside ncclCommInitRank ("Duplicate GPU detected").
+  const std::string error = config_error_of([&] { gradsync::check_gpu_per_rank(config, 2, 1); });
+  MESSAGE("allreduce, 2 ranks on 1 GPU -> " << error);
+  CHECK(error.find("presets/x.yaml: workers: ") == 0);
+  CHECK(error.find("2 ranks on this host but 1 CUDA device(s)") != std::string::npos);
+  CHECK(one_line(error));
+  config.comm.backend = "nccl";
+  CHECK(!config_error_of([&] { gradsync::check_gpu_per_rank(config, 4, 2); }).empty());
+  // Ranks of several hosts: only those on this one count against its GPUs.
+  CHECK_NOTHROW(gradsync::check_gpu_per_rank(config, 2, 2));
+  CHECK_NOTHROW(gradsync::check_gpu_per_rank(config, 1, 1));
+  // Host-staged workers may share one GPU: ps, and allreduce over tcp or gloo.
+  config.strategy = "ps";
+  CHECK_NOTHROW(gradsync::check_gpu_per_rank(config, 4, 1));
+  config.strategy = "allreduce";
+  config.comm.backend = "tcp";
+  CHECK_NOTHROW(gradsync::check_gpu_per_rank(config, 4, 1));
+  // On the CPU nothing is counted.
+  config.comm.backend = "auto";
+  config.device = "cpu";
+  CHECK_NOTHROW(gradsync::check_gpu_per_rank(config, 4, 0));
+}
+
+TEST_CASE("gpu refusals: `gradsync run` refuses more NCCL ranks than GPUs, lets ps share them") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);  // without one, every gpu run is refused before the count
+  const int visible = gradsync::visible_gpus();
+  gradsync::Config config;
+  config.name = "over";
+  config.device = "gpu";
+  config.strategy = "allreduce";
+  config.workers = visible + 1;
+  const std::string error = config_error_of([&] { gradsync::check_device_available(config); });
+  MESSAGE("allreduce with " << visible + 1 << " workers -> " << error);
+  CHECK(error.find("over: workers: allreduce on gpu reduces over NCCL") == 0);
+  config.workers = visible;
+  CHECK_NOTHROW(gradsync::check_device_available(config));
+  config.strategy = "ps";
+  config.workers = visible + 1;
+  CHECK_NOTHROW(gradsync::check_device_available(config));
+}
+
+TEST_CASE("gpu refusals: link emulation with NCCL is refused, naming the key") {
+  using gradsync::testing::error_of;
+  using gradsync::testing::load;
+  const std::string gpu = "device: gpu\nworkers: 2\ndata: {kind: synthetic}\n";
+  // NCCL reduces over NVLink, PCIe or shared memory: neither key would shape its bytes.
+  CHECK(error_of(gpu + "strategy: allreduce\nnetwork: {link_gbps: 10}\n") ==
+        "presets/x.yaml:5: network.link_gbps: allreduce on gpu reduces over NCCL, which bypasses "
+        "gradsync's emulated link (network.link_gbps, network.namespaces): drop them, or use "
+        "device: cpu or ps on gpu");
+  CHECK(error_of(gpu + "strategy: allreduce\ncomm: {backend: nccl}\nnetwork: {namespaces: true}\n")
+            .starts_with("presets/x.yaml:6: network.namespaces: allreduce on gpu reduces over "
+                         "NCCL"));
+  CHECK(error_of(gpu + "strategy: dp\nnetwork: {link_gbps: 1}\n")
+            .starts_with("presets/x.yaml:5: network.link_gbps: dp on gpu reduces over NCCL"));
+  // Host-staged GPU workers go through gradsync's sockets, and the link shapes them.
+  CHECK_NOTHROW(load(gpu + "strategy: ps\nnetwork: {link_gbps: 1}\n"));
+  // On the CPU the ring paces itself.
+  CHECK_NOTHROW(
+      load("strategy: allreduce\nworkers: 2\ndata: {kind: synthetic}\n"
+           "network: {link_gbps: 1}\n"));
+}
+
+TEST_CASE("gpu refusals: a GPU test skips only where no GPU is, and fails where one should be") {
+  using gradsync::testing::gpu_gate;
+  using Gate = gradsync::testing::GpuGate;
+  const auto none = [] { return 0; };
+  const auto one = [] { return 1; };
+  CHECK(gpu_gate(1, one, 0).action == Gate::kRun);
+  CHECK(gpu_gate(1, none, 0).action == Gate::kSkip);
+  CHECK(gpu_gate(1, none, 0).message == "skipped: needs 1 CUDA device(s), 0 visible");
+  // GRADSYNC_REQUIRE_GPU=1: no GPU is a failure, not a pass ...
+  CHECK(gpu_gate(1, none, 1).action == Gate::kFail);
+  CHECK(gpu_gate(1, none, 1).message ==
+        "GRADSYNC_REQUIRE_GPU=1 but this test needs 1 CUDA device(s), 0 visible");
+  // ... while a two-GPU test on a one-GPU machine still skips.
+  CHECK(gpu_gate(2, one, 1).action == Gate::kSkip);
+  // A GPU that is there but unusable (a driver too old) fails with the reason, required or not.
+  const auto unusable = []() -> int {
+    throw gradsync::Error("CUDA devices are present but cannot be used: too old");
+  };
+  const Gate gate = gpu_gate(1, unusable, 0);
+  CHECK(gate.action == Gate::kFail);
+  CHECK(gate.message.find("too old") != std::string::npos);
 }

@@ -20,15 +20,24 @@ using gradsync::cuda::DeviceBuffer;
 
 // These run on rank threads too, where a failed REQUIRE could not unwind: errors are thrown as
 // gradsync::Error and reported by run_ranks.
-std::vector<float> to_host(const DeviceBuffer<float>& d) {
+//
+// Copies go on the communicator's own stream and are waited for. A plain cudaMemcpy runs on
+// the legacy default stream, which a non-blocking stream (NCCL's) does not wait for, and from
+// pageable memory it may return before its DMA has landed: the collective could read the
+// buffer before the data is in it.
+std::vector<float> to_host(const DeviceBuffer<float>& d, cudaStream_t stream) {
   std::vector<float> out(d.size());
-  GRADSYNC_CUDA_CHECK(cudaMemcpy(out.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost, stream));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
   return out;
 }
 
-DeviceBuffer<float> to_device(const std::vector<float>& h) {
+DeviceBuffer<float> to_device(const std::vector<float>& h, cudaStream_t stream) {
   DeviceBuffer<float> d(h.size());
-  GRADSYNC_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpyAsync(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice, stream));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
   return d;
 }
 
@@ -36,34 +45,35 @@ DeviceBuffer<float> to_device(const std::vector<float>& h) {
 void check_collectives(NcclCommunicator& comm, std::size_t count) {
   const int n = comm.size(), r = comm.rank();
   gradsync::cuda::DeviceGuard on(comm.device());
+  const cudaStream_t stream = comm.stream();
   std::vector<float> mine(count);
   for (std::size_t i = 0; i < count; ++i) mine[i] = float(r + 1) + float(i % 97);
 
-  DeviceBuffer<float> sum = to_device(mine);
+  DeviceBuffer<float> sum = to_device(mine, stream);
   comm.allreduce(sum.span(), gradsync::ReduceOp::kSum);
   std::size_t wrong = 0;
-  const std::vector<float> summed = to_host(sum);
+  const std::vector<float> summed = to_host(sum, stream);
   for (std::size_t i = 0; i < count; ++i) {
     wrong += summed[i] != float(n * (n + 1) / 2) + float(n) * float(i % 97);
   }
   CHECK_MESSAGE(wrong == 0, "allreduce: " << wrong << " wrong of " << count);
 
-  DeviceBuffer<float> avg = to_device(std::vector<float>(count, float(2 * r)));
+  DeviceBuffer<float> avg = to_device(std::vector<float>(count, float(2 * r)), stream);
   comm.allreduce(avg.span(), gradsync::ReduceOp::kAvg);
   wrong = 0;
-  for (float v : to_host(avg)) wrong += v != float(n - 1);  // the mean of 0, 2, ..., 2(n-1)
+  for (float v : to_host(avg, stream)) wrong += v != float(n - 1);  // the mean of 0, 2, ..., 2(n-1)
   CHECK_MESSAGE(wrong == 0, "allreduce avg: " << wrong << " wrong");
 
-  DeviceBuffer<float> cast = to_device(r == 0 ? mine : std::vector<float>(count, -1.f));
+  DeviceBuffer<float> cast = to_device(r == 0 ? mine : std::vector<float>(count, -1.f), stream);
   comm.broadcast(cast.span(), 0);
   std::vector<float> root(count);
   for (std::size_t i = 0; i < count; ++i) root[i] = 1.f + float(i % 97);
-  CHECK(to_host(cast) == root);
+  CHECK(to_host(cast, stream) == root);
 
-  DeviceBuffer<float> in = to_device(mine);
+  DeviceBuffer<float> in = to_device(mine, stream);
   DeviceBuffer<float> out(count * static_cast<std::size_t>(n));
   comm.allgather(in.span(), out.span());
-  const std::vector<float> gathered = to_host(out);
+  const std::vector<float> gathered = to_host(out, stream);
   wrong = 0;
   for (int q = 0; q < n; ++q) {
     for (std::size_t i = 0; i < count; ++i) {
@@ -72,9 +82,9 @@ void check_collectives(NcclCommunicator& comm, std::size_t count) {
   }
   CHECK_MESSAGE(wrong == 0, "allgather: " << wrong << " wrong");
 
-  DeviceBuffer<float> reduced = to_device(mine);
+  DeviceBuffer<float> reduced = to_device(mine, stream);
   comm.reduce(reduced.span(), gradsync::ReduceOp::kSum, 0);
-  if (r == 0) CHECK(to_host(reduced) == summed);
+  if (r == 0) CHECK(to_host(reduced, stream) == summed);
   comm.barrier();
   CHECK(comm.counters().collectives == 6);
 }
@@ -128,7 +138,8 @@ TEST_CASE("nccl: zero elements complete at once, and host buffers are refused by
   CHECK_THROWS_WITH_AS(comm->allreduce(host, gradsync::ReduceOp::kSum),
                        doctest::Contains("not device memory of cuda:0"), gradsync::Error);
   // A refused call leaves the communicator usable.
-  DeviceBuffer<float> one = to_device({3.f});
+  const cudaStream_t stream = comm->stream();
+  DeviceBuffer<float> one = to_device({3.f}, stream);
   comm->allreduce(one.span(), gradsync::ReduceOp::kSum);
-  CHECK(to_host(one) == std::vector<float>{3.f});
+  CHECK(to_host(one, stream) == std::vector<float>{3.f});
 }

@@ -145,13 +145,13 @@ TEST_CASE("preset: comm.backend and comm.algorithm mean one thing whatever the b
         "presets/x.yaml:4: comm.algorithm: 'ring' is gloo's; tcp takes only default");
   CHECK(error_of(ring + "comm: {backend: nccl}\n") ==
         "presets/x.yaml:4: comm.backend: nccl reduces GPU buffers: it needs device: gpu");
-  CHECK(error_of(ring + "device: gpu\ncomm: {backend: gloo}\n") ==
-        "presets/x.yaml:5: comm.backend: gloo reduces host buffers: device: gpu needs nccl (or "
-        "auto)");
   CHECK(error_of(ring + "comm: {backend: gloo}\nnetwork: {link_gbps: 1}\n")
             .starts_with("presets/x.yaml:5: network.link_gbps: gloo's sockets are not gradsync's "
                          "to pace"));
-  // The keys are allreduce's: other strategies ignore them; gloo with its algorithms loads.
+  // The keys are allreduce's: other strategies ignore them; gloo with its algorithms loads;
+  // tcp and gloo on a GPU stage through host memory.
+  CHECK_NOTHROW(load(ring + "device: gpu\ncomm: {backend: gloo}\n"));
+  CHECK_NOTHROW(load(ring + "device: gpu\ncomm: {backend: tcp}\n"));
   CHECK_NOTHROW(load("data: {kind: synthetic}\ncomm: {backend: nccl}\n"));
   CHECK_NOTHROW(load(ring + "comm: {backend: gloo, algorithm: ring_chunked}\n"));
 }
