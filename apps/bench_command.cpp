@@ -10,6 +10,7 @@
 #include "bench/collective_bench.h"
 #include "bench/mlp_throughput.h"
 #include "bench/ps_bench.h"
+#include "common/error.h"
 
 namespace gradsync {
 namespace {
@@ -33,7 +34,17 @@ Command add_mlp_bench(CLI::App& bench) {
   mlp->add_option("--gpu", options->gpu, "CUDA device ordinal with --device gpu")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  return {mlp, [options] {
+  CLI::Option* graphs =
+      mlp->add_option("--cuda-graphs", options->cuda_graphs,
+                      "with --device gpu: each step one CUDA graph launch instead of ~20 kernel "
+                      "launches (default on)")
+          ->check(CLI::IsMember({"on", "off"}))
+          ->type_name("TEXT");
+  return {mlp, [options, graphs] {
+            // Said rather than ignored: a CPU figure labelled with a GPU option would mislead.
+            if (graphs->count() > 0 && options->device != "gpu") {
+              throw ConfigError("bench mlp", "--cuda-graphs", "only with --device gpu");
+            }
             std::cout << run_mlp_bench(*options) << "\n";
             return 0;
           }};

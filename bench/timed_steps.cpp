@@ -28,18 +28,26 @@ Dataset make_bench_pool(const MlpBenchOptions& options) {
 
 TimedSteps time_training_steps(Model& model, Optimizer& optimizer, const Dataset& pool,
                                const MlpBenchOptions& options) {
+  return time_training_steps(
+      [&](std::span<const std::int64_t> batch) {
+        model.forward_backward(pool, batch);
+        optimizer.step(model.params(), model.grads());
+      },
+      pool, options);
+}
+
+TimedSteps time_training_steps(const TrainingStep& train, const Dataset& pool,
+                               const MlpBenchOptions& options) {
   std::vector<std::int64_t> indices(static_cast<std::size_t>(pool.size));
   std::iota(indices.begin(), indices.end(), 0);
   std::int64_t step = 0;
   auto one_step = [&] {
-    const std::span<const std::int64_t> batch(
-        indices.data() + (step % kPoolBatches) * options.batch,
-        static_cast<std::size_t>(options.batch));
-    model.forward_backward(pool, batch);
-    optimizer.step(model.params(), model.grads());
+    train(std::span<const std::int64_t>(indices.data() + (step % kPoolBatches) * options.batch,
+                                        static_cast<std::size_t>(options.batch)));
     ++step;
   };
-  // The warm-up also fills caches (on a GPU: uploads the pool, loads cuBLAS's kernels).
+  // The warm-up also fills caches (on a GPU: uploads the pool, loads cuBLAS's kernels,
+  // captures the CUDA graph).
   for (int i = 0; i < options.warmup_steps; ++i) one_step();
   step = 0;
   Stopwatch clock;

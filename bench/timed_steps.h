@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@ struct MlpBenchOptions {
   bool json = false;
   std::string device = "cpu";  // cpu | gpu
   int gpu = 0;                 // the CUDA ordinal with device "gpu"
+  bool cuda_graphs = true;     // device "gpu": each step one CUDA graph (CudaMlp::train_step)
 };
 
 // The pool: 64 batches of random samples (seed 7), enough that the inputs do not all sit in
@@ -34,6 +37,10 @@ struct TimedSteps {
 // warmup_steps untimed steps, then forward + backward + optimizer steps over the pool's batches
 // in turn for at least `seconds`; the clock is read every 16 steps only.
 TimedSteps time_training_steps(Model& model, Optimizer& optimizer, const Dataset& pool,
+                               const MlpBenchOptions& options);
+// The same loop around any whole training step, given the batch's indices into the pool.
+using TrainingStep = std::function<void(std::span<const std::int64_t> batch)>;
+TimedSteps time_training_steps(const TrainingStep& train, const Dataset& pool,
                                const MlpBenchOptions& options);
 
 }  // namespace gradsync

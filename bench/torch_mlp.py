@@ -5,7 +5,8 @@ Runs the same MLP training step (forward, cross-entropy, backward, SGD with
 momentum) that a typical PyTorch training loop does, on a fixed in-memory pool
 of random batches so that only compute is measured. With --device cuda the
 model and the pool live on the GPU (PyTorch eager, FP32 matmuls: TF32 off, as
-gradsync's cuBLAS calls), and the clock is read after torch.cuda.synchronize().
+gradsync's cuBLAS calls; the line says tf32=off), and the clock is read after
+torch.cuda.synchronize().
 """
 import argparse
 import ctypes
@@ -92,6 +93,23 @@ def detect_blas():
     return m.group(1) if m else "unknown"
 
 
+def disable_tf32():
+    """Full-precision FP32 products, as gradsync's cuBLAS calls (CUBLAS_DEFAULT_MATH).
+
+    set_float32_matmul_precision is the one spelling every torch since 1.12 accepts without a
+    deprecation warning; torch 2.9 added per-backend fp32_precision and deprecated the
+    allow_tf32 flags. The MLP runs no cuDNN op; its switch is set too so nothing can use TF32.
+    """
+    torch.set_float32_matmul_precision("highest")
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        conv.fp32_precision = "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = False
+    if torch.get_float32_matmul_precision() != "highest":
+        sys.exit("torch_mlp.py: could not turn TF32 off for matmuls")
+
+
 def make_pool(args, device):
     g = torch.Generator().manual_seed(0)
     xs = torch.randn(POOL_BATCHES, args.batch, args.input, generator=g)
@@ -149,8 +167,7 @@ def main():
         if not torch.cuda.is_available():
             sys.exit("torch_mlp.py: --device cuda but torch sees no CUDA device "
                      "(a CPU-only torch build, or no GPU)")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        disable_tf32()
         blas = "cublas:" + torch.cuda.get_device_name(device).replace(" ", "_")
     else:
         blas = detect_blas()
@@ -161,12 +178,16 @@ def main():
     steps, elapsed = run(args, device)
     result = {"samples_per_s": steps * args.batch / elapsed, "steps": steps,
               "seconds": elapsed, "batch": args.batch, "threads": args.threads,
-              "blas": blas}
+              "blas": blas, "torch": torch.__version__}
+    if device.type == "cuda":
+        result["tf32"] = "off"  # disable_tf32() exits otherwise
     if args.json:
         print(json.dumps(result))
     else:
+        extra = " tf32={tf32}".format(**result) if "tf32" in result else ""
         print("torch: samples/s={samples_per_s:.1f} steps={steps} seconds={seconds:.3f} "
-              "batch={batch} threads={threads} blas={blas}".format(**result))
+              "batch={batch} threads={threads} torch={torch} blas={blas}".format(**result)
+              + extra)
 
 
 if __name__ == "__main__":

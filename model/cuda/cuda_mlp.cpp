@@ -1,18 +1,24 @@
 #include "model/cuda/cuda_mlp.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
 #include "common/error.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/cuda_device.h"
+#include "model/cuda/device_sgd.h"
 
 namespace gradsync {
 namespace {
 
 // A model sees its training set and its test set; a third would evict the older one.
 constexpr std::size_t kCachedDatasets = 2;
+// Training sees the full batch and, at each epoch's end, a shorter tail.
+constexpr std::size_t kCachedGraphs = 2;
+// cuBLAS's recommended workspace for Hopper (4 MiB suffices before it); a fixed cost per model.
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
 
 }  // namespace
 
@@ -30,6 +36,11 @@ CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
   stream_ = cuda::make_stream();
   // Plain FP32 products (no TF32 tensor-op shortcut), as PyTorch's default and as the CPU.
   cublas_ = cuda::make_cublas(stream_.get());
+  // After make_cublas's cublasSetStream, which resets the workspace to cuBLAS's own pool (so it
+  // must not be called again on this handle).
+  cublas_workspace_ = cuda::DeviceBuffer<std::byte>(kCublasWorkspaceBytes);
+  GRADSYNC_CUBLAS_CHECK(
+      cublasSetWorkspace(cublas_.get(), cublas_workspace_.data(), cublas_workspace_.bytes()));
 
   const std::size_t count = layers_.back().end();
   params_ = cuda::DeviceBuffer<float>(count);
@@ -123,32 +134,47 @@ void CudaMlp::loss(const cuda::DeviceDataset& data, const std::int64_t* indices,
                                                totals_.data(), stream_.get()));
 }
 
-kernels::LossTotals CudaMlp::read_totals() {
+void CudaMlp::enqueue_totals_readback() {
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(host_totals_.data(), totals_.data(),
                                       sizeof(kernels::LossTotals), cudaMemcpyDeviceToHost,
                                       stream_.get()));
+}
+
+kernels::LossTotals CudaMlp::read_totals() {
+  enqueue_totals_readback();
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   return *host_totals_.data();
 }
 
-double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
-                                 float grad_scale, bool accumulate) {
+int CudaMlp::check_batch(const Dataset& data, std::span<const std::int64_t> indices) const {
   const int batch = static_cast<int>(indices.size());
   GRADSYNC_CHECK(batch >= 1 && batch <= max_batch_, "batch size outside [1, max_batch]");
   GRADSYNC_CHECK(data.dim == widths_.front(), "dataset width does not match the model input");
   for (const std::int64_t i : indices) {
     GRADSYNC_CHECK(i >= 0 && i < data.size, "batch index outside the dataset");
   }
-  cuda::DeviceGuard on(device_);
+  return batch;
+}
+
+const cuda::DeviceDataset& CudaMlp::stage(const Dataset& data,
+                                          std::span<const std::int64_t> indices) {
   const cuda::DeviceDataset& device_data = datasets_.get(data, stream_.get());
   // The pinned copy is free to overwrite: the previous step's upload finished before that step
-  // returned (it synchronised on its loss).
+  // returned (every step synchronises on its loss).
   std::memcpy(staged_indices_.data(), indices.data(), indices.size_bytes());
-  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(indices_.data(), staged_indices_.data(), indices.size_bytes(),
+  return device_data;
+}
+
+void CudaMlp::enqueue_step(const cuda::DeviceDataset& data, int batch, float grad_scale,
+                           bool accumulate) {
+  // From the fixed pinned buffer, so that a graph can hold this copy: each replay uploads
+  // whatever stage() put there for that step.
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(indices_.data(), staged_indices_.data(),
+                                      static_cast<std::size_t>(batch) * sizeof(std::int64_t),
                                       cudaMemcpyHostToDevice, stream_.get()));
   totals_.zero(stream_.get());
-  forward(device_data, indices_.data(), 0, batch);
-  loss(device_data, indices_.data(), 0, batch, &grad_scale);
+  forward(data, indices_.data(), 0, batch);
+  loss(data, indices_.data(), 0, batch, &grad_scale);
 
   const float beta = accumulate ? 1.0f : 0.0f;
   for (int l = static_cast<int>(layers_.size()) - 1; l >= 0; --l) {
@@ -171,9 +197,71 @@ double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64
     GRADSYNC_CUDA_CHECK(kernels::relu_backward(
         prev, in, static_cast<std::size_t>(r.in) * static_cast<std::size_t>(batch), stream_.get()));
   }
+}
+
+double CudaMlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
+                                 float grad_scale, bool accumulate) {
+  const int batch = check_batch(data, indices);
+  cuda::DeviceGuard on(device_);
+  const cuda::DeviceDataset& device_data = stage(data, indices);
+  enqueue_step(device_data, batch, grad_scale, accumulate);
   // One synchronisation per step: the loss must reach the host anyway, and waiting for the
   // whole stream makes grads() final for whatever reads it next, on any stream.
   return read_totals().loss_sum / batch;
+}
+
+double CudaMlp::train_step(const Dataset& data, std::span<const std::int64_t> indices,
+                           DeviceSgd& sgd) {
+  GRADSYNC_CHECK(!grad_ready_,
+                 "train_step: a gradient-ready callback is set, and a CUDA graph cannot call it "
+                 "(use forward_backward)");
+  GRADSYNC_CHECK(sgd.device() == device_ && sgd.size() == param_count(),
+                 "train_step: the optimizer's device or size is not this model's");
+  const int batch = check_batch(data, indices);
+  cuda::DeviceGuard on(device_);
+  const cuda::DeviceDataset& device_data = stage(data, indices);
+  if (sgd.steps_taken() == 0) {
+    // The first update initialises the momentum buffer (keep = 0); a graph of it would replay
+    // that on every later step, so it runs eagerly, the same work in the same order.
+    enqueue_step(device_data, batch, 1.0f, false);
+    sgd.enqueue_update(params(), grads(), stream_.get());
+    enqueue_totals_readback();
+  } else {
+    GRADSYNC_CUDA_CHECK(cudaGraphLaunch(step_graph(device_data, batch, sgd), stream_.get()));
+  }
+  // One synchronisation per step, as forward_backward: the loss reaches host_totals_, and the
+  // update is done for whatever reads params() or the momentum next.
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  sgd.count_step();
+  return host_totals_.data()->loss_sum / batch;
+}
+
+cudaGraphExec_t CudaMlp::step_graph(const cuda::DeviceDataset& data, int batch, DeviceSgd& sgd) {
+  const SgdOptions& o = sgd.options();
+  const StepGraphKey key{.features = data.features.data(),
+                         .labels = data.labels.data(),
+                         .batch = batch,
+                         .momentum = sgd.momentum_buffer(),
+                         .lr = o.lr,
+                         .mu = o.momentum,
+                         .weight_decay = o.weight_decay};
+  for (auto it = step_graphs_.begin(); it != step_graphs_.end(); ++it) {
+    if (it->key == key) {
+      step_graphs_.splice(step_graphs_.begin(), step_graphs_, it);
+      return step_graphs_.front().exec.get();
+    }
+  }
+  // Capture records without running: the stream is idle (every step ends synchronised), and
+  // the graph's first launch does this step's work.
+  cuda::GraphExec exec = cuda::capture_graph(stream_.get(), [&] {
+    enqueue_step(data, batch, 1.0f, false);
+    sgd.enqueue_update(params(), grads(), stream_.get());
+    enqueue_totals_readback();
+  });
+  ++graphs_captured_;
+  if (step_graphs_.size() >= kCachedGraphs) step_graphs_.pop_back();
+  step_graphs_.push_front(StepGraph{key, std::move(exec)});
+  return step_graphs_.front().exec.get();
 }
 
 Evaluation CudaMlp::evaluate(const Dataset& data) {

@@ -20,17 +20,23 @@ DeviceSgd::DeviceSgd(std::size_t size, const SgdOptions& options, int device)
 DeviceSgd::~DeviceSgd() = default;  // the stream waits for its work before it goes
 
 void DeviceSgd::step(std::span<float> params, std::span<const float> grads) {
+  cuda::DeviceGuard on(device_);
+  enqueue_update(params, grads, stream_.get());
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  count_step();
+}
+
+void DeviceSgd::enqueue_update(std::span<float> params, std::span<const float> grads,
+                               cudaStream_t stream) {
   GRADSYNC_CHECK(params.size() == velocity_.size() && grads.size() == velocity_.size(),
                  "optimizer range does not match the buffers it is given");
   cuda::DeviceGuard on(device_);
   // torch.optim.SGD initialises the momentum buffer with the first gradient, not with zero.
   const float mu = static_cast<float>(options_.momentum);
   const float keep = steps_ == 0 ? 0.f : mu;
-  GRADSYNC_CUDA_CHECK(kernels::sgd_update(
-      params.data(), grads.data(), velocity_.data(), params.size(), static_cast<float>(options_.lr),
-      mu, static_cast<float>(options_.weight_decay), keep, stream_.get()));
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  ++steps_;
+  GRADSYNC_CUDA_CHECK(kernels::sgd_update(params.data(), grads.data(), velocity_.data(),
+                                          params.size(), static_cast<float>(options_.lr), mu,
+                                          static_cast<float>(options_.weight_decay), keep, stream));
 }
 
 void DeviceSgd::save_state(std::span<float> momentum) const {

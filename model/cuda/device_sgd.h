@@ -11,6 +11,9 @@
 // on any stream sees the new parameters. save_state / load_state copy the momentum buffer to
 // or from host memory, so checkpoints move between CPU and GPU runs. Not thread-safe; any
 // thread may call it (each call selects the device).
+//
+// enqueue_update + count_step are step() without its stream and its wait, for a caller that
+// orders the update on its own stream: CudaMlp::train_step, which captures it into a CUDA graph.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,6 +43,19 @@ class DeviceSgd final : public Optimizer {
   void load_state(std::span<const float> momentum, std::uint64_t steps) override;
 
   int device() const { return device_; }
+  const SgdOptions& options() const { return options_; }
+
+  // Enqueues this step's update on `stream`, after the work already there (which produces
+  // `grads`), and returns without waiting; count_step() records the step once it is enqueued.
+  // The caller waits for `stream` before anything else reads params, grads or the momentum
+  // (step, save_state, load_state). The kernel's arguments are the two spans, the momentum
+  // buffer (momentum_buffer(), which never moves), options() and whether this is the first
+  // step, which sets the momentum buffer to the gradient instead of decaying it: a CUDA graph
+  // captured from a call with steps_taken() > 0 therefore replays exactly the update of every
+  // later step with the same spans, each replay followed by count_step().
+  void enqueue_update(std::span<float> params, std::span<const float> grads, cudaStream_t stream);
+  void count_step() { ++steps_; }
+  const float* momentum_buffer() const { return velocity_.data(); }
 
  private:
   SgdOptions options_;

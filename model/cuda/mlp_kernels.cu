@@ -43,7 +43,10 @@ __global__ void add_bias_kernel(float* __restrict__ z, const float* __restrict__
   for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < total;
        k += std::size_t{gridDim.x} * blockDim.x) {
     const float v = z[k] + bias[k % rows];
-    z[k] = relu ? fmaxf(v, 0.f) : v;
+    // Not fmaxf, which returns 0 for a NaN: a diverging layer must reach the loss as NaN.
+    // v < 0 ? 0 : v is std::max(v, 0.f), NaN and signed zeros included, as Eigen's cwiseMax in
+    // model/mlp.cpp.
+    z[k] = (relu && v < 0.f) ? 0.f : v;
   }
 }
 
@@ -114,6 +117,8 @@ __global__ void relu_backward_kernel(float* __restrict__ delta,
                                      const float* __restrict__ activation, std::size_t count) {
   for (std::size_t k = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; k < count;
        k += std::size_t{gridDim.x} * blockDim.x) {
+    // As model/mlp.cpp: the gradient passes where the activation is positive. A NaN activation
+    // gets none, but it has already made the loss and the output layer's gradient NaN.
     if (!(activation[k] > 0.f)) delta[k] = 0.f;
   }
 }

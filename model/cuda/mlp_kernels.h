@@ -28,7 +28,8 @@ struct LossTotals {
 cudaError_t gather_columns(const float* features, int dim, const std::int64_t* indices,
                            std::int64_t first, int batch, float* out, cudaStream_t stream);
 
-// z[:, j] += bias, then max(z, 0) when `relu` (hidden layers) in the same pass.
+// z[:, j] += bias, then max(z, 0) when `relu` (hidden layers) in the same pass; a NaN stays NaN
+// (torch.relu's behaviour), so a diverging hidden layer shows in the loss.
 cudaError_t add_bias(float* z, const float* bias, int rows, int cols, bool relu,
                      cudaStream_t stream);
 

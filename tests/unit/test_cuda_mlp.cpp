@@ -1,13 +1,20 @@
 // The CUDA MLP and DeviceSgd against their CPU counterparts: the same parameters, batch and
-// options must give the same loss, gradients and updates up to float rounding. Every case
-// skips (and passes) where no GPU is visible.
+// options must give the same loss, gradients and updates up to float rounding; and train_step's
+// CUDA graphs against the eager step, bit for bit. Every GPU case skips (and passes) where no
+// GPU is visible.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "../support/compare.h"
 #include "gpu_test_support.h"
+#include "model/cuda/cuda_check.h"
+#include "model/cuda/cuda_handles.h"
 #include "model/cuda/cuda_mlp.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_sgd.h"
@@ -30,6 +37,39 @@ std::vector<float> host_params(gradsync::Model& model) {
   std::vector<float> out(model.param_count());
   model.copy_params_to_host(out);
   return out;
+}
+
+std::vector<float> host_momentum(const gradsync::DeviceSgd& sgd) {
+  std::vector<float> out(sgd.size());
+  sgd.save_state(out);
+  return out;
+}
+
+// Copies on a stream of ours, then waits for it: a plain cudaMemcpy from pageable memory may
+// return before its DMA lands, and a kernel on another non-blocking stream would not wait.
+void upload(gradsync::cuda::DeviceBuffer<float>& to, const std::vector<float>& from) {
+  REQUIRE(from.size() == to.size());
+  gradsync::cuda::Stream stream = gradsync::cuda::make_stream();
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpyAsync(to.data(), from.data(), to.bytes(), cudaMemcpyHostToDevice, stream.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+}
+
+std::vector<float> download(const gradsync::cuda::DeviceBuffer<float>& from) {
+  std::vector<float> to(from.size());
+  gradsync::cuda::Stream stream = gradsync::cuda::make_stream();
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpyAsync(to.data(), from.data(), from.bytes(), cudaMemcpyDeviceToHost, stream.get()));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+  return to;
+}
+
+// `count` indices into a dataset of `size`, starting at *next and walking by a stride that is
+// prime to it, so each step's batch is different and unordered.
+std::vector<std::int64_t> next_batch(std::int64_t* next, int count, std::int64_t size) {
+  std::vector<std::int64_t> batch(static_cast<std::size_t>(count));
+  for (std::int64_t& i : batch) i = ((*next)++ * 7) % size;
+  return batch;
 }
 
 }  // namespace
@@ -119,18 +159,14 @@ TEST_CASE("device sgd: matches the host Sgd step for step, and its state round-t
   std::vector<float> params(n), grads(n);
   for (float& p : params) p = float(rng.normal());
   gradsync::cuda::DeviceBuffer<float> device_params(n), device_grads(n);
-  REQUIRE(cudaMemcpy(device_params.data(), params.data(), n * 4, cudaMemcpyHostToDevice) ==
-          cudaSuccess);
+  upload(device_params, params);
   for (int step = 0; step < 4; ++step) {
     for (float& g : grads) g = float(rng.normal());
-    REQUIRE(cudaMemcpy(device_grads.data(), grads.data(), n * 4, cudaMemcpyHostToDevice) ==
-            cudaSuccess);
+    upload(device_grads, grads);
     cpu.step(params, grads);
     gpu.step(device_params.span(), device_grads.span());
   }
-  std::vector<float> from_gpu(n);
-  REQUIRE(cudaMemcpy(from_gpu.data(), device_params.data(), n * 4, cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
+  const std::vector<float> from_gpu = download(device_params);
   const double diff = gradsync::testing::tensor_relative_difference(from_gpu, params);
   MESSAGE("max relative parameter difference after 4 steps " << diff);
   CHECK(diff <= 1e-6);
@@ -152,4 +188,86 @@ TEST_CASE("device sgd: make_sgd on a device gives DeviceSgd") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);
   auto opt = gradsync::make_sgd(16, gradsync::SgdOptions{}, 0);
   CHECK(dynamic_cast<gradsync::DeviceSgd*>(opt.get()) != nullptr);
+}
+
+TEST_CASE("cuda mlp: train_step's CUDA graphs give the eager step's results bit for bit") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(512, 784, 10, 11);
+  const gradsync::Dataset other = random_dataset(300, 784, 10, 12);
+  const std::vector<int> widths = {784, 256, 256, 10};
+  const gradsync::SgdOptions options{0.05, 0.9, 1e-4};
+  gradsync::CudaMlp eager(widths, 256, 0);
+  gradsync::CudaMlp graphed(widths, 256, 0);
+  eager.init_params(5);
+  graphed.init_params(5);
+  const std::vector<float> initial = host_params(eager);
+  gradsync::DeviceSgd eager_sgd(eager.param_count(), options, 0);
+  gradsync::DeviceSgd graphed_sgd(graphed.param_count(), options, 0);
+
+  // Step 0 runs without a graph (the first update sets the momentum); 1 captures (data, 256),
+  // 2 replays it, 3 captures an epoch tail (data, 100), 4 replays (data, 256) from the cache,
+  // 5 captures (other, 256) and evicts the tail, 6 captures (data, 37) and evicts (data, 256).
+  const std::vector<std::pair<const gradsync::Dataset*, int>> steps = {
+      {&data, 256}, {&data, 256},  {&data, 256}, {&data, 100},
+      {&data, 256}, {&other, 256}, {&data, 37}};
+  std::int64_t next = 0;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const auto [set, size] = steps[k];
+    const std::vector<std::int64_t> batch = next_batch(&next, size, set->size);
+    const double eager_loss = eager.forward_backward(*set, batch);
+    eager_sgd.step(eager.params(), eager.grads());
+    const double graphed_loss = graphed.train_step(*set, batch, graphed_sgd);
+    INFO("step " << k);
+    CHECK(graphed_loss == eager_loss);
+    CHECK(graphed_sgd.steps_taken() == eager_sgd.steps_taken());
+  }
+  CHECK(graphed.graphs_captured() == 4);
+  const std::vector<float> trained = host_params(graphed);
+  CHECK(trained != initial);  // the steps did move the parameters
+  CHECK(trained == host_params(eager));
+  CHECK(host_grads(graphed) == host_grads(eager));
+  CHECK(host_momentum(graphed_sgd) == host_momentum(eager_sgd));
+
+  // The eager path still works on a model that has graphs, and agrees with it afterwards.
+  const std::vector<std::int64_t> batch = next_batch(&next, 256, data.size);
+  const double a = eager.forward_backward(data, batch);
+  const double b = graphed.forward_backward(data, batch);
+  CHECK(a == b);
+  CHECK(host_grads(graphed) == host_grads(eager));
+}
+
+TEST_CASE("cuda mlp: train_step refuses a gradient callback and a foreign optimizer") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(16, 6, 4, 1);
+  gradsync::CudaMlp gpu({6, 5, 4}, 16, 0);
+  gpu.init_params(1);
+  const std::vector<std::int64_t> batch = {0, 1, 2, 3};
+  gradsync::DeviceSgd wrong_size(gpu.param_count() + 1, gradsync::SgdOptions{}, 0);
+  CHECK_THROWS_AS(gpu.train_step(data, batch, wrong_size), gradsync::Error);
+  gradsync::DeviceSgd sgd(gpu.param_count(), gradsync::SgdOptions{}, 0);
+  gpu.set_grad_ready_callback([](std::size_t, std::size_t) {});
+  CHECK_THROWS_AS(gpu.train_step(data, batch, sgd), gradsync::Error);
+  CHECK(sgd.steps_taken() == 0);
+  gpu.set_grad_ready_callback(nullptr);
+  CHECK(std::isfinite(gpu.train_step(data, batch, sgd)));
+  CHECK(sgd.steps_taken() == 1);
+}
+
+TEST_CASE("mlp: a NaN in a hidden layer reaches the loss, on the CPU and on the GPU") {
+  // ReLU as fmaxf(x, 0) would turn the NaN into 0 and hide the divergence.
+  const gradsync::Dataset data = random_dataset(8, 6, 4, 2);
+  const std::vector<int> widths = {6, 5, 4};
+  const std::vector<std::int64_t> batch = {0, 1, 2, 3};
+  gradsync::Mlp cpu(widths, 8);
+  cpu.init_params(3);
+  std::vector<float> params(cpu.params().begin(), cpu.params().end());
+  params[cpu.layers()[0].bias_offset] = std::numeric_limits<float>::quiet_NaN();
+  std::copy(params.begin(), params.end(), cpu.params().begin());
+  CHECK(std::isnan(cpu.forward_backward(data, batch)));
+
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  gradsync::CudaMlp gpu(widths, 8, 0);
+  gpu.copy_params_from_host(params);
+  CHECK(std::isnan(gpu.forward_backward(data, batch)));
+  CHECK(std::isnan(gpu.evaluate(data).loss));
 }
