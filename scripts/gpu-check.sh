@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The GPU path, run for real, in one go (a few minutes on one GPU; a rerun reuses the build):
+#
+#   scripts/gpu-check.sh                    build the GPU code in build-gpu/ with every core, then check
+#   scripts/gpu-check.sh --from PACK        use a pack made by scripts/gpu-pack.sh instead of building
+#                                           (for a GPU machine without gradsync's Debian packages)
+#   scripts/gpu-check.sh --out DIR          where the figures and logs go (default gpu-check/)
+#
+# Steps, each timed out and recorded as PASS, FAIL or SKIP (with the reason):
+#   env       the GPUs, driver, toolkit and PyTorch this machine has
+#   build     configure and build gradsync and its unit tests for this machine's GPUs
+#   unit      every GPU unit test, with GRADSYNC_REQUIRE_GPU=1 so that none may skip: the CUDA
+#             MLP against the CPU one (gradients to 1e-4, TF32 off), NCCL collectives, dp and
+#             allreduce over NCCL reaching 88% on Fashion-MNIST, host-staged tcp/gloo, graphs
+#   nccl      gradsync bench allreduce --device gpu (NCCL, one rank per visible GPU)
+#   train     gradsync run gpu-check: one short epoch of Fashion-MNIST under single (GPU and CPU),
+#             dp, allreduce over NCCL, and 2 or 4 processes sharing one GPU through tcp, gloo
+#             and ps; every run's parameters compared with single's (<= 1e-4)
+#   scaling   with G >= 2 GPUs: dp with G replicas and NCCL with G ranks (skipped with one)
+#   mlp       MLP samples/s at batch 256 and 4096, with and without CUDA graphs, against
+#             PyTorch eager on the same GPU (needs python3 with CUDA torch)
+# The summary is printed last and written to DIR/summary.txt; DIR/figures.txt has every figure.
+# Without a GPU every GPU step says SKIP and why; the script still builds and exits 0, so that
+# the script itself is tested on machines without one. With a GPU, any FAIL exits 1.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=gpu-check
+pack=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --from) pack=$(cd "$2" && pwd) || exit 2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+logs=$out/logs
+mkdir -p "$logs"
+figures=$out/figures.txt
+summary=$out/summary.txt
+: >"$figures"
+: >"$summary"
+started=$(date +%s)
+failures=0
+
+# record STEP STATUS DETAIL: one line of the summary.
+record() {
+  printf '%-8s %-4s %s\n' "$1" "$2" "$3" | tee -a "$summary"
+  [[ $2 == FAIL ]] && failures=$((failures + 1))
+  return 0
+}
+# figure TEXT...: a line for figures.txt (and the screen).
+figure() { echo "$*" | tee -a "$figures"; }
+# run_step STEP SECONDS CMD...: runs CMD with its output in logs/STEP.log; PASS or FAIL.
+run_step() {
+  local step=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$step.log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - t0))
+  if [[ $rc -eq 0 ]]; then
+    record "$step" PASS "${took}s"
+  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    record "$step" FAIL "timed out after ${limit}s (logs/$step.log): $(tail -n 1 "$logs/$step.log")"
+  else
+    record "$step" FAIL "exit $rc after ${took}s (logs/$step.log): $(tail -n 1 "$logs/$step.log")"
+  fi
+  return $rc
+}
+
+# ---- env ------------------------------------------------------------------------------------
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >"$logs/env.log" 2>&1; then
+  gpus=$(grep -c '^GPU ' "$logs/env.log")
+fi
+if [[ $gpus -gt 0 ]]; then
+  gpu_line=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1)
+  record env PASS "$gpus GPU(s): $gpu_line"
+  figure "gpu: $gpus x $gpu_line"
+else
+  record env SKIP "no NVIDIA GPU visible (nvidia-smi: $(head -n 1 "$logs/env.log" 2>/dev/null || echo missing)): every GPU step below is skipped"
+fi
+nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+[[ -n $nvcc ]] && figure "nvcc: $("$nvcc" --version | tail -n 2 | head -n 1)"
+python=${PYTHON:-python3}
+torch_cuda=$("$python" -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>/dev/null || echo "none")
+figure "torch: $torch_cuda"
+figure "cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+
+# ---- build ----------------------------------------------------------------------------------
+if [[ -n $pack ]]; then
+  bin=$pack/bin
+  # The pack's own libraries first, then the CUDA libraries this machine has (cuBLAS, NCCL come
+  # from its toolkit or its Python wheels: they are too large to carry).
+  libpath=$pack/lib
+  for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -d $dir ]] && libpath+=:$dir
+  done
+  for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+    found=$(find /usr/local/cuda*/ /usr/lib /opt /usr/local/lib -name "$lib" 2>/dev/null | head -n 1)
+    [[ -n $found ]] && libpath+=:$(dirname "$found")
+  done
+  export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if ldd "$bin/gradsync" >"$logs/build.log" 2>&1 && ! grep -q 'not found' "$logs/build.log"; then
+    record build PASS "prebuilt pack $pack ($(cat "$pack/BUILD" 2>/dev/null))"
+  else
+    record build FAIL "the pack's gradsync does not load: $(grep 'not found' "$logs/build.log" | tr -s ' \t' ' ' | head -n 3 | tr '\n' ';')"
+  fi
+else
+  build=$repo/build-gpu
+  arch=()
+  # The architectures of the GPUs present (CMake's "native"), else the project's default list.
+  [[ $gpus -gt 0 ]] && arch=(-DCMAKE_CUDA_ARCHITECTURES=native)
+  bin=$build/bin
+  run_step build 900 bash -c "cmake -S '$repo' -B '$build' -DCMAKE_BUILD_TYPE=Release \
+      -DGRADSYNC_CUDA=ON -DGRADSYNC_NCCL=ON ${arch[*]} && \
+      cmake --build '$build' -j$(nproc) --target gradsync gradsync_unit_tests"
+fi
+if [[ ! -x $bin/gradsync ]]; then
+  record summary FAIL "no gradsync binary at $bin: nothing else can run"
+  exit 1
+fi
+gradsync=$bin/gradsync
+
+# Fashion-MNIST: Debian's package, else the copy a pack carries (installed where the package
+# would put it, as root only), else the GPU runs below fall back to synthetic data and say so.
+fmnist=/usr/share/datasets/fashion-mnist
+data_args=()
+if [[ ! -d $fmnist && -n $pack && -d $pack/fashion-mnist && $(id -u) -eq 0 ]]; then
+  mkdir -p "$(dirname "$fmnist")" && cp -r "$pack/fashion-mnist" "$fmnist" &&
+    figure "data: Fashion-MNIST from the pack, copied to $fmnist"
+fi
+if [[ ! -d $fmnist ]]; then
+  data_args=(--set data.kind=synthetic)
+  figure "data: Fashion-MNIST absent: synthetic data (accuracies below say nothing of Fashion-MNIST)"
+fi
+
+if [[ $gpus -eq 0 ]]; then
+  for step in unit nccl train scaling mlp; do record "$step" SKIP "no GPU"; done
+  # What can be checked without one: the GPU code is in the binary and refuses cleanly.
+  if "$gradsync" bench mlp --device gpu >"$logs/refusal.log" 2>&1; then
+    record refusal FAIL "bench mlp --device gpu ran without a GPU"
+  else
+    record refusal PASS "without a GPU: $(tail -n 1 "$logs/refusal.log")"
+  fi
+  echo "gpu-check: no GPU here; $(grep -c ' SKIP ' "$summary") steps skipped, $failures failed ($((SECONDS))s)"
+  exit $((failures > 0))
+fi
+
+# ---- unit -----------------------------------------------------------------------------------
+export GRADSYNC_REQUIRE_GPU=1
+run_step unit 300 "$bin/gradsync_unit_tests" \
+  -tc='*cuda*,*nccl*,*gpu*,*device sgd*,*host-staged*,*NaN*'
+grep -E 'accuracy|relative difference|skipped|test cases' "$logs/unit.log" | sed 's/^/unit: /' |
+  tee -a "$figures" >/dev/null
+
+# ---- nccl -----------------------------------------------------------------------------------
+if run_step nccl 120 "$gradsync" bench allreduce --device gpu -b 1M -e 256M -f 4; then
+  grep -E '^ *[0-9]|#' "$logs/nccl.log" | sed 's/^/nccl: /' >>"$figures"
+fi
+
+# ---- train ----------------------------------------------------------------------------------
+results=$out/results
+# By path: a pack's binary was built elsewhere, and its preset folder is that machine's.
+preset=$repo/experiments/presets/gpu-check.yaml
+rm -rf "$results"
+if run_step train 300 "$gradsync" run "$preset" --output "$results" "${data_args[@]}"; then
+  if "$python" "$repo/scripts/gpu_check_compare.py" "$results/latest" --reference single \
+      --widths 784,256,256,10 --steps 78,234 --limit 1e-4 >"$logs/compare.log" 2>&1; then
+    record compare PASS "every run follows single within 1e-4 at step 78"
+  else
+    record compare FAIL "$(grep -c 'NO' "$logs/compare.log") run(s) do not follow single (logs/compare.log)"
+  fi
+  sed 's/^/train: /' "$logs/compare.log" >>"$figures"
+fi
+
+# ---- scaling --------------------------------------------------------------------------------
+if [[ $gpus -ge 2 ]]; then
+  batch=$((256 / gpus))
+  run_step scaling 300 "$gradsync" run "$preset" --output "$results-$gpus" "${data_args[@]}" \
+    --only dp-1 nccl-1 --set workers=$gpus --set train.batch=$batch
+  grep -E '^\|' "$logs/scaling.log" | sed "s/^/scaling G=$gpus: /" >>"$figures"
+else
+  record scaling SKIP "one GPU: dp with G = 1 and NCCL with one rank ran above; no multi-GPU NCCL"
+fi
+
+# ---- mlp ------------------------------------------------------------------------------------
+if [[ $torch_cuda == *True ]]; then
+  run_step mlp 240 env GRADSYNC="$gradsync" PYTHON="$python" \
+    "$repo/scripts/bench-mlp-vs-pytorch.sh" --device gpu --batch 256,4096 --pairs 2 --seconds 2
+  grep -v '^ *$' "$logs/mlp.log" | tail -n 12 | sed 's/^/mlp: /' >>"$figures"
+else
+  record mlp SKIP "no python3 with CUDA torch ($torch_cuda): gradsync alone below"
+  for batch in 256 4096; do
+    for graphs in on off; do
+      "$gradsync" bench mlp --device gpu --batch $batch --cuda-graphs $graphs 2>&1 |
+        sed 's/^/mlp: /' >>"$figures"
+    done
+  done
+fi
+
+echo
+echo "==== figures ($figures)"
+cat "$figures"
+echo "==== summary ($summary)"
+cat "$summary"
+echo "gpu-check: $failures failed, $(grep -c ' SKIP ' "$summary") skipped, $(($(date +%s) - started))s"
+exit $((failures > 0))
