@@ -93,9 +93,9 @@ figure "cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //
 
 # ---- build ----------------------------------------------------------------------------------
 if [[ -n $pack ]]; then
-  bin=$pack/bin
   # The pack's own libraries first, then the CUDA libraries this machine has (cuBLAS, NCCL come
-  # from its toolkit or its Python wheels: they are too large to carry).
+  # from its toolkit or its Python wheels: they are too large to carry). Only gradsync sees
+  # them, through wrappers: the pack's C++ runtime must not reach this machine's python/torch.
   libpath=$pack/lib
   for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
     [[ -d $dir ]] && libpath+=:$dir
@@ -104,9 +104,17 @@ if [[ -n $pack ]]; then
     found=$(find /usr/local/cuda*/ /usr/lib /opt /usr/local/lib -name "$lib" 2>/dev/null | head -n 1)
     [[ -n $found ]] && libpath+=:$(dirname "$found")
   done
-  export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  if ldd "$bin/gradsync" >"$logs/build.log" 2>&1 && ! grep -q 'not found' "$logs/build.log"; then
+  bin=$out/bin
+  mkdir -p "$bin"
+  for program in gradsync gradsync_unit_tests; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libpath" "$pack/bin/$program" >"$bin/$program"
+    chmod +x "$bin/$program"
+  done
+  figure "libraries: $libpath"
+  if LD_LIBRARY_PATH=$libpath ldd "$pack/bin/gradsync" >"$logs/build.log" 2>&1 &&
+      ! grep -q 'not found' "$logs/build.log"; then
     record build PASS "prebuilt pack $pack ($(cat "$pack/BUILD" 2>/dev/null))"
+    grep -E 'nccl|cublas|cudart|stdc' "$logs/build.log" | sed 's/^[[:space:]]*/libraries: /' >>"$figures"
   else
     record build FAIL "the pack's gradsync does not load: $(grep 'not found' "$logs/build.log" | tr -s ' \t' ' ' | head -n 3 | tr '\n' ';')"
   fi
@@ -120,7 +128,7 @@ else
       -DGRADSYNC_CUDA=ON -DGRADSYNC_NCCL=ON ${arch[*]} && \
       cmake --build '$build' -j$(nproc) --target gradsync gradsync_unit_tests"
 fi
-if [[ ! -x $bin/gradsync ]]; then
+if [[ ! -x $bin/gradsync ]] || [[ -n $pack && ! -x $pack/bin/gradsync ]]; then
   record summary FAIL "no gradsync binary at $bin: nothing else can run"
   exit 1
 fi
@@ -153,7 +161,7 @@ fi
 
 # ---- unit -----------------------------------------------------------------------------------
 export GRADSYNC_REQUIRE_GPU=1
-run_step unit 300 "$bin/gradsync_unit_tests" \
+run_step unit 240 "$bin/gradsync_unit_tests" \
   -tc='*cuda*,*nccl*,*gpu*,*device sgd*,*host-staged*,*NaN*'
 grep -E 'accuracy|relative difference|skipped|test cases' "$logs/unit.log" | sed 's/^/unit: /' |
   tee -a "$figures" >/dev/null
@@ -168,7 +176,7 @@ results=$out/results
 # By path: a pack's binary was built elsewhere, and its preset folder is that machine's.
 preset=$repo/experiments/presets/gpu-check.yaml
 rm -rf "$results"
-if run_step train 300 "$gradsync" run "$preset" --output "$results" "${data_args[@]}"; then
+if run_step train 180 "$gradsync" run "$preset" --output "$results" "${data_args[@]}"; then
   if "$python" "$repo/scripts/gpu_check_compare.py" "$results/latest" --reference single \
       --widths 784,256,256,10 --steps 78,234 --limit 1e-4 >"$logs/compare.log" 2>&1; then
     record compare PASS "every run follows single within 1e-4 at step 78"
@@ -190,7 +198,7 @@ fi
 
 # ---- mlp ------------------------------------------------------------------------------------
 if [[ $torch_cuda == *True ]]; then
-  run_step mlp 240 env GRADSYNC="$gradsync" PYTHON="$python" \
+  run_step mlp 180 env GRADSYNC="$gradsync" PYTHON="$python" \
     "$repo/scripts/bench-mlp-vs-pytorch.sh" --device gpu --batch 256,4096 --pairs 2 --seconds 2
   grep -v '^ *$' "$logs/mlp.log" | tail -n 12 | sed 's/^/mlp: /' >>"$figures"
 else
