@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <numeric>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "model/cuda/cuda_check.h"
@@ -281,6 +283,25 @@ Evaluation CudaMlp::evaluate(const Dataset& data) {
   result.loss = totals.loss_sum / static_cast<double>(data.size);
   result.accuracy = static_cast<double>(totals.correct) / static_cast<double>(data.size);
   return result;
+}
+
+void CudaMlp::prepare(const Dataset& data) {
+  if (data.size == 0) return;
+  GradReadyCallback held = std::exchange(grad_ready_, nullptr);
+  std::vector<std::int64_t> first(static_cast<std::size_t>(std::min<std::int64_t>(max_batch_, data.size)));
+  std::iota(first.begin(), first.end(), std::int64_t{0});
+  try {
+    forward_backward(data, first);
+  } catch (...) {
+    grad_ready_ = std::move(held);
+    throw;
+  }
+  grad_ready_ = std::move(held);
+  // Every step overwrites grads() before anything reads them; zeroed all the same, so no
+  // reader ever sees this step's values.
+  cuda::DeviceGuard on(device_);
+  grads_.zero(stream_.get());
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
 cudaStream_t model_stream(Model& model) {

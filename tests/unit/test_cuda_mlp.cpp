@@ -138,6 +138,26 @@ TEST_CASE("cuda mlp: gradient ranges are reported last layer first, contiguous")
   for (std::size_t i = 1; i < ranges.size(); ++i) CHECK(ranges[i].second == ranges[i - 1].first);
 }
 
+TEST_CASE("cuda mlp: prepare calls back nobody and changes no step's result") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(64, 6, 4, 3);
+  gradsync::CudaMlp cold({6, 5, 4, 4}, 16, 0), warm({6, 5, 4, 4}, 16, 0);
+  cold.init_params(7);
+  warm.init_params(7);
+  int calls = 0;
+  warm.set_grad_ready_callback([&](std::size_t, std::size_t) { ++calls; });
+  warm.prepare(data);
+  CHECK(calls == 0);
+  CHECK(host_params(warm) == host_params(cold));
+  CHECK(host_grads(warm) == std::vector<float>(warm.param_count(), 0.0f));
+  const std::vector<std::int64_t> batch = {9, 1, 40, 33, 2};
+  const double cold_loss = cold.forward_backward(data, batch);
+  const double warm_loss = warm.forward_backward(data, batch);
+  CHECK(calls == 3);  // the callback is back for real steps
+  CHECK(warm_loss == cold_loss);
+  CHECK(host_grads(warm) == host_grads(cold));
+}
+
 TEST_CASE("cuda mlp: host copies of the parameters round-trip") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);
   gradsync::CudaMlp gpu({3, 2}, 4, 0);
