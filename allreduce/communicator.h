@@ -1,10 +1,12 @@
-// Communicator: the collectives every multi-process strategy is built on.
+// Communicator: the collectives every multi-process strategy is built on (allreduce, broadcast,
+// allgather, reduce-scatter, barrier).
 //
 //   auto comm = make_tcp_ring(store, rank, size, options);     // allreduce/tcp/tcp_ring.h
 //   comm->allreduce(grads, ReduceOp::kAvg);                     // blocks until done
 //   auto work = comm->allreduce_async(bucket, ReduceOp::kAvg);  // returns at once
 //   ... more backward ...
 //   work->wait(timeout);                                        // rethrows a failure
+//   comm->reduce_scatter(grads, my_shard, ReduceOp::kAvg);      // ZeRO / FSDP: rank r gets block r
 //
 // Collectives run one at a time, in the order they were issued, on a background thread of the
 // communicator (as a c10d ProcessGroup does); every rank must issue the same sequence of
@@ -60,6 +62,14 @@ class Communicator {
   // out.size() == size() * in.size(); rank r's input lands at out[r * in.size()].
   virtual std::shared_ptr<Work> allgather_async(std::span<const float> in,
                                                 std::span<float> out) = 0;
+  // in.size() == size() * out.size(); rank r receives the reduction (op) over ranks of block r
+  // of in, i.e. of in[r * out.size(), (r + 1) * out.size()). kAvg divides as this backend's
+  // allreduce does, so where the sums are exact (integer-valued data) out is bitwise the
+  // matching block of an allreduce of in; otherwise the backend may add the ranks in another
+  // order than its allreduce does. in and out must not overlap. Sizes that disagree here throw
+  // at the call; sizes that disagree across ranks fail like any mismatched collective.
+  virtual std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in,
+                                                     std::span<float> out, ReduceOp op) = 0;
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
   virtual CommCounters counters() const = 0;
@@ -76,6 +86,9 @@ class Communicator {
   void broadcast(std::span<float> data, int root) { broadcast_async(data, root)->wait(timeout()); }
   void allgather(std::span<const float> in, std::span<float> out) {
     allgather_async(in, out)->wait(timeout());
+  }
+  void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) {
+    reduce_scatter_async(in, out, op)->wait(timeout());
   }
   void barrier() { barrier_async()->wait(timeout()); }
 };

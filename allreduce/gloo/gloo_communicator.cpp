@@ -15,6 +15,7 @@
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +31,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "allreduce/gloo/gloo_store.h"
@@ -112,6 +114,17 @@ std::uint32_t tag_of(const std::string& collective) {
   }
   return static_cast<std::uint32_t>(hash ^ (hash >> 32));
 }
+
+// The slot prefix of reduce_scatter's ring (Gloo's own collectives use 0x01..0x08, each with the
+// tag below it, see gloo/types.h): its messages never meet another collective's.
+constexpr std::uint8_t kReduceScatterSlotPrefix = 0x10;
+
+// A wait of the reduce-scatter ring that timed out, and the peer it waited for: Gloo's timeout
+// message names no one, and fail() would otherwise have no rank to blame.
+struct PeerWaitTimeout : std::runtime_error {
+  PeerWaitTimeout(const std::string& what, int peer) : std::runtime_error(what), peer(peer) {}
+  int peer;
+};
 
 // The slot of the receive close_connections posts and abandons: far above the slots Gloo's
 // collectives use (a one-byte prefix above their tags, or the context's small slot counter).
@@ -264,6 +277,41 @@ class GlooCommunicator final : public Communicator {
       opts.setTag(tag);
       opts.setTimeout(options_.timeout);
       gloo::allgather(opts);
+    });
+  }
+
+  // Not Gloo's ReduceScatterHalvingDoubling (in Debian's gloo/reduce_scatter.h): it finds its
+  // peers' messages by the context's slot counter, so ranks that disagree on the size end the
+  // process (an assertion on Gloo's event-loop thread, tried with this Gloo), where every other
+  // collective with the default ring times out; and its last phase writes the result over the
+  // start of its buffer without waiting for earlier sends from there to leave. Instead, the
+  // reduce-scatter half of a ring over Gloo's tagged unbound buffers: see ring_reduce_scatter.
+  std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    GRADSYNC_CHECK(in.size() == out.size() * std::size_t(size_),
+                   "reduce_scatter: in.size() must be size() * out.size(), but in has " +
+                       std::to_string(in.size()) + " floats, out " + std::to_string(out.size()) +
+                       ", over " + std::to_string(size_) + " ranks");
+    const bool average = op == ReduceOp::kAvg;
+    const std::uint64_t moved = ring_share(in.size_bytes(), 1);
+    // The size and the op go into the tag: ranks that disagree on either time out.
+    const std::string what = std::string("reduce-scatter ") + (average ? "avg" : "sum") + " of " +
+                             std::to_string(in.size()) + " floats (gloo ring)";
+    // With one rank the input still lands in the output: a copy, no Gloo.
+    const bool runs = !in.empty();
+    return issue(what, runs, moved, moved, [this, in, out, average](std::uint32_t tag) {
+      if (size_ == 1) {
+        std::memmove(out.data(), in.data(), in.size_bytes());
+        return;
+      }
+      // The ring adds into the blocks it sends on, and `in` is the caller's, read-only.
+      std::vector<float> sums(in.begin(), in.end());
+      ring_reduce_scatter(sums, out.size(), tag);
+      const std::span<const float> mine =
+          std::span<const float>(sums).subspan(std::size_t(rank_) * out.size(), out.size());
+      // The finished sum divided once, as allreduce divides it here.
+      const float n = float(size_);
+      for (std::size_t i = 0; i < mine.size(); ++i) out[i] = average ? mine[i] / n : mine[i];
     });
   }
 
@@ -424,6 +472,46 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
+  // The first half of a ring allreduce over the N blocks of `sums`, in place. Step k = 1..N-1
+  // sends block (r - k) to rank r + 1 and receives block (r - k - 1) from rank r - 1 into a
+  // scratch block, then adds it into ours: what arrives at step k leaves at step k+1, and the
+  // last step completes block r - N = r, the sum over every rank. TcpRing's reduce-scatter runs
+  // this schedule and adds in the same order (received into ours), so the two agree bit for bit.
+  // Every step waits for its send to leave before the next: an unbound buffer takes one operation
+  // at a time, and a block is written only after the step that sent it.
+  void ring_reduce_scatter(std::span<float> sums, std::size_t block, std::uint32_t tag) {
+    const int left = (rank_ + size_ - 1) % size_;
+    const int right = (rank_ + 1) % size_;
+    const std::uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+    const std::size_t bytes = block * sizeof(float);
+    std::vector<float> scratch(block);
+    auto from = context_->createUnboundBuffer(sums.data(), sums.size_bytes());
+    auto into = context_->createUnboundBuffer(scratch.data(), bytes);
+    const auto at = [&](int k) { return std::size_t((rank_ - k + 2 * size_) % size_) * block; };
+    for (int k = 1; k < size_; ++k) {
+      from->send(right, slot, at(k) * sizeof(float), bytes);  // block r - k
+      into->recv(left, slot, 0, bytes);
+      wait_for(left, [&] { return into->waitRecv(options_.timeout); });
+      float* dst = sums.data() + at(k + 1);  // block r - k - 1
+      for (std::size_t i = 0; i < block; ++i) dst[i] += scratch[i];
+      wait_for(right, [&] { return from->waitSend(options_.timeout); });
+    }
+  }
+
+  // A wait of ring_reduce_scatter on `peer`: its timeout says whom it waited for. (Gloo's
+  // other failures, a closed connection, name the peer's address themselves.)
+  template <typename Wait>
+  void wait_for(int peer, Wait wait) {
+    bool done = false;
+    try {
+      done = wait();
+    } catch (const std::exception& e) {
+      if (!contains(e.what(), "Timed out")) throw;
+      throw PeerWaitTimeout(e.what(), peer);
+    }
+    if (!done) throw std::runtime_error("gloo: a wait of the reduce-scatter ring was aborted");
+  }
+
   // Queues `body` (given the collective's tag) as the next collective. A collective that does
   // not run (world size 1, zero elements) still takes its turn, so that it completes in issue
   // order and fails like any other call after a failure.
@@ -579,7 +667,8 @@ void GlooCommunicator::fail(tcp::RingWork& work, const std::exception& failure) 
     throw Error(me_ + ": " + operation + " interrupted: the communicator was destroyed");
   }
   const std::string gloo = without_source_prefix(failure.what());
-  const int peer = peer_named_in(gloo);
+  const auto* ring_wait = dynamic_cast<const PeerWaitTimeout*>(&failure);
+  const int peer = ring_wait != nullptr ? ring_wait->peer : peer_named_in(gloo);
   const std::string them = peer >= 0 ? "rank " + std::to_string(peer) : "";
   const std::string endpoint = peer >= 0 ? peers_[std::size_t(peer)].endpoint : "";
   const auto timeout_error = [&](const std::string& problem) {

@@ -21,6 +21,11 @@
 //                     steps; other sizes in binary blocks)
 // Broadcast is gloo::broadcast (a binomial tree from the root), allgather gloo::allgather (ring),
 // barrier gloo::barrier, each call with its own tag (see "Mismatched collectives" below).
+// Reduce-scatter is the reduce-scatter half of a ring, written here over Gloo's tagged unbound
+// buffers ((N-1)/N of the input each way, whatever options.algorithm says): Debian's
+// ReduceScatterHalvingDoubling matches messages by slot counter, and ranks that disagree on its
+// size end the process. Its schedule and order of additions are TcpRing's reduce-scatter, so the
+// two give the same bits; against this allreduce's blocks, only exact sums are sure to agree.
 // ReduceOp::kAvg is the sum, then each element divided by float(size) on every rank, as TcpRing
 // divides each finished segment: where both sum in the same order the bits agree; for N >= 3
 // Gloo's orders differ from TcpRing's, so non-integer data can differ in the last bits (integer
@@ -48,11 +53,11 @@
 // hangs.
 //
 // Mismatched collectives (another operation, size or root on some rank) are no desync error
-// here, unlike TcpRing's. Every collective of the ring, broadcast, allgather and barrier has a
-// Gloo tag hashed from its sequence number and shape, so mismatched ranks never exchange bytes:
-// each times out. ring_chunked and halving_doubling find their peers' messages by Gloo's slot
-// counter alone; there a size mismatch fails an assertion on Gloo's event-loop thread, which
-// ends the process (std::terminate), so keep them for ranks that cannot disagree.
+// here, unlike TcpRing's. Every collective of the ring, broadcast, allgather, reduce-scatter and
+// barrier has a Gloo tag hashed from its sequence number and shape, so mismatched ranks never
+// exchange bytes: each times out. ring_chunked and halving_doubling find their peers' messages by
+// Gloo's slot counter alone; there a size mismatch fails an assertion on Gloo's event-loop thread,
+// which ends the process (std::terminate), so keep them for ranks that cannot disagree.
 //
 // Gloo's own headers stay out of this one: only gloo_communicator.cpp (and gloo_store.h, which
 // only it includes) sees them, so no target above needs Gloo's include path. Without

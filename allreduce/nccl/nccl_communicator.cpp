@@ -266,6 +266,25 @@ std::shared_ptr<Work> NcclCommunicator::allgather_async(std::span<const float> i
   });
 }
 
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(std::span<const float> in,
+                                                             std::span<float> out, ReduceOp op) {
+  GRADSYNC_CHECK(in.size() == out.size() * static_cast<std::size_t>(size()),
+                 "reduce_scatter: in.size() must be size() * out.size(), but in has " +
+                     std::to_string(in.size()) + " floats, out " + std::to_string(out.size()) +
+                     ", over " + std::to_string(size()) + " ranks");
+  check_device_buffer(in.data(), in.size(), "reduce_scatter", *state_);
+  check_device_buffer(out.data(), out.size(), "reduce_scatter", *state_);
+  const std::uint64_t moved = ring_share(in.size_bytes(), size(), 1);
+  // ncclAvg as in allreduce_async: NCCL's own division (for floats it scales each rank's input
+  // by 1/N before the sum), so a block equals the allreduce's only as far as NCCL orders both
+  // sums alike; with one rank both are a copy.
+  return issue("reduce_scatter", in.size(), moved, moved,
+               [&](ncclComm_t comm, cudaStream_t stream) {
+                 return ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat, nccl_op(op),
+                                          comm, stream);
+               });
+}
+
 std::shared_ptr<Work> NcclCommunicator::barrier_async() {
   // NCCL has no barrier: a one-float allreduce completes on no rank before every rank issued it.
   float* scratch = state_->barrier_scratch;

@@ -68,6 +68,9 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override;
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override;
   std::shared_ptr<Work> allgather_async(std::span<const float> in, std::span<float> out) override;
+  // ncclReduceScatter; kAvg is ncclAvg, as in allreduce_async.
+  std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override;
   std::shared_ptr<Work> barrier_async() override;
   // In place; only `root` receives the reduction (DataParallel's gather onto device 0).
   std::shared_ptr<Work> reduce_async(std::span<float> data, ReduceOp op, int root);
@@ -76,8 +79,9 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Bytes this rank moves in a bandwidth-optimal algorithm (NCCL's rings move this much):
-  // allreduce 2(N-1)/N * S each way, allgather (N-1)/N of the output, broadcast S out of the
-  // root and S into every other rank, reduce S out of every non-root and (N-1)S into the root.
+  // allreduce 2(N-1)/N * S each way, allgather (N-1)/N of the output, reduce-scatter (N-1)/N of
+  // the input, broadcast S out of the root and S into every other rank, reduce S out of every
+  // non-root and (N-1)S into the root.
   CommCounters counters() const override;
 
   // Collectives issued from now on first wait for the work enqueued on `producer` when they are

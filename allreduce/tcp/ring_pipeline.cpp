@@ -23,6 +23,10 @@ const char* op_name(std::uint32_t op) {
       return "allgather";
     case RingOp::kBarrier:
       return "barrier";
+    case RingOp::kReduceScatterSum:
+      return "reduce-scatter";
+    case RingOp::kReduceScatterAvg:
+      return "reduce-scatter avg";
   }
   return "unknown operation";
 }

@@ -31,7 +31,9 @@ enum class RingOp : std::uint32_t {
   kAllreduceAvg,
   kBroadcast,
   kAllgather,
-  kBarrier
+  kBarrier,
+  kReduceScatterSum,
+  kReduceScatterAvg
 };
 
 // The first bytes of every collective on every link. Native byte order: the ranks of one job
@@ -47,7 +49,8 @@ struct LinkHeader {
 static_assert(sizeof(LinkHeader) == 32, "LinkHeader is a wire format");
 inline constexpr std::uint32_t kLinkMagic = 0x47524753;  // "SGRG" on the wire
 
-// "allreduce of 1000 floats" (broadcasts add "from rank R"; a barrier is just "barrier").
+// "allreduce of 1000 floats" (broadcasts add "from rank R"; a barrier is just "barrier"); a
+// reduce-scatter counts the floats of its whole input.
 std::string describe_operation(RingOp op, std::uint64_t count, int root);
 // "collective #7 allreduce of 1000 floats".
 std::string describe(const LinkHeader& header);

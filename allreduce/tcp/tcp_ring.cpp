@@ -71,7 +71,7 @@ class TcpRing final : public Communicator {
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
     const RingOp code = op == ReduceOp::kAvg ? RingOp::kAllreduceAvg : RingOp::kAllreduceSum;
     return issue(code, data.size(), 0, [this, data, code](RingWork& work) {
-      run(work, code, data.size(), 0, allreduce_steps(data, code == RingOp::kAllreduceAvg));
+      run(work, code, data.size(), 0, ring_steps(data, code == RingOp::kAllreduceAvg, true, 0));
     });
   }
 
@@ -110,6 +110,27 @@ class TcpRing final : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    GRADSYNC_CHECK(in.size() == out.size() * std::size_t(size_),
+                   "reduce_scatter: in.size() must be size() * out.size(), but in has " +
+                       std::to_string(in.size()) + " floats, out " + std::to_string(out.size()) +
+                       ", over " + std::to_string(size_) + " ranks");
+    const RingOp code =
+        op == ReduceOp::kAvg ? RingOp::kReduceScatterAvg : RingOp::kReduceScatterSum;
+    // The header carries in.size(): ranks that disagree on it fail with a desync, as allreduce.
+    return issue(code, in.size(), 0, [this, in, out, code](RingWork& work) {
+      // The ring adds into the buffer it sends from, and `in` is the caller's, read-only: the
+      // sums collect in a copy. (Equal blocks: the ring's N segments are exactly the N blocks.)
+      std::vector<float> sums(in.begin(), in.end());
+      // The allreduce's first N-1 steps, turned back by one segment so that rank r finishes
+      // segment r, which is its block; unturned it would finish r + 1.
+      run(work, code, sums.size(), 0,
+          ring_steps(sums, code == RingOp::kReduceScatterAvg, false, -1));
+      std::copy_n(sums.begin() + std::ptrdiff_t(rank_ * out.size()), out.size(), out.begin());
+    });
+  }
+
   std::shared_ptr<Work> barrier_async() override {
     // An allreduce of N elements, not of one: with one element only one segment carries data,
     // and a rank could leave before others arrived. With one element per segment every rank's
@@ -117,7 +138,7 @@ class TcpRing final : public Communicator {
     return issue(RingOp::kBarrier, std::size_t(size_), 0, [this](RingWork& work) {
       std::fill(barrier_buffer_.begin(), barrier_buffer_.end(), 1.0f);
       run(work, RingOp::kBarrier, barrier_buffer_.size(), 0,
-          allreduce_steps(barrier_buffer_, false));
+          ring_steps(barrier_buffer_, false, true, 0));
     });
   }
 
@@ -150,15 +171,19 @@ class TcpRing final : public Communicator {
   }
 
   // Reduce-scatter then all-gather over N segments, as 2(N-1) ring steps. Step k sends segment
-  // (r - k) and receives segment (r - k - 1): what arrives at step k is what leaves at step k+1.
-  // In the first N-1 steps the arriving segment is added into ours; after them, rank r holds the
-  // complete sum of segment (r + 1), and the last N-1 steps circulate the complete segments.
-  std::vector<RingStep> allreduce_steps(std::span<float> data, bool average) const {
+  // (r - k + shift) and receives segment (r - k - 1 + shift): what arrives at step k is what
+  // leaves at step k+1. In the first N-1 steps the arriving segment is added into ours; after
+  // them, rank r holds the complete sum of segment (r + 1 + shift), and the last N-1 steps
+  // (with `all_gather`) circulate the complete segments. The allreduce runs shift 0; whichever
+  // the shift, segment s is summed around the ring starting from rank s - shift, so the
+  // summation order, and with it the rounding of non-integer sums, follows the shift.
+  std::vector<RingStep> ring_steps(std::span<float> data, bool average, bool all_gather,
+                                   int shift) const {
     const Segments seg(data.size(), size_);
     std::vector<RingStep> steps;
-    for (int k = 0; k < 2 * (size_ - 1); ++k) {
-      const int s_send = mod(rank_ - k, size_);
-      const int s_recv = mod(rank_ - k - 1, size_);
+    for (int k = 0; k < (all_gather ? 2 : 1) * (size_ - 1); ++k) {
+      const int s_send = mod(rank_ - k + shift, size_);
+      const int s_recv = mod(rank_ - k - 1 + shift, size_);
       RingStep step;
       step.send = reinterpret_cast<const std::byte*>(data.data() + seg.begin(s_send));
       step.send_bytes = seg.size(s_send) * sizeof(float);
@@ -166,7 +191,8 @@ class TcpRing final : public Communicator {
       step.recv_bytes = seg.size(s_recv) * sizeof(float);
       step.reduce = k < size_ - 1;
       // kAvg divides once, on the finished sum (step N-2 completes it), before the all-gather
-      // copies it out, so every rank ends with bit-identical values.
+      // copies it out, so every rank ends with bit-identical values (reduce-scatter: the same
+      // single division, so its blocks are the allreduce's where the sums agree).
       if (average && k == size_ - 2) step.divisor = float(size_);
       step.gate = k == 0 ? RingStep::Gate::kNone : RingStep::Gate::kPreviousStep;
       steps.push_back(step);

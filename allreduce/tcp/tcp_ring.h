@@ -3,7 +3,11 @@
 // around the ring: each rank sends and receives 2(N-1)/N of the buffer, the bandwidth-optimal
 // schedule (Patarasuk & Yuan 2009; baidu-allreduce). Buffers of any length work: the first
 // length % N segments take one extra element. Each segment moves in chunks so that sending
-// chunk c+1 overlaps reducing chunk c, and large buffers stream at link speed.
+// chunk c+1 overlaps reducing chunk c, and large buffers stream at link speed. Reduce-scatter
+// is the first half alone (N-1 steps, (N-1)/N of the input each way), on a copy of the input,
+// turned by one segment so that rank r finishes block r. Its blocks therefore add up around the
+// ring in another order than the allreduce's segments: for N >= 3, non-integer sums may differ
+// from the allreduce's in the last bits (exact sums agree, and kAvg divides the same way).
 //
 // Every message carries (collective sequence number, operation, element count); a receiver
 // that sees anything but what it expects fails with a desync error naming both ranks and both

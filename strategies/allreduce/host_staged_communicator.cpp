@@ -134,6 +134,35 @@ class HostStagedCommunicator final : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    GRADSYNC_CHECK(in.size() == out.size() * static_cast<std::size_t>(size()),
+                   "reduce_scatter: in.size() must be size() * out.size(), but in has " +
+                       std::to_string(in.size()) + " floats, out " + std::to_string(out.size()) +
+                       ", over " + std::to_string(size()) + " ranks");
+    check_buffer(in.data(), in.size(), "reduce_scatter");
+    check_buffer(out.data(), out.size(), "reduce_scatter");
+    const std::string what = std::string("reduce-scatter ") +
+                             (op == ReduceOp::kAvg ? "avg" : "sum") + " of " +
+                             std::to_string(in.size()) + " floats";
+    return submit(what, [this, in, out, op, produced = mark_produced()](tcp::RingWork& work) {
+      // Still issued when empty: the host communicator's sequence stays the peers'.
+      if (in.empty()) return finish(host_->reduce_scatter_async({}, {}, op));
+      // Staging holds the whole input, then this rank's block of the result after it; only the
+      // block comes back to the device.
+      const std::span<float> host = staging(work, in.size() + out.size());
+      const std::span<float> host_in = host.first(in.size());
+      const std::span<float> host_out = host.subspan(in.size());
+      on_device(work, "copying to host", [&] {
+        after_producer(produced);
+        copy(host_in.data(), in.data(), in.size(), cudaMemcpyDeviceToHost);
+      });
+      finish(host_->reduce_scatter_async(host_in, host_out, op));
+      on_device(work, "copying back",
+                [&] { copy(out.data(), host_out.data(), out.size(), cudaMemcpyHostToDevice); });
+    });
+  }
+
   // Through the staging thread like the rest: forwarded at once, it could reach the host
   // communicator before collectives issued earlier, and the ranks' sequences would differ.
   std::shared_ptr<Work> barrier_async() override {

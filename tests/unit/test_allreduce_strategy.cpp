@@ -300,6 +300,10 @@ class RecordingCommunicator final : public gradsync::Communicator {
                                                   std::span<float>) override {
     return std::make_shared<Done>();
   }
+  std::shared_ptr<gradsync::Work> reduce_scatter_async(std::span<const float>, std::span<float>,
+                                                       gradsync::ReduceOp) override {
+    return std::make_shared<Done>();
+  }
   std::shared_ptr<gradsync::Work> barrier_async() override { return std::make_shared<Done>(); }
   gradsync::CommCounters counters() const override { return {}; }
   void abort(const std::string& reason) override { aborted = reason; }

@@ -17,6 +17,7 @@
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/error.h"
+#include "tests/support/reduce_scatter_checks.h"
 #include "tests/support/ring_ranks.h"
 
 using namespace gradsync::testing;
@@ -271,6 +272,96 @@ TEST_CASE("gloo: ranks that issue different sizes time out instead of exchanging
     const std::string message = error_of<gradsync::TimeoutError>(
         [&] { comm->allreduce(data, ReduceOp::kSum); }, "mismatched sizes must time out");
     CHECK(has(message, "collective #1 allreduce sum of " + std::to_string(data.size())));
+  });
+}
+
+TEST_CASE("gloo: reduce-scatter gives rank r block r's exact sum, the allreduce's bits") {
+  // The reduce-scatter is one ring whatever the allreduce algorithm; each one is compared.
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    for (int n = 1; n <= 4; ++n) {
+      CAPTURE(algorithm);
+      CAPTURE(n);
+      gradsync::InMemoryStore store;
+      run_ranks(n, [&](int r) {
+        auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm));
+        std::uint64_t sent = 0;
+        for (std::size_t block : reduce_scatter_blocks(n)) {
+          check_reduce_scatter(*comm, block);
+          // The counters' formulas: (N-1)/N of the input per reduce-scatter (4 of them), twice
+          // that per allreduce (3).
+          sent += 10 * std::uint64_t(n - 1) * block * sizeof(float);
+        }
+        check_reduce_scatter_refuses_sizes(*comm);
+        sent += std::uint64_t(n - 1) * 4 * sizeof(float);
+        const auto counters = comm->counters();
+        CHECK(counters.collectives == 7 * reduce_scatter_blocks(n).size() + 1);
+        CHECK(counters.bytes_sent == sent);
+        CHECK(counters.bytes_received == sent);
+      });
+    }
+  }
+}
+
+TEST_CASE("gloo: reduce-scatter gives TcpRing's reduce-scatter bits, non-integers included") {
+  // Both run the same ring schedule and add in the same order.
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    const std::size_t block = 25013;
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      const std::vector<float> in = noisy_data(r, block * std::size_t(n));
+      auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options());
+      auto tcp = gradsync::make_tcp_ring(store, r, n, ring_options());
+      for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::vector<float> gloo(block), ring(block);
+        comm->reduce_scatter(in, gloo, op);
+        tcp->reduce_scatter(in, ring, op);
+        CHECK_MESSAGE(gloo == ring, "rank " << r << (op == ReduceOp::kAvg ? " avg" : " sum"));
+      }
+    });
+  }
+}
+
+TEST_CASE("gloo: a reduce-scatter of another size times out, and one never issued names the peer") {
+  // Another size is another tag: the ranks' messages never meet (Gloo's own
+  // ReduceScatterHalvingDoubling would end the process here).
+  {
+    gradsync::InMemoryStore store;
+    run_ranks(2, [&](int r) {
+      auto comm = gradsync::make_gloo_communicator(store, r, 2, gloo_options("ring", 1000ms));
+      const std::size_t block = r == 0 ? 1000 : 1001;
+      std::vector<float> in(2 * block, 1.0f), out(block);
+      const std::string message = error_of<gradsync::TimeoutError>(
+          [&] { comm->reduce_scatter(in, out, ReduceOp::kSum); }, "mismatched sizes must time out");
+      CHECK(has(message, "collective #1 reduce-scatter sum of " + std::to_string(in.size()) +
+                             " floats (gloo ring)"));
+    });
+  }
+  // Rank 2 stays, connections open, and never issues #2: rank 0 waits for its block, rank 1
+  // for it to take one; both time out naming rank 2 (rank 1 perhaps through rank 0's report).
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  Latch others_failed(n - 1);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options("ring", 1500ms));
+    std::vector<float> in = rank_data(r, 3 * 10000), out(10000);
+    comm->reduce_scatter(in, out, ReduceOp::kAvg);  // #1 succeeds everywhere
+    if (r == 2) {
+      CHECK(others_failed.wait(20s));
+      return;
+    }
+    const auto start = Clock::now();
+    const std::string message = error_of<gradsync::TimeoutError>(
+        [&] { comm->reduce_scatter(in, out, ReduceOp::kAvg); },
+        "rank " + std::to_string(r) + ": collective #2 should have timed out");
+    const auto elapsed = ms_since(start);
+    others_failed.count_down();
+    MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
+    CHECK(elapsed >= 1400);
+    CHECK(elapsed < 6000);
+    CHECK(has(message, "collective #2 reduce-scatter avg of 30000 floats (gloo ring)"));
+    CHECK(has(message, "rank 2"));
+    CHECK(error_of<gradsync::TimeoutError>([&] { comm->barrier(); }, "still failed") == message);
   });
 }
 

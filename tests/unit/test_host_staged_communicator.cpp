@@ -217,6 +217,69 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "host-staged communicator: reduce-scatter of device buffers equals the host computation") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  static const int kHoldMs = 100;  // a copy that did not wait for the producer reads NaN
+  const std::size_t largest = (1 << 19) + 3;
+  for (const std::string& backend : host_backends()) {
+    CAPTURE(backend);
+    const int n = 2;
+    gradsync::InMemoryStore store;
+    run_ranks(
+        n,
+        [&](int r) {
+          gradsync::cuda::DeviceGuard on(0);
+          gradsync::cuda::Stream producer = gradsync::cuda::make_stream();
+          auto comm = staged(store, r, n, backend, producer.get());
+          // The staging memory reaches its largest size (the input, then the block) here, not
+          // while a producer is held below.
+          {
+            auto warm = garbage(largest * (n + 1));
+            comm->broadcast(warm.span(), 0);
+          }
+          for (const std::size_t block :
+               {std::size_t(0), std::size_t(1), std::size_t(1001), largest}) {
+            CAPTURE(block);
+            for (const ReduceOp op : {ReduceOp::kAvg, ReduceOp::kSum}) {
+              const std::size_t length = block * n;
+              const std::vector<float> mine = noisy_data(r, length);
+              auto in = garbage(length);
+              auto out = garbage(block);
+              gradsync::cuda::PinnedBuffer<float> source(length);
+              produce_late(producer.get(), &kHoldMs, mine, source, in.data());
+              std::shared_ptr<Work> work = comm->reduce_scatter_async(in.span(), out.span(), op);
+              work->wait(comm->timeout());
+              CHECK(work->completed());
+              // Two ranks: a + b is the same float in either order, and halving it is exact.
+              const std::vector<float> a = noisy_data(0, length), b = noisy_data(1, length);
+              CHECK(wrong_elements(download(out.span()), [&](std::size_t i) {
+                      const std::size_t j = std::size_t(r) * block + i;
+                      const float sum = a[j] + b[j];
+                      return op == ReduceOp::kAvg ? sum / 2.0f : sum;
+                    }) == 0);
+              CHECK(download(in.span()) == mine);  // the input is left as it was
+              GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(producer.get()));  // before `source` goes
+            }
+          }
+          // Sizes that do not fit are refused at the call, and nothing is issued: the barrier
+          // after it still pairs with the other rank's.
+          {
+            auto in = garbage(9);
+            auto out = garbage(4);
+            const std::string message = error_of<gradsync::Error>(
+                [&] { comm->reduce_scatter_async(in.span(), out.span(), ReduceOp::kSum); },
+                "in.size() != size() * out.size() must be refused");
+            CHECK(has(message,
+                      "reduce_scatter: in.size() must be size() * out.size(), but in "
+                      "has 9 floats, out 4, over 2 ranks"));
+          }
+          comm->barrier();
+        },
+        120s);
+  }
+}
+
+TEST_CASE(
     "host-staged communicator: buckets issued back to back during a busy producer "
     "complete in issue order with the right values") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);

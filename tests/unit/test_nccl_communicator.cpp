@@ -1,6 +1,6 @@
-// NcclCommunicator on device buffers: allreduce, broadcast and allgather are exact on
-// integer-valued inputs (the sums are exact in float in any order), for world size 1 and, where
-// there are more GPUs, one rank per GPU as threads. Every case skips without a GPU.
+// NcclCommunicator on device buffers: allreduce, broadcast, allgather and reduce-scatter are
+// exact on integer-valued inputs (the sums are exact in float in any order), for world size 1
+// and, where there are more GPUs, one rank per GPU as threads. Every case skips without a GPU.
 #include <doctest/doctest.h>
 
 #include <thread>
@@ -86,7 +86,38 @@ void check_collectives(NcclCommunicator& comm, std::size_t count) {
   comm.reduce(reduced.span(), gradsync::ReduceOp::kSum, 0);
   if (r == 0) CHECK(to_host(reduced, stream) == summed);
   comm.barrier();
-  CHECK(comm.counters().collectives == 6);
+
+  // Reduce-scatter of n blocks of `count`: element j of rank q's input is q + 1 + (j % 97), so
+  // rank r's block sums to n(n+1)/2 + n * ((r * count + i) % 97).
+  std::vector<float> whole(count * static_cast<std::size_t>(n));
+  for (std::size_t j = 0; j < whole.size(); ++j) whole[j] = float(r + 1) + float(j % 97);
+  const std::size_t first = static_cast<std::size_t>(r) * count;
+  DeviceBuffer<float> scatter_in = to_device(whole, stream);
+  DeviceBuffer<float> scatter_sum(count), scatter_avg(count);
+  comm.reduce_scatter(scatter_in.span(), scatter_sum.span(), gradsync::ReduceOp::kSum);
+  comm.reduce_scatter(scatter_in.span(), scatter_avg.span(), gradsync::ReduceOp::kAvg);
+  const std::vector<float> block_sum = to_host(scatter_sum, stream);
+  wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    wrong += block_sum[i] != float(n * (n + 1) / 2) + float(n) * float((first + i) % 97);
+  }
+  CHECK_MESSAGE(wrong == 0, "reduce_scatter: " << wrong << " wrong of " << count);
+  CHECK(to_host(scatter_in, stream) == whole);  // the input is left as it was
+  // ncclAvg scales each input by 1/n before the sum: exact (and so equal to the allreduce's
+  // block bit for bit) where n is a power of two; otherwise only close.
+  DeviceBuffer<float> all_avg = to_device(whole, stream);
+  comm.allreduce(all_avg.span(), gradsync::ReduceOp::kAvg);
+  const std::vector<float> block_avg = to_host(scatter_avg, stream);
+  const std::vector<float> all = to_host(all_avg, stream);
+  const bool exact = (n & (n - 1)) == 0;
+  wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const float mean = (float(n * (n + 1) / 2) + float(n) * float((first + i) % 97)) / float(n);
+    wrong += exact ? block_avg[i] != mean || block_avg[i] != all[first + i]
+                   : block_avg[i] != doctest::Approx(mean).epsilon(1e-6);
+  }
+  CHECK_MESSAGE(wrong == 0, "reduce_scatter avg: " << wrong << " wrong of " << count);
+  CHECK(comm.counters().collectives == 9);
 }
 
 void run_ranks(int n, std::size_t count) {
@@ -137,6 +168,16 @@ TEST_CASE("nccl: zero elements complete at once, and host buffers are refused by
   std::vector<float> host(8, 1.f);
   CHECK_THROWS_WITH_AS(comm->allreduce(host, gradsync::ReduceOp::kSum),
                        doctest::Contains("not device memory of cuda:0"), gradsync::Error);
+  CHECK(comm->reduce_scatter_async({}, {}, gradsync::ReduceOp::kAvg)->completed());
+  CHECK_THROWS_WITH_AS(comm->reduce_scatter(host, host, gradsync::ReduceOp::kSum),
+                       doctest::Contains("not device memory of cuda:0"), gradsync::Error);
+  // Sizes are checked before buffers: in.size() must be size() * out.size().
+  DeviceBuffer<float> eight(8), three(3);
+  CHECK_THROWS_WITH_AS(
+      comm->reduce_scatter(eight.span(), three.span(), gradsync::ReduceOp::kSum),
+      doctest::Contains("reduce_scatter: in.size() must be size() * out.size(), but in has 8 "
+                        "floats, out 3, over 1 ranks"),
+      gradsync::Error);
   // A refused call leaves the communicator usable.
   const cudaStream_t stream = comm->stream();
   DeviceBuffer<float> one = to_device({3.f}, stream);

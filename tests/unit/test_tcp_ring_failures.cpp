@@ -120,6 +120,39 @@ TEST_CASE("tcp ring: a rank issuing a different size fails with a desync naming 
   });
 }
 
+TEST_CASE("tcp ring: a reduce-scatter of another size or op on one rank is a desync") {
+  // Rank 0 differs; rank 1, its right neighbour, reads rank 0's header and names both.
+  struct Case {
+    std::size_t block0;
+    ReduceOp op0;
+    const char* rank0_sent;
+  };
+  for (const Case& c : {Case{3, ReduceOp::kSum, "collective #2 reduce-scatter of 9 floats"},
+                        Case{4, ReduceOp::kAvg, "collective #2 reduce-scatter avg of 12 floats"}}) {
+    CAPTURE(c.rank0_sent);
+    const int n = 3;
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_tcp_ring(store, r, n, ring_options(5s));
+      std::vector<float> warmup(10, 1.0f);
+      comm->allreduce(warmup, ReduceOp::kSum);
+      const std::size_t block = r == 0 ? c.block0 : 4;
+      std::vector<float> in(block * std::size_t(n), 1.0f), out(block);
+      const auto start = Clock::now();
+      const std::string message = error_of<gradsync::PeerError>(
+          [&] { comm->reduce_scatter(in, out, r == 0 ? c.op0 : ReduceOp::kSum); },
+          "rank " + std::to_string(r) + ": the mismatched reduce-scatter should have failed");
+      MESSAGE("rank " << r << ": " << message);
+      if (r == 1) {
+        CHECK(message.find(std::string("desync: rank 1 is in collective #2 reduce-scatter of 12 "
+                                       "floats but rank 0 sent ") +
+                           c.rank0_sent) != std::string::npos);
+      }
+      CHECK(ms_since(start) < 4000);  // before the 5 s timeout
+    });
+  }
+}
+
 TEST_CASE("tcp ring: Work::wait gives up at its timeout, and destruction never hangs") {
   gradsync::InMemoryStore store;
   Latch waited(1);
