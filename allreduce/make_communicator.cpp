@@ -6,6 +6,9 @@
 #ifdef GRADSYNC_HAVE_GLOO
 #include "allreduce/gloo/gloo_communicator.h"
 #endif
+#ifdef GRADSYNC_HAVE_MPI
+#include "allreduce/mpi/mpi_communicator.h"
+#endif
 #ifdef GRADSYNC_HAVE_NCCL
 #include "allreduce/nccl/nccl_communicator.h"
 #endif
@@ -31,14 +34,36 @@ std::shared_ptr<Communicator> make_gloo(Store& store, int rank, int size,
 #endif
 }
 
+std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
+                                       const CommunicatorOptions& options) {
+#ifdef GRADSYNC_HAVE_MPI
+  if (options.algorithm != "default") {
+    throw ConfigError(
+        "comm", "comm.algorithm",
+        "'" + options.algorithm + "' is gloo's; mpi takes only default (MPI chooses)");
+  }
+  MpiOptions mpi;
+  mpi.timeout = options.tcp.timeout;
+  // Beside the ring's keys in the same Store, never in their way.
+  mpi.store_prefix = options.tcp.store_prefix + "/mpi";
+  return make_mpi_communicator(store, rank, size, mpi);
+#else
+  (void)store, (void)rank, (void)size, (void)options;
+  throw ConfigError("comm", "comm.backend",
+                    "mpi is not in this gradsync: install Debian's libopenmpi-dev and openmpi-bin "
+                    "and rebuild");
+#endif
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,
                                                 const CommunicatorOptions& options) {
   const std::string& backend = options.backend;
-  if (backend != "auto" && backend != "tcp" && backend != "gloo" && backend != "nccl") {
+  if (backend != "auto" && backend != "tcp" && backend != "gloo" && backend != "mpi" &&
+      backend != "nccl") {
     throw ConfigError("comm", "comm.backend",
-                      "unknown backend '" + backend + "' (valid: auto, " + "tcp, gloo, nccl)");
+                      "unknown backend '" + backend + "' (valid: auto, tcp, gloo, mpi, nccl)");
   }
   const bool host = options.device < 0;
   if (host != (backend != "nccl") && backend != "auto") {
@@ -48,6 +73,7 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
                                  std::to_string(options.device));
   }
   if (backend == "gloo") return make_gloo(store, rank, size, options);
+  if (backend == "mpi") return make_mpi(store, rank, size, options);
   if (host) return make_tcp_ring(store, rank, size, options.tcp);
 #ifdef GRADSYNC_HAVE_NCCL
   NcclOptions nccl;
@@ -68,6 +94,9 @@ std::vector<std::string> compiled_backends() {
   std::vector<std::string> names = {"auto", "tcp"};
 #ifdef GRADSYNC_HAVE_GLOO
   names.push_back("gloo");
+#endif
+#ifdef GRADSYNC_HAVE_MPI
+  names.push_back("mpi");
 #endif
   if (nccl_compiled_in()) names.push_back("nccl");
   return names;

@@ -1,8 +1,8 @@
 // make_communicator: the Communicator of `backend` (comm.backend) for where a rank's buffers
-// live. auto: TcpRing for host memory (device -1), NcclCommunicator for a CUDA device; tcp and
-// gloo (allreduce/gloo/) reduce host buffers, nccl device ones, ordered after
-// `producer_stream` (the model's stream, so bucket reductions start after their layer's
-// gradient kernels; see allreduce/nccl/nccl_communicator.h).
+// live. auto: TcpRing for host memory (device -1), NcclCommunicator for a CUDA device; tcp, gloo
+// (allreduce/gloo/) and mpi (allreduce/mpi/, ranks started by mpirun) reduce host buffers, nccl
+// device ones, ordered after `producer_stream` (the model's stream, so bucket reductions start
+// after their layer's gradient kernels; see allreduce/nccl/nccl_communicator.h).
 //
 //   CommunicatorOptions options;
 //   options.tcp = ring_options;            // timeout and store prefix are shared by both
@@ -28,7 +28,7 @@ struct CUstream_st;  // cudaStream_t's pointee, so this header needs no CUDA hea
 namespace gradsync {
 
 struct CommunicatorOptions {
-  std::string backend = "auto";            // auto | tcp | gloo | nccl (comm.backend)
+  std::string backend = "auto";            // auto | tcp | gloo | mpi | nccl (comm.backend)
   std::string algorithm = "default";       // comm.algorithm: gloo's ring, ring_chunked, ...
   TcpRingOptions tcp;                      // timeout and bind_host for every backend; the rest
                                            // for TcpRing only
@@ -42,7 +42,7 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
 // True in a build with the NCCL communicator (GRADSYNC_HAVE_NCCL).
 bool nccl_compiled_in();
 
-// The backends this build has, in comm.backend's order ("auto", "tcp", then "gloo", "nccl"
+// The backends this build has, in comm.backend's order ("auto", "tcp", then "gloo", "mpi", "nccl"
 // where compiled in): what `gradsync run --keys` lists.
 std::vector<std::string> compiled_backends();
 

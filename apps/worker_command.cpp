@@ -34,6 +34,7 @@ int run_worker(const WorkerOptions& o) {
   const bool restart = o.resume == "auto";
   if (!o.resume.empty() && !restart) overrides.push_back("checkpoint.resume=" + o.resume);
   PresetRun run = resolve_one_run(given, kPresetsDir, overrides, o.only);
+  check_mpi_launcher(run.config, given);  // before the launcher's world size is read
   // The launcher decides how many ranks there are; a preset names its own count only for
   // `gradsync run`. Said once, by rank 0.
   const RendezvousEnv env = read_rendezvous_env();

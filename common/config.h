@@ -51,7 +51,8 @@ struct CommConfig {
   bool overlap = true;    // allreduce: reduce each bucket as soon as backward has filled it
   bool uneven_inputs = false;  // allreduce: DDP's Join, for ranks with different batch counts
   // allreduce: the library under the Communicator. auto: tcp (gradsync's ring) for a model in
-  // host memory, nccl for one on a GPU; gloo: Debian's libgloo.
+  // host memory, nccl for one on a GPU; gloo: Debian's libgloo; mpi: Open MPI (ranks started by
+  // mpirun).
   std::string backend = "auto";
   // allreduce: the backend's all-reduce algorithm. default: the backend's own; gloo also takes
   // ring, ring_chunked, halving_doubling.

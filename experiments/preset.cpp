@@ -221,13 +221,16 @@ void check_backend(const Origins& origins, const std::string& source, const Conf
   if (backend == "nccl" && config.device != "gpu") {
     throw ConfigError(where, "comm.backend", "nccl reduces GPU buffers: it needs device: gpu");
   }
-  // tcp and gloo with device: gpu stage each bucket through pinned host memory
+  // tcp, gloo and mpi with device: gpu stage each bucket through pinned host memory
   // (strategies/allreduce/host_staged_communicator.h): several ranks may share one GPU.
   // gradsync paces only its own transports; another library's sockets go through the kernel.
-  if (backend == "gloo" && config.network.link_gbps > 0 && !config.network.namespaces) {
+  if ((backend == "gloo" || backend == "mpi") && config.network.link_gbps > 0 &&
+      !config.network.namespaces) {
     throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
-                      "gloo's sockets are not gradsync's to pace: with comm.backend gloo, link "
-                      "emulation needs network.namespaces: true (the kernel shapes every byte)");
+                      backend + "'s sockets are not gradsync's to pace: with comm.backend " +
+                          backend +
+                          ", link emulation needs network.namespaces: true (the "
+                          "kernel shapes every byte)");
   }
 }
 

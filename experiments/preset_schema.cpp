@@ -30,7 +30,7 @@ const std::vector<std::string>& ps_modes() {
   return modes;
 }
 const std::vector<std::string>& comm_backends() {
-  static const std::vector<std::string> names = {"auto", "tcp", "gloo", "nccl"};
+  static const std::vector<std::string> names = {"auto", "tcp", "gloo", "mpi", "nccl"};
   return names;
 }
 const std::vector<std::string>& comm_algorithms() {
@@ -116,7 +116,8 @@ const KeySpec kRows[] = {
      "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
      GRADSYNC_FIELD(comm.uneven_inputs)},
     {"comm.backend", Type::kChoice, kUnbounded,
-     "allreduce: the library (auto: tcp on cpu, nccl on gpu; tcp: gradsync's ring; gloo; nccl)",
+     "allreduce: the library (auto: tcp on cpu, nccl on gpu; tcp: gradsync's ring; gloo; mpi: "
+     "Open MPI, its ranks started by mpirun; nccl)",
      GRADSYNC_FIELD(comm.backend), comm_backends},
     {"comm.algorithm", Type::kChoice, kUnbounded,
      "allreduce: the backend's all-reduce (default; gloo: ring, ring_chunked, halving_doubling)",

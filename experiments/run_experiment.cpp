@@ -1,5 +1,7 @@
 #include "experiments/run_experiment.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -10,6 +12,7 @@
 #include "common/error.h"
 #include "common/progress.h"
 #include "launch/launcher.h"
+#include "launch/mpirun_command.h"
 #include "launch/namespace_network.h"
 #include "model/data_loader.h"
 #include "worker/checkpoints.h"
@@ -53,18 +56,54 @@ Config with_resolved_checkpoint(const Config& given) {
   return config;
 }
 
-// comm.backend of a library this build was made without: refused with the package to install.
+bool starts_under_mpirun(const Config& config) {
+  return config.strategy == "allreduce" && config.comm.backend == "mpi";
+}
+
+// comm.backend mpi: MPI_Init takes its rank from an MPI launcher, so mpirun starts the ranks
+// (the command is printed, to be run by hand as well); each rank reads its place from mpirun's
+// OMPI_COMM_WORLD_* variables and the store's address from MASTER_ADDR / MASTER_PORT.
+ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>& worker_args,
+                           const std::string& master, const std::string& port,
+                           long long origin_ns) {
+  MpirunOptions options;
+  options.ranks = config.workers;
+  options.as_root = ::geteuid() == 0;
+  options.exported = {{"MASTER_ADDR", master},
+                      {"MASTER_PORT", port},
+                      {kOriginEnv, std::to_string(origin_ns)}};
+  ProcessSpec spec{"mpirun", mpirun_command(find_mpirun(), options, worker_args),
+                   options.exported, "noticed that process rank"};
+  std::cerr << "gradsync: run " << config.name << ": " << shell_line(spec.argv) << "\n";
+  return spec;
+}
+
+// comm.backend of a library this build was made without: refused with the package to install;
+// mpi without mpirun, or with network namespaces, too.
 void check_backend_available(const Config& config) {
   if (config.strategy != "allreduce" || config.comm.backend == "auto") return;
   const std::vector<std::string> built = compiled_backends();
-  if (std::find(built.begin(), built.end(), config.comm.backend) != built.end()) return;
-  std::string names;
-  for (const std::string& name : built) names += (names.empty() ? "" : ", ") + name;
-  throw ConfigError(
-      config.name, "comm.backend",
-      config.comm.backend + " is not in this gradsync (built with: " + names + ")" +
-          (config.comm.backend == "gloo" ? ": install Debian's libgloo-dev and rebuild"
-                                         : ": it needs CUDA and NCCL at build time"));
+  if (std::find(built.begin(), built.end(), config.comm.backend) == built.end()) {
+    std::string names;
+    for (const std::string& name : built) names += (names.empty() ? "" : ", ") + name;
+    const std::string& backend = config.comm.backend;
+    throw ConfigError(config.name, "comm.backend",
+                      backend + " is not in this gradsync (built with: " + names + ")" +
+                          (backend == "gloo"  ? ": install Debian's libgloo-dev and rebuild"
+                           : backend == "mpi" ? ": install Debian's libopenmpi-dev and "
+                                                "openmpi-bin, and rebuild"
+                                              : ": it needs CUDA and NCCL at build time"));
+  }
+  if (starts_under_mpirun(config)) {
+    find_mpirun();  // one line naming the package, before any folder exists
+    if (config.network.namespaces) {
+      // mpirun starts the ranks itself, so they cannot each be put in a namespace, and
+      // without namespaces nothing paces Open MPI's sockets.
+      throw ConfigError(config.name, "network.namespaces",
+                        "not with comm.backend mpi under gradsync run (mpirun starts the ranks, "
+                        "outside the namespaces); link emulation is for tcp and gloo");
+    }
+  }
 }
 
 }  // namespace
@@ -121,6 +160,9 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
                           {"MASTER_ADDR", host_of(shards)},
                           {"MASTER_PORT", port},
                           {kOriginEnv, std::to_string(origin_ns)}}});
+  }
+  if (starts_under_mpirun(config)) {
+    processes = {mpirun_process(config, worker_args, host_of(shards), port, origin_ns)};
   }
   if (network) {
     for (std::size_t i = 0; i < processes.size(); ++i) {

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/stopwatch.h"
@@ -31,7 +33,7 @@ struct Child {
   int output = -1;        // read end of the child's stdout + stderr
   int exit_fd = -1;       // a pidfd: readable once the child has exited (-1: not available)
   std::string partial;    // an unfinished line
-  std::string last_line;  // the last line it printed: a failing gradsync's one-line error
+  std::string last_line;  // the last line it printed (see note_line): a gradsync's error
   std::optional<int> status;
 };
 
@@ -110,6 +112,18 @@ Child start(const ProcessSpec& spec) {
   return Child{&spec, child.pid, child.output, exit_fd, {}, {}, std::nullopt};
 }
 
+// Whether a line is the one to quote for a failure: it says something (mpirun frames its
+// messages in rules of dashes), and it holds the spec's blame marker once one was seen.
+void note_line(Child& child, std::string_view line) {
+  if (line.find_first_not_of(" \t-=*_#") == std::string_view::npos) return;
+  const std::string& marker = child.spec->blame_marker;
+  if (!marker.empty() && child.last_line.find(marker) != std::string::npos &&
+      line.find(marker) == std::string_view::npos) {
+    return;
+  }
+  child.last_line.assign(line);
+}
+
 // Relays whole lines from a child, prefixed with its name; returns false at end of stream.
 bool relay(Child& child) {
   char buffer[4096];
@@ -117,7 +131,7 @@ bool relay(Child& child) {
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
     if (!child.partial.empty()) {
       std::fprintf(stderr, "[%s] %s\n", child.spec->name.c_str(), child.partial.c_str());
-      child.last_line = std::move(child.partial);
+      note_line(child, child.partial);
       child.partial.clear();
     }
     close(child.output);
@@ -132,7 +146,7 @@ bool relay(Child& child) {
     if (nl > start) {
       std::fprintf(stderr, "[%s] %.*s\n", child.spec->name.c_str(), static_cast<int>(nl - start),
                    child.partial.data() + start);
-      child.last_line.assign(child.partial, start, nl - start);
+      note_line(child, std::string_view(child.partial.data() + start, nl - start));
     }
   }
   child.partial.erase(0, start);

@@ -27,6 +27,9 @@ struct ProcessSpec {
   std::string name;                                      // "rank 2", "server 0"
   std::vector<std::string> argv;                         // argv[0] is the executable path
   std::vector<std::pair<std::string, std::string>> env;  // added to the launcher's environment
+  // When not empty, the last line holding it is quoted on failure instead of the last line:
+  // mpirun's report of the rank that died comes before its closing notes.
+  std::string blame_marker{};
 };
 
 struct LaunchOptions {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gradsync needs, and only those that are missing.
-#   scripts/install-deps.sh          build, test and demo dependencies (the launchers and Gloo
-#                                    included)
+#   scripts/install-deps.sh          build, test and demo dependencies (the launchers, Gloo and
+#                                    Open MPI included)
 #   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
-#                                    (PyTorch on OpenBLAS, Open MPI's headers)
+#                                    (PyTorch on OpenBLAS)
 #   scripts/install-deps.sh --fuzz   also clang, libFuzzer and llvm-symbolizer for `make fuzz`
 set -euo pipefail
 
@@ -11,8 +11,8 @@ packages=(
   build-essential cmake pkg-config
   libzmq3-dev cppzmq-dev libeigen3-dev doctest-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
-  # comm.backend gloo (found at configure time; without it the build lacks that backend)
-  libgloo-dev
+  # comm.backend gloo and mpi (found at configure time; without one the build lacks that backend)
+  libgloo-dev libopenmpi-dev
   dataset-fashion-mnist python3 python3-matplotlib python3-numpy
   # The launchers the tests start gradsync under: torchrun (python3-torch), mpirun, and a real
   # one-host Slurm (scripts/slurm-one-host.sh: slurmctld, slurmd, munge).
@@ -20,7 +20,7 @@ packages=(
 )
 for flag in "$@"; do
   case "$flag" in
-    --bench) packages+=(libopenblas0-serial libopenmpi-dev) ;;
+    --bench) packages+=(libopenblas0-serial) ;;
     # libFuzzer's runtime is in libclang-rt-14-dev, which clang does not pull in; llvm-14 has the
     # symbolizer that turns sanitizer stacks into file:line.
     --fuzz) packages+=(clang libclang-rt-14-dev llvm-14) ;;

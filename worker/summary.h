@@ -14,7 +14,7 @@ namespace gradsync {
 struct RunSummary {
   std::string run;
   std::string strategy;
-  // allreduce: the communicator's library (comm.backend resolved: tcp, gloo, nccl); "-" else.
+  // allreduce: the communicator's library (comm.backend resolved: tcp, gloo, mpi, nccl); "-" else.
   std::string backend = "-";
   int workers = 1;
   std::int64_t global_batch = 0;

@@ -204,6 +204,23 @@ void check_local_ranks_per_gpu(const Config& config, const RendezvousEnv& launch
 
 }  // namespace
 
+// The ranks of comm.backend mpi are the processes of one MPI job, which only an MPI launcher
+// makes (MPI_Init alone would make a job of one). The variables are those Open MPI's mpirun,
+// MPICH's Hydra and PMIx set.
+void check_mpi_launcher(const Config& config, const std::string& preset) {
+  if (config.strategy != "allreduce" || config.comm.backend != "mpi") return;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return;
+  }
+  const std::string name = preset.empty() ? "PRESET" : preset;
+  throw ConfigError(config.name, "comm.backend",
+                    "mpi ranks are the processes of one MPI job, and this process was not "
+                    "started by an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK): "
+                    "start the ranks with mpirun -np " +
+                        std::to_string(config.workers) + " gradsync worker " + name + " --only " +
+                        config.name + ", or with gradsync run, which uses mpirun");
+}
+
 int ps_workers(const Config& config, int launched) {
   const int workers = launched - config.ps.servers;
   if (workers < 1) {
@@ -217,6 +234,7 @@ int ps_workers(const Config& config, int launched) {
 
 void run_worker_process(const Config& given, const WorkerProcessOptions& options) {
   Config config = given;
+  check_mpi_launcher(config, options.preset_name);
   const RendezvousEnv launch = read_rendezvous_env();
   RendezvousEnv env = launch;  // as the strategy sees it: the workers alone under ps roles
   // ps under another launcher, without --ps-endpoints: the last ps.servers ranks of the launch

@@ -39,6 +39,12 @@ struct WorkerProcessOptions {
 // instead (gradsync server's work, their endpoints posted in the store), and the others train.
 void run_worker_process(const Config& config, const WorkerProcessOptions& options);
 
+// comm.backend mpi needs an MPI launcher (mpirun, srun --mpi=pmix): without one in the
+// environment, a ConfigError saying how to start the ranks (`preset`: the preset as the user
+// named it, for that hint). No-op for other backends. Checked before anything else, the
+// launcher's world size included.
+void check_mpi_launcher(const Config& config, const std::string& preset);
+
 // The workers of a ps launch of `launched` ranks without --ps-endpoints (all but the last
 // ps.servers); a ConfigError naming WORLD_SIZE when that leaves none.
 int ps_workers(const Config& config, int launched);

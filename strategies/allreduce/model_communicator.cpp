@@ -13,7 +13,8 @@ std::shared_ptr<Communicator> make_model_communicator(Store& store, int rank, in
 #ifdef GRADSYNC_HAVE_CUDA
   options.producer_stream = model_stream(model);
 #endif
-  if (options.device >= 0 && (options.backend == "tcp" || options.backend == "gloo")) {
+  if (options.device >= 0 &&
+      (options.backend == "tcp" || options.backend == "gloo" || options.backend == "mpi")) {
     // A GPU model over a host backend: the ranks may share one GPU, which NCCL cannot do, so
     // the buckets go through pinned host memory, ordered after the model's stream.
     CommunicatorOptions host = options;

@@ -3,7 +3,7 @@
 // model in host memory, NcclCommunicator on the model's device for a GPU model, ordered after
 // the model's stream so that bucket reductions issued from its gradient-ready callback start
 // right after that layer's kernels: allreduce/make_communicator.h, model/cuda/cuda_mlp.h).
-// A GPU model with tcp or gloo reduces through pinned host memory: that host communicator,
+// A GPU model with tcp, gloo or mpi reduces through pinned host memory: that host communicator,
 // wrapped by host_staged_communicator.h (ordered after the model's stream the same way); it is
 // how ranks that share one GPU train, since NCCL takes one rank per GPU.
 //

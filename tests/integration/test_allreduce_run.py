@@ -4,19 +4,68 @@
    metrics row per rank per step, a merged trace with a track per rank, a summary, and ends
    at the same test accuracy as single (same global batch, same trajectory up to rounding).
 2. A worker killed with SIGKILL mid-run ends the whole run within the timeout, with a message
-   naming the rank and the signal, and leaves no process behind.
+   naming the rank and the signal, and leaves no process behind: under tcp, gloo and mpi (whose
+   ranks mpirun starts, and whose last line is mpirun's report of the rank).
 """
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
-from checks import Checks, kill_one_and_check_teardown, run_preset
+from checks import Checks, children_of, kill_one_and_check_teardown, run_preset
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
+
+
+def built_backends():
+    """The CPU backends `gradsync run --keys` says this build has."""
+    keys = subprocess.run([gradsync, "run", "--keys"], capture_output=True, text=True).stdout
+    line = next(l for l in keys.splitlines() if l.startswith("comm.backend"))
+    built = line.split("(this build: ")[1].rstrip(")").split(", ")
+    return [b for b in ["tcp", "gloo", "mpi"] if b in built]
+
+
+def kill_mpi_rank_and_check_teardown(launcher, rank, bound_s):
+    """mpi: `gradsync run` starts mpirun, which starts the ranks. SIGKILL to one rank must end
+    the run within the bound, its last line naming that rank (mpirun's report) and nothing
+    left behind."""
+    ranks, deadline = {}, time.time() + 30
+    while len(ranks) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+        for mpirun, _ in children_of(launcher.pid):
+            for pid, _ in children_of(mpirun):
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                for var in env:
+                    if var.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        ranks[int(var.split(b"=")[1])] = pid
+    check(len(ranks) == 3, f"mpi: mpirun started 3 ranks ({ranks})")
+    if rank not in ranks:
+        launcher.kill()
+        launcher.communicate()
+        return
+    time.sleep(1.5)
+    os.kill(ranks[rank], signal.SIGKILL)
+    started = time.time()
+    try:
+        _, err = launcher.communicate(timeout=bound_s + 30)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        _, err = launcher.communicate()
+    elapsed = time.time() - started
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    check(launcher.returncode not in (0, None), f"mpi: the run failed ({launcher.returncode})")
+    check(elapsed < bound_s, f"mpi: the run ended {elapsed:.1f} s after the kill")
+    check(f"process rank {rank} " in last and "signal 9" in last,
+          f"mpi: the last line names rank {rank} and its signal: {last!r}")
+    time.sleep(0.5)
+    alive = [p for p in ranks.values() if os.path.exists(f"/proc/{p}") and
+             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    check(alive == [], f"mpi: no rank left behind: {alive}")
 
 
 with tempfile.TemporaryDirectory() as out:
@@ -45,12 +94,18 @@ with tempfile.TemporaryDirectory() as out:
         check(abs(accuracy[run] - accuracy["single"]) <= 0.01,
               f"{run}: accuracy {accuracy[run]:.4f} vs single {accuracy['single']:.4f}")
 
-    # A rank killed mid-run.
-    launcher = subprocess.Popen([gradsync, "run", preset, "--output", out, "--only", "allreduce-3",
-                                 "--set", "train.steps=100000", "--set", "comm.timeout_s=10"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    kill_one_and_check_teardown(check, launcher, expected=3,
-                                pick=lambda procs: sorted(p for p, _ in procs)[1],
-                                settle_s=1.5, bound_s=15)
+    # A rank killed mid-run, under each CPU backend this build has.
+    for backend in built_backends():
+        launcher = subprocess.Popen([gradsync, "run", preset, "--output", out, "--only",
+                                     "allreduce-3", "--set", "train.steps=100000",
+                                     "--set", "comm.timeout_s=10",
+                                     "--set", f"comm.backend={backend}"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if backend == "mpi":
+            kill_mpi_rank_and_check_teardown(launcher, rank=1, bound_s=15)
+        else:
+            kill_one_and_check_teardown(check, launcher, expected=3,
+                                        pick=lambda procs: sorted(p for p, _ in procs)[1],
+                                        settle_s=1.5, bound_s=15)
 
 check.finish()

@@ -1,0 +1,218 @@
+// Compiled only when CMake finds MPI (GRADSYNC_HAVE_MPI); with mpi_runner.* and mpi_runtime.cpp,
+// the only files that include mpi.h.
+#include "allreduce/mpi/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "allreduce/mpi/mpi_runner.h"
+#include "allreduce/mpi/mpi_runtime.h"
+#include "allreduce/tcp/work_queue.h"
+#include "common/error.h"
+
+namespace gradsync {
+namespace {
+
+using mpi::Header;
+using mpi::Op;
+using std::chrono::milliseconds;
+using tcp::RingWork;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(Store& store, int rank, int size, const MpiOptions& options)
+      : rank_(rank),
+        size_(size),
+        options_(options),
+        me_("rank " + std::to_string(rank)),
+        runner_(store, rank, size, options),
+        queue_(rank, options.timeout, runner_.grace()) {}
+
+  // A collective still running now ends the job (mpi_communicator.h); queued ones fail.
+  ~MpiCommunicator() override {
+    runner_.close();
+    queue_.stop();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  milliseconds timeout() const override { return options_.timeout; }
+
+  std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
+    const bool avg = op == ReduceOp::kAvg;
+    const Header h{std::int64_t(avg ? Op::kAllreduceAvg : Op::kAllreduceSum), count(data.size())};
+    const std::uint64_t moved = ring_share(data.size_bytes(), 2);
+    return issue(h, moved, moved, [this, data, avg](RingWork& work, const Header& mine) {
+      if (size_ == 1 || data.empty()) return;
+      runner_.run(work, mine, "MPI_Iallreduce", [&](MPI_Request* request) {
+        return MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_FLOAT, MPI_SUM,
+                              runner_.comm(), request);
+      });
+      if (avg) divide(data);
+    });
+  }
+
+  std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
+    GRADSYNC_CHECK(root >= 0 && root < size_, "broadcast root outside [0, size)");
+    const Header h{std::int64_t(Op::kBroadcast), count(data.size()), root};
+    const std::uint64_t bytes = size_ > 1 ? data.size_bytes() : 0;
+    return issue(h, rank_ == root ? bytes : 0, rank_ == root ? 0 : bytes,
+                 [this, data, root](RingWork& work, const Header& mine) {
+                   if (size_ == 1 || data.empty()) return;
+                   runner_.run(work, mine, "MPI_Ibcast", [&](MPI_Request* request) {
+                     return MPI_Ibcast(data.data(), int(data.size()), MPI_FLOAT, root,
+                                       runner_.comm(), request);
+                   });
+                 });
+  }
+
+  std::shared_ptr<Work> allgather_async(std::span<const float> in, std::span<float> out) override {
+    GRADSYNC_CHECK(out.size() == in.size() * std::size_t(size_),
+                   "allgather: out.size() must be size() * in.size()");
+    const Header h{std::int64_t(Op::kAllgather), count(in.size())};
+    const std::uint64_t moved = ring_share(out.size_bytes(), 1);
+    return issue(h, moved, moved, [this, in, out](RingWork& work, const Header& mine) {
+      const std::size_t m = in.size();
+      if (m == 0) return;
+      // In place when the input already is this rank's block (MPI forbids other aliasing).
+      const bool in_place = in.data() == out.data() + std::size_t(rank_) * m;
+      if (size_ == 1) {
+        std::memmove(out.data(), in.data(), in.size_bytes());
+        return;
+      }
+      const std::vector<float> copy = overlaps(in, out) && !in_place
+                                          ? std::vector<float>(in.begin(), in.end())
+                                          : std::vector<float>();
+      const void* send = in_place ? MPI_IN_PLACE : copy.empty() ? in.data() : copy.data();
+      runner_.run(work, mine, "MPI_Iallgather", [&](MPI_Request* request) {
+        return MPI_Iallgather(send, int(m), MPI_FLOAT, out.data(), int(m), MPI_FLOAT,
+                              runner_.comm(), request);
+      });
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    GRADSYNC_CHECK(in.size() == out.size() * std::size_t(size_),
+                   "reduce_scatter: in.size() must be size() * out.size(), but in has " +
+                       std::to_string(in.size()) + " floats, out " + std::to_string(out.size()) +
+                       ", over " + std::to_string(size_) + " ranks");
+    const bool avg = op == ReduceOp::kAvg;
+    count(out.size());  // MPI's count is the block: it must fit in an int
+    const Header h{std::int64_t(avg ? Op::kReduceScatterAvg : Op::kReduceScatterSum),
+                   std::int64_t(in.size())};
+    const std::uint64_t moved = ring_share(in.size_bytes(), 1);
+    return issue(h, moved, moved, [this, in, out, avg](RingWork& work, const Header& mine) {
+      if (out.empty()) return;
+      if (size_ == 1) {
+        std::memmove(out.data(), in.data(), out.size_bytes());
+        return;  // the average of one rank is its value: x / 1.0f == x
+      }
+      const std::vector<float> copy =
+          overlaps(in, out) ? std::vector<float>(in.begin(), in.end()) : std::vector<float>();
+      const float* send = copy.empty() ? in.data() : copy.data();
+      runner_.run(work, mine, "MPI_Ireduce_scatter_block", [&](MPI_Request* request) {
+        return MPI_Ireduce_scatter_block(send, out.data(), int(out.size()), MPI_FLOAT, MPI_SUM,
+                                         runner_.comm(), request);
+      });
+      if (avg) divide(out);
+    });
+  }
+
+  std::shared_ptr<Work> barrier_async() override {
+    return issue(
+        Header{std::int64_t(Op::kBarrier)}, 0, 0, [this](RingWork& work, const Header& mine) {
+          if (size_ == 1) return;
+          runner_.run(work, mine, "MPI_Ibarrier",
+                      [&](MPI_Request* request) { return MPI_Ibarrier(runner_.comm(), request); });
+        });
+  }
+
+  // Bytes this rank moves in a bandwidth-optimal algorithm, the formulas NcclCommunicator and
+  // GlooCommunicator count by: allreduce 2(N-1)/N of the buffer each way, allgather (N-1)/N of
+  // the output, reduce_scatter (N-1)/N of the input, broadcast the buffer out of the root and
+  // into every other rank, barrier nothing. The desync headers are not payload.
+  CommCounters counters() const override {
+    return {bytes_sent_.load(), bytes_received_.load(), collectives_.load()};
+  }
+
+  void abort(const std::string& reason) override {
+    if (aborted_.exchange(true)) return;
+    runner_.abort(reason);
+  }
+
+ private:
+  std::uint64_t ring_share(std::uint64_t bytes, int factor) const {
+    return size_ <= 1
+               ? 0
+               : bytes * std::uint64_t(factor) * std::uint64_t(size_ - 1) / std::uint64_t(size_);
+  }
+
+  // MPI counts elements in an int.
+  std::int64_t count(std::size_t n) const {
+    if (n > std::size_t(INT_MAX)) {
+      throw Error(me_ + ": mpi takes at most " + std::to_string(INT_MAX) +
+                  " floats per collective (MPI counts in an int); this one has " +
+                  std::to_string(n));
+    }
+    return std::int64_t(n);
+  }
+
+  static bool overlaps(std::span<const float> a, std::span<const float> b) {
+    return !a.empty() && !b.empty() && a.data() < b.data() + b.size() &&
+           b.data() < a.data() + a.size();
+  }
+
+  void divide(std::span<float> data) const {
+    for (float& x : data) x /= float(size_);
+  }
+
+  // Queues `body`; a collective that does not run (size 1, no elements) still takes its turn, so
+  // that it completes in issue order and fails like any other call after a failure.
+  template <typename Body>
+  std::shared_ptr<Work> issue(Header header, std::uint64_t sent, std::uint64_t received,
+                              Body body) {
+    return queue_.submit(describe_operation(header) + " (mpi)",
+                         [this, header, sent, received, body](RingWork& work) mutable {
+                           if (aborted_) throw Error(me_ + ": " + work.what() + ": aborted");
+                           header.seq = std::int64_t(work.seq());
+                           body(work, header);
+                           bytes_sent_ += sent;
+                           bytes_received_ += received;
+                           ++collectives_;
+                         });
+  }
+
+  const int rank_;
+  const int size_;
+  const MpiOptions options_;
+  const std::string me_;  // "rank 3", for messages
+  mpi::MpiRunner runner_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
+  tcp::WorkQueue queue_;  // last: its thread stops before the members above go
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(Store& store, int rank, int size,
+                                                    const MpiOptions& options) {
+  const mpi::World world = mpi::init_mpi_once();
+  if (world.rank != rank || world.size != size) {
+    throw Error("mpi: the launcher's environment makes this rank " + std::to_string(rank) + " of " +
+                std::to_string(size) + ", MPI_COMM_WORLD makes it " + std::to_string(world.rank) +
+                " of " + std::to_string(world.size) +
+                ": start every rank with one mpirun (mpirun -np " + std::to_string(size) +
+                " gradsync worker ...)");
+  }
+  return std::make_unique<MpiCommunicator>(store, rank, size, options);
+}
+
+std::string mpi_library_version() { return mpi::library_version(); }
+
+}  // namespace gradsync

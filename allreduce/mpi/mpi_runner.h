@@ -1,0 +1,100 @@
+// MpiRunner: how MpiCommunicator (mpi_communicator.h) runs one collective on its background
+// thread, and what it does when MPI cannot finish one: the header exchange that catches a desync,
+// the MPI_Test polling that watches the deadline, the progress reports that name a laggard
+// (mpi_reports.h), and the end of the job (MPI_Abort).
+//
+//   MpiRunner runner(store, rank, size, options);   // joins: Store, then MPI_Comm_idup
+//   runner.run(work, header, "MPI_Iallreduce", [&](MPI_Request* r) {
+//     return MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM, runner.comm(), r);
+//   });                                            // returns when done; throws a desync
+//
+// run() is for the communicator's one thread; abort(), close() and end_job() may come from any
+// thread. Internal to allreduce/mpi/ (it includes mpi.h).
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "allreduce/mpi/mpi_options.h"
+#include "allreduce/mpi/mpi_reports.h"
+#include "allreduce/tcp/work_queue.h"
+
+namespace gradsync::mpi {
+
+enum class Op : std::int64_t {
+  kAllreduceSum = 1,
+  kAllreduceAvg,
+  kBroadcast,
+  kAllgather,
+  kBarrier,
+  kReduceScatterSum,
+  kReduceScatterAvg
+};
+
+// What a rank says about the collective it starts (check_desync): the same on every rank unless
+// they disagree. count is the elements the call names (allgather: per rank; reduce_scatter: in).
+struct Header {
+  std::int64_t op = 0, count = 0, root = 0, seq = 0;
+  bool operator==(const Header&) const = default;
+};
+static_assert(sizeof(Header) == 32, "four MPI_INT64_T on the wire");
+
+// "allreduce avg of 1000 floats", "broadcast of 10 floats from rank 2", "barrier".
+std::string describe_operation(const Header& header);
+
+class MpiRunner {
+ public:
+  // Collective: every rank meets in the Store (whose TimeoutError names who is missing), then in
+  // MPI_Comm_idup of MPI_COMM_WORLD, with MPI_ERRORS_RETURN on the duplicate.
+  MpiRunner(Store& store, int rank, int size, const MpiOptions& options);
+  ~MpiRunner();
+  MpiRunner(const MpiRunner&) = delete;
+  MpiRunner& operator=(const MpiRunner&) = delete;
+
+  MPI_Comm comm() const { return comm_; }
+  // How long a timed-out rank reads the others' progress: min(timeout, 2 s).
+  std::chrono::milliseconds grace() const { return grace_; }
+
+  // The header exchange (options.check_desync: a PeerError naming both ranks' collectives if
+  // any differ), then `start`'s non-blocking MPI call (`call` names it in errors), polled to
+  // completion. Both within options.timeout of the start, else the job ends (see above).
+  void run(tcp::RingWork& work, const Header& mine, const char* call,
+           const std::function<int(MPI_Request*)>& start);
+
+  // From now on a collective still running ends the job (MPI may write into its buffers until
+  // it completes): for the communicator's destructor, before it joins the thread.
+  void close() { closing_ = true; }
+  // Publishes `reason`, then ends the job.
+  void abort(const std::string& reason);
+  // One line to stderr ("gradsync: error: <message> ..."), then MPI_Abort: mpirun ends every
+  // rank. Returns only if MPI_Abort does (it does not); callers throw after it all the same.
+  void end_job(const std::string& message);
+
+ private:
+  enum class Waited { kDone, kTimedOut, kClosing };
+  enum class Phase { kHeaders, kPayload };
+
+  void wait(tcp::RingWork& work, MPI_Request& request, tcp::Clock::time_point began,
+            tcp::Clock::time_point deadline, Phase phase);
+  Waited poll(MPI_Request& request, tcp::Clock::time_point deadline,
+              const std::function<void(tcp::Clock::time_point)>& beat);
+  [[noreturn]] void timed_out(tcp::RingWork& work, Phase phase);
+
+  const int rank_;
+  const int size_;
+  const MpiOptions options_;
+  const std::chrono::milliseconds grace_;
+  const std::chrono::milliseconds heartbeat_;  // how often a slow collective publishes progress
+  const std::string me_;                       // "rank 3", for messages
+  MpiReports reports_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::atomic<bool> closing_{false};
+  std::atomic<std::uint64_t> started_{0}, finished_{0};
+};
+
+}  // namespace gradsync::mpi

@@ -1,0 +1,194 @@
+// MpiCommunicator under mpirun: every process is one rank and runs these cases in order. Values
+// are known in closed form (tests/support/ring_ranks.h): rank r holds r + 1 + i % 7 at element
+// i, so the sum over n ranks is n(n+1)/2 + n (i % 7), exact in any summation order. The cases
+// that end the job (a stalled rank, abort, destruction mid-collective) are skipped unless named
+// with -tc and --no-skip; run_mpi_tests.py runs them on their own and checks how the job ended.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "tests/mpi/mpi_world.h"
+#include "tests/support/reduce_scatter_checks.h"
+#include "tests/support/ring_ranks.h"
+
+using namespace gradsync::testing;
+using namespace std::chrono_literals;
+using gradsync::ReduceOp;
+using gradsync::Work;
+
+namespace {
+
+// Lengths worth trying: none, one, one more than the ranks, and ~4 MB not divisible by them.
+std::vector<std::size_t> lengths(int n) { return {0, 1, std::size_t(n + 1), 1000003}; }
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("mpi: allreduce, broadcast and allgather are exact at every length") {
+  const auto comm = mpi_communicator("exact");
+  const int n = comm->size(), r = comm->rank();
+  for (const std::size_t length : lengths(n)) {
+    CAPTURE(length);
+    std::vector<float> sum = rank_data(r, length), avg = sum;
+    comm->allreduce(sum, ReduceOp::kSum);
+    comm->allreduce(avg, ReduceOp::kAvg);
+    CHECK(wrong_elements(sum, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
+    // The average divides the exact sum by float(n) on every rank, as TcpRing does.
+    CHECK(wrong_elements(avg, [&](std::size_t i) { return expected_sum(n, i) / float(n); }) == 0);
+
+    const int root = int(length % std::size_t(n));
+    std::vector<float> shared = r == root ? rank_data(root, length) : std::vector<float>(length);
+    comm->broadcast(shared, root);
+    CHECK(shared == rank_data(root, length));
+
+    std::vector<float> gathered(length * std::size_t(n), -1.0f);
+    comm->allgather(rank_data(r, length), gathered);
+    for (int k = 0; k < n; ++k) {
+      CHECK(std::equal(gathered.begin() + std::ptrdiff_t(k * length),
+                       gathered.begin() + std::ptrdiff_t((k + 1) * length),
+                       rank_data(k, length).begin()));
+    }
+    // In place: this rank's block of the output is the input.
+    std::vector<float> in_place(length * std::size_t(n), -1.0f);
+    const auto mine = std::span(in_place).subspan(std::size_t(r) * length, length);
+    std::ranges::copy(rank_data(r, length), mine.begin());
+    comm->allgather(mine, in_place);
+    CHECK(in_place == gathered);
+  }
+  comm->barrier();
+}
+
+TEST_CASE("mpi: reduce_scatter gives each rank its block of the allreduce") {
+  const auto comm = mpi_communicator("reduce_scatter");
+  for (const std::size_t block : reduce_scatter_blocks(comm->size())) {
+    check_reduce_scatter(*comm, block);
+  }
+  check_reduce_scatter_refuses_sizes(*comm);
+}
+
+TEST_CASE("mpi: collectives in flight complete in issue order") {
+  const auto comm = mpi_communicator("async");
+  const int n = comm->size(), r = comm->rank();
+  std::vector<std::vector<float>> buffers;
+  for (int k = 0; k < 6; ++k) buffers.push_back(rank_data(r, std::size_t(1000 * k + 1)));
+  std::vector<float> shared = r == 0 ? rank_data(0, 5000) : std::vector<float>(5000);
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& b : buffers) works.push_back(comm->allreduce_async(b, ReduceOp::kSum));
+  works.push_back(comm->broadcast_async(shared, 0));
+  works.push_back(comm->barrier_async());
+  works.back()->wait(comm->timeout());
+  for (const auto& w : works) CHECK(w->completed());
+  for (const auto& b : buffers) {
+    CHECK(wrong_elements(b, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
+  }
+  CHECK(shared == rank_data(0, 5000));
+  const gradsync::CommCounters counters = comm->counters();
+  CHECK(counters.collectives == works.size());
+}
+
+TEST_CASE("mpi: non-integer averages are the same bits on every rank") {
+  const auto comm = mpi_communicator("bits");
+  const int n = comm->size(), r = comm->rank();
+  std::vector<float> avg(4099);
+  for (std::size_t i = 0; i < avg.size(); ++i) avg[i] = 0.1f * float(r + 1) / float(i + 3);
+  comm->allreduce(avg, ReduceOp::kAvg);
+  std::vector<float> everyone(avg.size() * std::size_t(n));
+  comm->allgather(avg, everyone);
+  for (int k = 0; k < n; ++k) {
+    CHECK(std::memcmp(everyone.data() + std::size_t(k) * avg.size(), avg.data(),
+                      avg.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("mpi: counters count payload bytes by the bandwidth-optimal formulas") {
+  const auto comm = mpi_communicator("counters");
+  const std::uint64_t n = std::uint64_t(comm->size());
+  std::vector<float> data(1000, 1.0f), out(1000 * n);
+  comm->allreduce(data, ReduceOp::kSum);
+  std::uint64_t expected = 2 * 4000 * (n - 1) / n;
+  CHECK(comm->counters().bytes_sent == expected);
+  comm->allgather(data, out);
+  expected += 4000 * n * (n - 1) / n;
+  CHECK(comm->counters().bytes_received == expected);
+}
+
+TEST_CASE("mpi: the launcher's rank and size must be MPI's") {
+  const MpiWorld& w = mpi_world();
+  try {
+    gradsync::make_mpi_communicator(*w.store, w.rank, w.size + 1, {});
+    FAIL_CHECK("a size that is not MPI_COMM_WORLD's must be refused");
+  } catch (const gradsync::Error& e) {
+    CHECK(has(e.what(), "MPI_COMM_WORLD makes it " + std::to_string(w.rank) + " of " +
+                            std::to_string(w.size)));
+  }
+}
+
+TEST_CASE("mpi: a mismatched size is a desync on every rank, naming both sizes") {
+  const auto comm = mpi_communicator("desync");
+  const int n = comm->size(), r = comm->rank();
+  if (n == 1) return;
+  std::vector<float> data(r == n - 1 ? 6 : 5, 1.0f);
+  std::string message;
+  try {
+    comm->allreduce(data, ReduceOp::kSum);
+  } catch (const gradsync::PeerError& e) {
+    message = e.what();
+  }
+  MESSAGE(message);
+  CHECK(has(message, "desync: rank " + std::to_string(r) +
+                         " is in collective #1 allreduce sum of " + std::to_string(data.size()) +
+                         " floats but rank "));
+  CHECK(has(message, r == n - 1 ? "allreduce sum of 5 floats" : "allreduce sum of 6 floats"));
+  // Every later call says the same.
+  try {
+    comm->barrier();
+    FAIL_CHECK("a communicator that failed must stay failed");
+  } catch (const gradsync::PeerError& e) {
+    CHECK(std::string(e.what()) == message);
+  }
+}
+
+TEST_CASE("mpi: a rank that stops issuing is named, and the job ends" * doctest::skip()) {
+  const auto comm = mpi_communicator("stall", 2s);
+  const int n = comm->size(), r = comm->rank();
+  REQUIRE(n >= 2);
+  std::vector<float> data(1000, 1.0f);
+  comm->allreduce(data, ReduceOp::kSum);
+  if (r == n - 1) {
+    std::this_thread::sleep_for(60s);  // mpirun ends this process long before
+  } else {
+    // Rank 1 comes 1.5 s late, inside rank 0's timeout: rank 0 must read that it came (its
+    // progress report) and name rank n-1 alone.
+    if (r == 1) std::this_thread::sleep_for(1500ms);
+    comm->allreduce(data, ReduceOp::kSum);  // never returns: the timeout ends the job
+  }
+  FAIL("the job went on past the stall");
+}
+
+TEST_CASE("mpi: abort ends the job at once, saying why" * doctest::skip()) {
+  const auto comm = mpi_communicator("abort", 30s);
+  std::vector<float> data(1000, 1.0f);
+  comm->allreduce(data, ReduceOp::kSum);
+  if (comm->rank() == 1 % comm->size()) comm->abort("disk full (on purpose)");
+  comm->allreduce(data, ReduceOp::kSum);  // the others wait here until mpirun ends them
+  FAIL("the job went on past the abort");
+}
+
+TEST_CASE("mpi: a communicator destroyed mid-collective ends the job" * doctest::skip()) {
+  auto comm = mpi_communicator("destroyed", 30s);
+  if (comm->rank() == 0) {
+    std::vector<float> data(1000, 1.0f);
+    auto work = comm->allreduce_async(data, ReduceOp::kSum);  // the others never join it
+    std::this_thread::sleep_for(200ms);
+    comm.reset();  // MPI may still write into `data`: the job must end, not go on
+  } else {
+    std::this_thread::sleep_for(60s);
+  }
+  FAIL("the job went on past the destruction");
+}
