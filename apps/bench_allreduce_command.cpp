@@ -1,14 +1,59 @@
 #include "apps/bench_allreduce_command.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/size_options.h"
 #include "bench/collective_bench.h"
+#include "bench/collective_launch.h"
+#include "common/error.h"
 
 namespace gradsync {
+namespace {
+
+// Writes each piece at once, so that a row is seen as soon as it completes (a pipe or a file
+// would otherwise hold it in stdio's buffer until the sweep ends).
+BenchSink flushed(std::FILE* to) {
+  return [to](const std::string& text) {
+    std::fwrite(text.data(), 1, text.size(), to);
+    std::fflush(to);
+  };
+}
+
+// Rank 0 of --ranks-as processes prints to the descriptor its launcher passed; anywhere else
+// (mpirun forwards each rank's stdout) to stdout.
+std::FILE* table_stream() {
+  const char* fd = std::getenv(kTableFdVariable);
+  if (fd == nullptr) return stdout;
+  std::FILE* stream = ::fdopen(std::atoi(fd), "w");
+  if (stream == nullptr) throw Error(std::string("bench: cannot write to ") + kTableFdVariable);
+  return stream;
+}
+
+[[noreturn]] void exec_mpirun(const CollectiveBenchOptions& options) {
+  std::vector<std::string> args = mpirun_argv(options);
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // Replaced, not run as a child: mpirun's output (rank 0's table) and exit code become the
+  // command's own, and mpirun stops every rank when one fails.
+  ::execvp(argv[0], argv.data());
+  throw Error(std::string("bench allreduce --ranks-as mpirun: cannot run mpirun (") +
+              std::strerror(errno) + "); Debian's openmpi-bin has it");
+}
+
+}  // namespace
 
 Command add_bench_allreduce_command(CLI::App& bench) {
   struct Options {
@@ -17,12 +62,16 @@ Command add_bench_allreduce_command(CLI::App& bench) {
     std::string min_size = "4K";
     std::string max_size = "64M";
     double timeout_s = 60;
+    bool no_gloo = false;
+    bool rank_process = false;
+    int store_port = 0;
   };
   auto options = std::make_shared<Options>();
   CollectiveBenchOptions& o = options->bench;
   CLI::App* allreduce = bench.add_subcommand(
       "allreduce",
-      "collective bandwidth of TcpRing (and Gloo) on loopback, or of NCCL on GPUs, as nccl-tests");
+      "collective bandwidth of gradsync's backends (tcp, gloo, mpi) on loopback, or of NCCL on "
+      "GPUs, as nccl-tests prints it");
   allreduce->add_option("-b,--minbytes", options->min_size, "smallest size: 512, 4K, 64M, 1G")
       ->check(byte_size(sizeof(float)))
       ->capture_default_str();
@@ -32,31 +81,53 @@ Command add_bench_allreduce_command(CLI::App& bench) {
   allreduce->add_option("-f,--stepfactor", o.factor, "each size is the previous one times this")
       ->check(CLI::Range(2, 1 << 20))
       ->capture_default_str();
-  allreduce->add_option("-n,--ranks", o.ranks, "ranks, run as threads of this process")
+  allreduce->add_option("-n,--ranks", o.ranks, "ranks (see --ranks-as)")
       ->check(CLI::Range(1, kMaxRanks))
       ->capture_default_str();
   allreduce->add_option("--op", o.op, "collective to measure")
       ->check(CLI::IsMember({"allreduce", "broadcast", "allgather"}))
       ->capture_default_str();
-  allreduce->add_option("-w,--warmup", o.warmup, "untimed iterations per size")
+  allreduce
+      ->add_option("--backend", o.backends,
+                   "backends, each size running them in turn: tcp, gloo, mpi (default: tcp and "
+                   "gloo where built)")
+      ->delimiter(',');
+  allreduce
+      ->add_option("--ranks-as", o.ranks_as,
+                   "threads (of this process), processes (started by gradsync) or mpirun "
+                   "(default: mpirun when --backend has mpi, else threads)")
+      ->check(CLI::IsMember({"threads", "processes", "mpirun"}));
+  allreduce->add_option("-w,--warmup", o.warmup, "untimed iterations per size and form")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  allreduce->add_option("--iters", o.iters, "timed iterations per size (0: enough for about 0.3 s)")
+  allreduce
+      ->add_option("--iters", o.iters,
+                   "timed iterations per size and form (0: enough for about 0.3 s)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   allreduce->add_option("--timeout-s", options->timeout_s, "deadline of every wait")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
-  allreduce->add_flag("--json", o.json, "one JSON object per size");
-  allreduce->add_flag("!--no-gloo", o.gloo, "leave out Gloo's columns");
+  allreduce->add_flag("--json", o.json, "one JSON document instead of the table");
   allreduce
       ->add_option("--device", o.device,
-                   "cpu (TcpRing), or gpu (NCCL, one rank per GPU; --ranks default: "
-                   "every visible GPU)")
+                   "cpu, or gpu (NCCL, one rank per GPU; --ranks default: every visible GPU)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
       ->capture_default_str();
+  // Gone: said, not silently accepted, so a script using it learns what replaced it.
+  allreduce->add_flag("--no-gloo", options->no_gloo)->group("");
+  // Internal: one rank of --ranks-as processes or mpirun (bench/collective_launch.h).
+  allreduce->add_flag("--rank-process", options->rank_process)->group("");
+  allreduce->add_option("--store-port", options->store_port)
+      ->check(CLI::Range(1, 65535))
+      ->group("");
 
   return {allreduce, [options, allreduce] {
+            if (options->no_gloo) {
+              throw UsageError(
+                  "--no-gloo is gone: --backend names what runs (--backend tcp for TcpRing "
+                  "alone)");
+            }
             CollectiveBenchOptions run = options->bench;
             run.min_bytes = parse_size(options->min_size);  // checked while parsing: byte_size
             run.max_bytes = parse_size(options->max_size);
@@ -68,12 +139,29 @@ Command add_bench_allreduce_command(CLI::App& bench) {
                 std::chrono::milliseconds(static_cast<long long>(options->timeout_s * 1000));
             // On GPUs the natural default is one rank per visible GPU, not the CPU default of 2.
             if (run.device == "gpu" && allreduce->count("--ranks") == 0) run.ranks = 0;
-            const CollectiveBenchReport report = run_collective_bench_report(run);
-            std::cout << report.text;
-            if (report.wrong == 0 && report.gloo_wrong == 0) return 0;
+            try {
+              run = resolve_backends(run);
+            } catch (const ConfigError& e) {
+              // A backend that is unknown or not built is how it was called: exit 2, one line
+              // naming the option ("--backend: ..."), without the "bench: " of ConfigError.
+              throw UsageError(std::string(e.what()).substr(e.where().size() + 2));
+            }
+
+            CollectiveBenchReport report;
+            if (options->rank_process) {
+              if (options->store_port == 0) throw UsageError("--rank-process needs --store-port");
+              report = run_collective_bench_rank(run, options->store_port, flushed(table_stream()));
+            } else if (run.ranks_as == "mpirun") {
+              exec_mpirun(run);
+            } else if (run.ranks_as == "processes") {
+              run_rank_processes(run);  // rank 0 checked the elements and failed on wrong ones
+              return 0;
+            } else {
+              report = run_collective_bench_report(run, flushed(stdout));
+            }
+            if (report.wrong == 0) return 0;
             std::cerr << "gradsync: error: bench allreduce: " << report.wrong
-                      << " wrong elements from gradsync's collective, " << report.gloo_wrong
-                      << " from Gloo's (#wrong columns above)\n";
+                      << " wrong elements (#wrong columns above)\n";
             return 1;
           }};
 }

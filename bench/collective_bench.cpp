@@ -1,41 +1,73 @@
 #include "bench/collective_bench.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
-#include <cmath>
 #include <limits>
-#include <optional>
+#include <memory>
 
 #include "allreduce/communicator.h"
-#include "allreduce/in_memory_store.h"
-#include "allreduce/tcp/tcp_ring.h"
-#include "common/error.h"
-#ifndef GRADSYNC_HAVE_GLOO
-#define GRADSYNC_HAVE_GLOO 0  // CMake defines it to 1 when libgloo-dev is found
-#endif
-#if GRADSYNC_HAVE_GLOO
-#include "bench/gloo_ring.h"
-#endif
+#include "allreduce/gloo/gloo_communicator.h"  // gloo_compiled_in(), gloo_version()
+#include "allreduce/make_communicator.h"
+#include "allreduce/mpi/mpi_communicator.h"  // mpi_library_version()
+#include "allreduce/tcp/tcp_store.h"
+#include "bench/collective_table.h"
 #include "bench/nccl_bench.h"
-#include "bench/sprint.h"
+#include "common/error.h"
+#include "launch/rendezvous_env.h"
 
 namespace gradsync {
 namespace {
 
 constexpr const char* kWhere = "bench";
-// gradsync's side of the comparison: one TcpRing per rank.
-class TcpRingRank final : public BenchRank {
+
+// A backend's rank: the Communicator make_communicator gives for comm.backend.
+class CommRank final : public BenchRank {
  public:
-  TcpRingRank(const CollectiveOp& op, std::unique_ptr<Communicator> comm)
+  CommRank(const CollectiveOp& op, std::shared_ptr<Communicator> comm)
       : op_(op), comm_(std::move(comm)) {}
   void barrier() override { comm_->barrier(); }
-  void run(RankBuffers& buffers) override { op_.run(*comm_, buffers); }
+  void run(RankBuffers& buffers, bool in_place) override { op_.run(*comm_, buffers, in_place); }
 
  private:
   const CollectiveOp& op_;
-  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;
 };
+
+struct BackendInfo {
+  const char* name;
+  const char* package;  // the Debian package that brings it, for a build without it
+};
+constexpr BackendInfo kCpuBackends[] = {
+    {"tcp", ""}, {"gloo", "libgloo-dev"}, {"mpi", "libopenmpi-dev and openmpi-bin"}};
+
+bool compiled_in(const std::string& backend) {
+  const std::vector<std::string> built = compiled_backends();
+  return std::find(built.begin(), built.end(), backend) != built.end();
+}
+
+// One line on what runs underneath, for the header's "Using backends".
+std::string describe(const std::string& backend, const std::string& gpu_transport) {
+  if (backend == "tcp") return "gradsync TcpRing: ring over TCP sockets, 127.0.0.1";
+  if (backend == "gloo") {
+    std::string version = "?";
+#ifdef GRADSYNC_HAVE_GLOO
+    version = gloo_version();
+#endif
+    return "gradsync GlooCommunicator: Gloo " + version +
+           " gloo::allreduce ring (broadcast: binomial tree; allgather: ring), Gloo's TCP "
+           "transport, 127.0.0.1";
+  }
+  if (backend == "mpi") {
+    std::string version = "?";
+#ifdef GRADSYNC_HAVE_MPI
+    version = mpi_library_version();
+#endif
+    return "gradsync MpiCommunicator: " + version +
+           ", MPI_Iallreduce (MPI_Ibcast, MPI_Iallgather) polled, each after its 32-byte "
+           "desync-check allgather";
+  }
+  return gpu_transport;
+}
 
 void validate(const CollectiveBenchOptions& o) {
   find_collective_op(o.op);
@@ -65,86 +97,78 @@ std::vector<std::size_t> sweep_sizes(const CollectiveBenchOptions& o) {
   return sizes;
 }
 
-double gb_per_s(std::size_t bytes, double seconds) {
-  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
-}
-
-// The table, or with o.json one JSON object per row. Table columns are as wide as their
-// headers (at least 10) and right-aligned, so rows line up under the header for any size.
-// `transport` names what ran for the header ("TcpRing over TCP 127.0.0.1") and for JSON
-// ("tcp-ring").
-struct Transport {
-  std::string text;
-  std::string json;
+// What both ways of running ranks share: the checked options, the sweep and the table.
+struct Plan {
+  CollectiveBenchOptions options;
+  SweepSpec spec;
+  TableInfo info;
 };
 
-std::string render(const CollectiveBenchOptions& o, const CollectiveOp& op,
-                   const std::vector<SizeResult>& ours,
-                   const std::optional<std::vector<SizeResult>>& theirs,
-                   const std::string& gloo_line, const Transport& transport) {
-  std::vector<std::string> headers = {"size(B)",     "count(elems)", "type",  "time(us)",
-                                      "algbw(GB/s)", "busbw(GB/s)",  "#wrong"};
-  if (theirs) {
-    headers.insert(headers.end(), {"gloo time(us)", "gloo busbw(GB/s)", "gloo #wrong",
-                                   "ratio(busbw gradsync/gloo)"});
+Plan make_plan(const CollectiveBenchOptions& requested, const std::string& gpu_transport) {
+  Plan plan;
+  plan.options = resolve_backends(requested);
+  const CollectiveBenchOptions& o = plan.options;
+  validate(o);
+  const CollectiveOp& op = find_collective_op(o.op);
+  plan.spec = {.op = &op,
+               .ranks = o.ranks,
+               .sizes = sweep_sizes(o),
+               .warmup = o.warmup,
+               .iters = o.iters,
+               .timeout = o.timeout};
+  TableInfo& info = plan.info;
+  info.op = &op;
+  info.ranks = o.ranks;
+  info.ranks_as = o.ranks_as;
+  info.min_bytes = o.min_bytes;
+  info.max_bytes = o.max_bytes;
+  info.factor = o.factor;
+  info.warmup = o.warmup;
+  info.iters = o.iters;
+  info.timeout_s = static_cast<double>(o.timeout.count()) / 1000.0;
+  info.device = o.device;
+  for (const std::string& backend : o.backends) {
+    plan.info.backends.emplace_back(backend, describe(backend, gpu_transport));
   }
-  std::vector<int> widths;
-  for (const auto& h : headers) widths.push_back(std::max<int>(10, static_cast<int>(h.size())));
-  auto line = [&](const std::vector<std::string>& cells, bool header) {
-    std::string text = header ? "#" : " ";
-    for (std::size_t c = 0; c < cells.size(); ++c) {
-      text += sprint("  %*s", widths[c], cells[c].c_str());
-    }
-    return text + "\n";
-  };
+  return plan;
+}
 
-  const double factor = op.bus_factor(o.ranks);
-  std::string out;
-  if (!o.json) {
-    out += sprint(
-        "# gradsync bench: op %s (float, %s), ranks %d (threads of one process), transport "
-        "%s\n# warm-up %d; timed iterations %s; time: max over ranks of "
-        "the mean per-iteration time; busbw = algbw * %.4g\n# %s\n#\n",
-        op.name.c_str(), op.layout, o.ranks, transport.text.c_str(), o.warmup,
-        o.iters > 0 ? std::to_string(o.iters).c_str() : "auto (~0.3 s a row)", factor,
-        gloo_line.c_str());
-    out += line(headers, true);
-  }
-  for (std::size_t r = 0; r < ours.size(); ++r) {
-    const SizeResult& g = ours[r];
-    const SizeResult* t = theirs ? &(*theirs)[r] : nullptr;
-    const double algbw = gb_per_s(g.bytes, g.seconds);
-    const double busbw = algbw * factor;
-    const double their_busbw = t != nullptr ? gb_per_s(t->bytes, t->seconds) * factor : 0.0;
-    const double ratio = their_busbw > 0 ? busbw / their_busbw : 0.0;
-    if (o.json) {
-      out += sprint(
-          "{\"op\": \"%s\", \"ranks\": %d, \"transport\": \"%s\", \"type\": \"float\", "
-          "\"size_bytes\": %zu, \"count\": %zu, \"bytes_per_rank\": %.0f, \"iters\": %d, "
-          "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %llu",
-          op.name.c_str(), o.ranks, transport.json.c_str(), g.bytes, g.count, factor * g.bytes,
-          g.iters, g.seconds * 1e6, algbw, busbw, static_cast<unsigned long long>(g.wrong));
-      if (t != nullptr) {
-        out += sprint(
-            ", \"gloo_iters\": %d, \"gloo_time_us\": %.3f, \"gloo_busbw_gbps\": %.4f, "
-            "\"gloo_wrong\": %llu, \"busbw_ratio\": %.4f",
-            t->iters, t->seconds * 1e6, their_busbw, static_cast<unsigned long long>(t->wrong),
-            ratio);
-      }
-      out += "}\n";
+// Every backend's rank for `rank`, connected in the plan's order (collective: every rank the
+// same order), each under its own Store prefix.
+std::vector<BackendRank> connect_backends(const Plan& plan, int rank, Store& store) {
+  std::vector<BackendRank> ranks;
+  for (const std::string& backend : plan.options.backends) {
+    if (backend == "nccl") {
+      ranks.push_back({backend, make_nccl_rank(*plan.spec.op, store, rank, plan.spec.ranks,
+                                               plan.spec.timeout)});
       continue;
     }
-    std::vector<std::string> cells = {std::to_string(g.bytes), std::to_string(g.count), "float"};
-    cells.insert(cells.end(), {sprint("%.1f", g.seconds * 1e6), sprint("%.2f", algbw),
-                               sprint("%.2f", busbw), std::to_string(g.wrong)});
-    if (t != nullptr) {
-      cells.insert(cells.end(), {sprint("%.1f", t->seconds * 1e6), sprint("%.2f", their_busbw),
-                                 std::to_string(t->wrong), sprint("%.2f", ratio)});
-    }
-    out += line(cells, false);
+    CommunicatorOptions options;
+    options.backend = backend;
+    options.tcp.timeout = plan.spec.timeout;
+    options.tcp.store_prefix = "bench/" + backend;
+    ranks.push_back(
+        {backend, std::make_unique<CommRank>(
+                      *plan.spec.op, make_communicator(store, rank, plan.spec.ranks, options))});
   }
-  return out;
+  return ranks;
 }
+
+// Appends each piece to the report's text and hands it to the sink at once.
+class Output {
+ public:
+  explicit Output(BenchSink sink) : sink_(std::move(sink)) {}
+  void operator()(const std::string& text) {
+    if (text.empty()) return;
+    text_ += text;
+    if (sink_) sink_(text);
+  }
+  std::string& text() { return text_; }
+
+ private:
+  BenchSink sink_;
+  std::string text_;
+};
 
 }  // namespace
 
@@ -171,76 +195,124 @@ std::size_t parse_size(const std::string& text) {
   return value << shift;
 }
 
-namespace {
-
-// The sweep the options describe, for either transport.
-SweepSpec sweep_spec(const CollectiveBenchOptions& options, const CollectiveOp& op) {
-  return {.op = &op,
-          .ranks = options.ranks,
-          .sizes = sweep_sizes(options),
-          .warmup = options.warmup,
-          .iters = options.iters,
-          .timeout = options.timeout};
+CollectiveBenchOptions resolve_backends(const CollectiveBenchOptions& options) {
+  CollectiveBenchOptions o = options;
+  auto fail = [](const std::string& key, const std::string& problem) {
+    throw ConfigError(kWhere, key, problem);
+  };
+  if (o.device == "gpu") {
+    if (o.backends.empty()) o.backends = {"nccl"};
+    if (o.backends != std::vector<std::string>{"nccl"}) {
+      fail("--backend", "--device gpu runs nccl alone (tcp, gloo and mpi reduce host buffers)");
+    }
+    if (o.ranks_as.empty()) o.ranks_as = "threads";
+    if (o.ranks_as != "threads") {
+      fail("--ranks-as", "--device gpu runs its ranks as threads, one per GPU");
+    }
+    return o;
+  }
+  if (o.device != "cpu") fail("--device", "'" + o.device + "' (valid: cpu, gpu)");
+  if (o.backends.empty()) {
+    o.backends = {"tcp"};
+    if (gloo_compiled_in()) o.backends.push_back("gloo");
+  }
+  for (const std::string& name : o.backends) {
+    // Twice would connect one backend twice under the same Store keys.
+    if (std::count(o.backends.begin(), o.backends.end(), name) > 1) {
+      fail("--backend", name + " is named twice");
+    }
+    const auto known = std::find_if(std::begin(kCpuBackends), std::end(kCpuBackends),
+                                    [&](const BackendInfo& b) { return name == b.name; });
+    if (name == "nccl") fail("--backend", "nccl reduces GPU buffers: use --device gpu");
+    if (known == std::end(kCpuBackends)) {
+      fail("--backend", "unknown backend '" + name + "' (valid: tcp, gloo, mpi)");
+    }
+    if (!compiled_in(name)) {
+      fail("--backend", name + " is not in this build of gradsync: install Debian's " +
+                            known->package + " and rebuild");
+    }
+  }
+  const bool mpi = std::find(o.backends.begin(), o.backends.end(), "mpi") != o.backends.end();
+  if (o.ranks_as.empty()) o.ranks_as = mpi ? "mpirun" : "threads";
+  if (o.ranks_as != "threads" && o.ranks_as != "processes" && o.ranks_as != "mpirun") {
+    fail("--ranks-as", "'" + o.ranks_as + "' (valid: threads, processes, mpirun)");
+  }
+  if (mpi && o.ranks_as != "mpirun") {
+    fail("--ranks-as",
+         "the mpi backend needs one process per rank started by mpirun "
+         "(--ranks-as mpirun, the default with mpi)");
+  }
+  return o;
 }
 
-}  // namespace
+CollectiveBenchReport run_collective_bench_report(const CollectiveBenchOptions& options,
+                                                  const BenchSink& sink) {
+  std::string gpu_transport;
+  CollectiveBenchOptions requested = options;
+  if (options.device == "gpu") {
+    // Fills in ranks (every visible GPU for 0); refuses without NCCL or enough GPUs.
+    gpu_transport = nccl_sweep_setup(requested.ranks).transport;
+  }
+  const Plan plan = make_plan(requested, gpu_transport);
+  if (plan.options.ranks_as != "threads") {
+    throw ConfigError(kWhere, "--ranks-as",
+                      plan.options.ranks_as +
+                          " starts one process per rank: "
+                          "run_collective_bench_rank runs each (bench/collective_launch.h)");
+  }
+  CollectiveTable table(plan.info, plan.options.json);
+  Output out(sink);
+  out(table.header());
+  sweep_threads(
+      plan.spec, [&](int rank, Store& store) { return connect_backends(plan, rank, store); },
+      [&](const RowResult& row) { out(table.row(row)); });
+  out(table.footer());
+  return {std::move(out.text()), table.wrong()};
+}
 
 std::string run_collective_bench(const CollectiveBenchOptions& options) {
   return run_collective_bench_report(options).text;
 }
 
-CollectiveBenchReport run_collective_bench_report(const CollectiveBenchOptions& options) {
-  auto wrong_in = [](const std::vector<SizeResult>& rows) {
-    std::uint64_t wrong = 0;
-    for (const SizeResult& row : rows) wrong += row.wrong;
-    return wrong;
-  };
-  if (options.device == "gpu") {
-    CollectiveBenchOptions gpu = options;
-    const GpuSweep sweep = nccl_sweep_setup(gpu.ranks);  // fills in ranks; refuses without NCCL/GPU
-    validate(gpu);
-    const CollectiveOp& op = find_collective_op(gpu.op);
-    const std::vector<SizeResult> nccl = nccl_measure(sweep_spec(gpu, op));
-    return {render(gpu, op, nccl, std::nullopt,
-                   "gloo: not run with --device gpu (it has no CUDA transport here)",
-                   {sweep.transport, "nccl"}),
-            wrong_in(nccl), 0};
+CollectiveBenchReport run_collective_bench_rank(const CollectiveBenchOptions& options,
+                                                int store_port, const BenchSink& sink) {
+  const Plan plan = make_plan(options, "");
+  const RendezvousEnv env = read_rendezvous_env();
+  if (env.world_size != plan.spec.ranks) {
+    throw ConfigError(kWhere, "--ranks",
+                      std::to_string(plan.spec.ranks) + " ranks, but the launcher (" + env.source +
+                          ") started " + std::to_string(env.world_size));
   }
-  if (options.device != "cpu") {
-    throw ConfigError(kWhere, "--device", "'" + options.device + "' (valid: cpu, gpu)");
+  const int rank = env.rank;
+  TcpStoreOptions store_options;
+  store_options.port = store_port;
+  store_options.is_server = rank == 0;
+  store_options.timeout = plan.spec.timeout;
+  // Declared first, so that it outlives every communicator made over it.
+  const std::unique_ptr<Store> store = make_tcp_store(store_options);
+  RankExchange exchange(*store, rank, plan.spec.ranks, plan.spec.timeout);
+  CollectiveTable table(plan.info, plan.options.json);
+  Output out(rank == 0 ? sink : BenchSink());
+  try {
+    if (rank == 0) out(table.header());
+    std::vector<BackendRank> backends = connect_backends(plan, rank, *store);
+    sweep_rank(plan.spec, rank, backends, exchange,
+               [&](const RowResult& row) { out(table.row(row)); });
+  } catch (const std::exception& e) {
+    exchange.fail(e.what());
+    throw;
   }
-  validate(options);
-  const CollectiveOp& op = find_collective_op(options.op);
-  const SweepSpec spec = sweep_spec(options, op);
-
-  // The Store must outlive every ring made over it (make_tcp_ring's contract).
-  InMemoryStore store;
-  TcpRingOptions ring_options;
-  ring_options.timeout = options.timeout;
-  ring_options.store_prefix = "bench";
-  const std::vector<SizeResult> ours =
-      measure_sweep(spec, [&](int rank) -> std::unique_ptr<BenchRank> {
-        return std::make_unique<TcpRingRank>(
-            op, make_tcp_ring(store, rank, options.ranks, ring_options));
-      });
-
-  // Gloo's columns exist only when it really ran: no build, no flag or no counterpart means no
-  // columns, and the header line says which.
-  std::optional<std::vector<SizeResult>> theirs;
-  std::string gloo_line = "gloo: not compiled in (no columns)";
-#if GRADSYNC_HAVE_GLOO
-  if (!options.gloo) {
-    gloo_line = "gloo: off (--no-gloo)";
-  } else {
-    theirs = gloo_measure(spec);
-    gloo_line = theirs ? "gloo " + gloo_version() + ": " + gloo_algorithm(op.name) +
-                             ", TCP over 127.0.0.1, same sizes and timing rules"
-                       : "gloo: no comparison for " + op.name + " with " +
-                             std::to_string(options.ranks) + " rank(s) (needs 2 or more)";
+  // Rank 0 serves the Store: it leaves last, once no rank will ask it for anything.
+  const std::string left = "bench/left/";
+  if (rank != 0) {
+    store->set(left + std::to_string(rank), "");
+    return {};
   }
-#endif
-  return {render(options, op, ours, theirs, gloo_line, {"TcpRing over TCP 127.0.0.1", "tcp-ring"}),
-          wrong_in(ours), theirs ? wrong_in(*theirs) : 0};
+  std::vector<std::string> keys;
+  for (int r = 1; r < plan.spec.ranks; ++r) keys.push_back(left + std::to_string(r));
+  store->wait(keys, plan.spec.timeout);
+  out(table.footer());
+  return {std::move(out.text()), table.wrong()};
 }
 
 }  // namespace gradsync

@@ -2,111 +2,175 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <string>
+#include <sstream>
 #include <thread>
 
-#include "common/replica_barrier.h"
+#include "allreduce/in_memory_store.h"
+#include "bench/sprint.h"
+#include "common/error.h"
 #include "common/stopwatch.h"
 
 namespace gradsync {
 namespace {
 
-// Auto iterations aim at this much timed work per row: long enough to average out scheduler
-// noise on loopback, short enough that a 1 KiB..64 MiB sweep finishes in seconds.
-constexpr double kTargetRowSeconds = 0.3;
+// Auto iterations aim at this much timed work per measurement: long enough to average out
+// scheduler noise on loopback, short enough that a 1 KiB..64 MiB sweep finishes in seconds.
+constexpr double kTargetSeconds = 0.3;
 constexpr int kMinAutoIters = 5;
 constexpr int kMaxAutoIters = 1000;
+// How often a rank waiting for the others' numbers looks for a failure report.
+constexpr std::chrono::milliseconds kFailureCheck{100};
+const std::string kFailedKey = "bench/failed";
+
+// Hexadecimal floating point: the exact double, back through strtod.
+std::string exact(double value) { return sprint("%a", value); }
+
+Measurement measure(const SweepSpec& spec, int rank, BenchRank& self, RankExchange& exchange,
+                    std::size_t count, bool in_place, RankBuffers& buffers) {
+  const CollectiveOp& op = *spec.op;
+  const int n = spec.ranks;
+  op.init(rank, n, count, in_place, buffers);
+  self.load(buffers);
+  self.run_many(buffers, in_place, spec.warmup);
+  int iters = spec.iters;
+  if (iters == 0) {
+    // Every rank must run the same number of iterations, so all derive it from the slowest
+    // rank's probe.
+    self.barrier();
+    Stopwatch probe;
+    self.run(buffers, in_place);
+    double slowest = 1e-7;
+    for (const std::string& p : exchange.all(exact(probe.seconds()))) {
+      slowest = std::max(slowest, std::strtod(p.c_str(), nullptr));
+    }
+    iters = std::clamp(static_cast<int>(std::ceil(kTargetSeconds / slowest)), kMinAutoIters,
+                       kMaxAutoIters);
+  }
+  // The barrier lines the ranks up so that no rank's clock includes waiting for a late peer
+  // to arrive at the first iteration.
+  self.barrier();
+  Stopwatch clock;
+  self.run_many(buffers, in_place, iters);
+  const double mean = clock.seconds() / iters;
+  // Check a fresh run, not the timed ones: in-place allreduce keeps summing its output.
+  op.init(rank, n, count, in_place, buffers);
+  self.load(buffers);
+  self.run(buffers, in_place);
+  self.unload(buffers);
+  const std::uint64_t wrong = count_wrong(op, n, buffers);
+
+  Measurement agreed{.iters = iters};
+  for (const std::string& text : exchange.all(exact(mean) + " " + std::to_string(wrong))) {
+    std::istringstream in(text);
+    std::string seconds;
+    std::uint64_t rank_wrong = 0;
+    in >> seconds >> rank_wrong;
+    agreed.seconds = std::max(agreed.seconds, std::strtod(seconds.c_str(), nullptr));
+    agreed.wrong += rank_wrong;
+  }
+  return agreed;
+}
 
 }  // namespace
 
-std::vector<SizeResult> measure_sweep(
-    const SweepSpec& spec, const std::function<std::unique_ptr<BenchRank>(int rank)>& connect) {
-  const int n = spec.ranks;
-  const CollectiveOp& op = *spec.op;
-  const std::size_t rows = spec.sizes.size();
-  std::vector<SizeResult> results(rows);
-  for (std::size_t r = 0; r < rows; ++r) {
-    results[r].count = op.count(spec.sizes[r], n);
-    results[r].bytes = results[r].count * sizeof(float);
+RankExchange::RankExchange(Store& store, int rank, int size, std::chrono::milliseconds timeout)
+    : store_(store), rank_(rank), size_(size), timeout_(timeout) {}
+
+std::vector<std::string> RankExchange::all(const std::string& mine) {
+  const std::string prefix = "bench/x/" + std::to_string(sequence_++) + "/";
+  store_.set(prefix + std::to_string(rank_), mine);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(prefix + std::to_string(r));
+  // Waited for in slices, so that a rank that failed (and will never post) is noticed within
+  // one slice rather than at the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    try {
+      store_.wait(keys, std::clamp(left, std::chrono::milliseconds(1), kFailureCheck));
+      break;
+    } catch (const TimeoutError&) {
+      if (store_.check({kFailedKey}, timeout_)) throw Error(store_.get(kFailedKey, timeout_));
+      if (left > kFailureCheck) continue;
+      // Name the ranks that never posted, and the whole wait, not the last slice.
+      std::string missing;
+      int first = -1;
+      for (int r = 0; r < size_; ++r) {
+        if (store_.check({keys[static_cast<std::size_t>(r)]}, timeout_)) continue;
+        if (first < 0) first = r;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+      throw TimeoutError(first, "bench", "exchange #" + std::to_string(sequence_ - 1),
+                         "no numbers from rank(s) " + missing + " within " +
+                             std::to_string(timeout_.count()) + " ms");
+    }
   }
-  // [row][rank], each written by its rank's thread only; read after the threads join, or
-  // (probe) after the in-process barrier that follows every write.
-  struct PerRank {
-    double probe = 0, mean = 0;
-    std::uint64_t wrong = 0;
-  };
-  std::vector<std::vector<PerRank>> per_rank(rows, std::vector<PerRank>(n));
-  std::vector<int> iters(rows);
-  ReplicaBarrier rank_threads(n, "bench rank threads");
+  std::vector<std::string> values;
+  for (const std::string& key : keys) values.push_back(store_.get(key, timeout_));
+  return values;
+}
+
+void RankExchange::fail(const std::string& why) noexcept {
+  try {
+    // The first report stays: later ones are mostly ranks failing because of it.
+    if (!store_.check({kFailedKey}, timeout_)) {
+      store_.set(kFailedKey, "rank " + std::to_string(rank_) + " failed: " + why);
+    }
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the report is a courtesy, the error goes up
+  }
+}
+
+void sweep_rank(const SweepSpec& spec, int rank, std::vector<BackendRank>& backends,
+                RankExchange& exchange, const std::function<void(const RowResult&)>& on_row) {
+  RankBuffers buffers;
+  for (const std::size_t size : spec.sizes) {
+    const std::size_t count = spec.op->count(size, spec.ranks);
+    for (BackendRank& backend : backends) {
+      RowResult row;
+      row.backend = backend.backend;
+      row.bytes = count * sizeof(float);
+      row.count = count;
+      // Out of place first, as nccl-tests.
+      row.out_of_place = measure(spec, rank, *backend.rank, exchange, count, false, buffers);
+      row.in_place = measure(spec, rank, *backend.rank, exchange, count, true, buffers);
+      if (rank == 0) on_row(row);
+    }
+  }
+  // Close only when every rank is done, as a job's ranks would finish in its launcher.
+  exchange.all("done");
+}
+
+void sweep_threads(const SweepSpec& spec,
+                   const std::function<std::vector<BackendRank>(int rank, Store& store)>& connect,
+                   const std::function<void(const RowResult&)>& on_row) {
+  // The Store outlives every communicator made over it: the threads join first.
+  InMemoryStore store;
   std::mutex failure_mutex;
   std::exception_ptr failure;
-
   auto rank_main = [&](int rank) {
+    RankExchange exchange(store, rank, spec.ranks, spec.timeout);
     try {
-      std::unique_ptr<BenchRank> self = connect(rank);
-      RankBuffers buffers;
-      for (std::size_t row = 0; row < rows; ++row) {
-        const std::size_t count = results[row].count;
-        op.init(rank, n, count, buffers);
-        self->load(buffers);
-        self->run_many(buffers, spec.warmup);
-        int row_iters = spec.iters;
-        if (row_iters == 0) {
-          // Every rank must run the same number of iterations, so all derive it from the
-          // slowest rank's probe, shared through memory: the ranks are threads of one process.
-          self->barrier();
-          Stopwatch probe_clock;
-          self->run(buffers);
-          per_rank[row][rank].probe = probe_clock.seconds();
-          rank_threads.arrive_and_wait(rank, spec.timeout);
-          double slowest = 1e-7;
-          for (const PerRank& p : per_rank[row]) slowest = std::max(slowest, p.probe);
-          row_iters = std::clamp(static_cast<int>(std::ceil(kTargetRowSeconds / slowest)),
-                                 kMinAutoIters, kMaxAutoIters);
-        }
-        // The barrier lines the ranks up so that no rank's clock includes waiting for a late
-        // peer to arrive at the first iteration.
-        self->barrier();
-        Stopwatch clock;
-        self->run_many(buffers, row_iters);
-        per_rank[row][rank].mean = clock.seconds() / row_iters;
-        if (rank == 0) iters[row] = row_iters;
-        // Check a fresh run, not the timed ones: in-place allreduce keeps summing its output.
-        op.init(rank, n, count, buffers);
-        self->load(buffers);
-        self->run(buffers);
-        self->unload(buffers);
-        per_rank[row][rank].wrong = count_wrong(op, n, buffers);
-      }
-      // Close only when every rank is done, as a job's ranks would finish in its launcher:
-      // a rank done with the last collective must not hang up on a neighbour still in it.
-      rank_threads.arrive_and_wait(rank, spec.timeout);
+      std::vector<BackendRank> backends = connect(rank, store);
+      sweep_rank(spec, rank, backends, exchange, on_row);
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(failure_mutex);
         if (!failure) failure = std::current_exception();
       }
       // Leaving the try block closed this rank's connections, so peers blocked in a
-      // collective fail at once; this wakes those blocked in the in-process barrier.
-      rank_threads.abort("rank " + std::to_string(rank) + " failed: " + e.what());
+      // collective fail at once; this wakes those waiting for its numbers.
+      exchange.fail(e.what());
     }
   };
   {
     std::vector<std::jthread> threads;
-    for (int rank = 0; rank < n; ++rank) threads.emplace_back(rank_main, rank);
+    for (int rank = 0; rank < spec.ranks; ++rank) threads.emplace_back(rank_main, rank);
   }
   if (failure) std::rethrow_exception(failure);
-
-  for (std::size_t r = 0; r < rows; ++r) {
-    results[r].iters = iters[r];
-    for (const PerRank& p : per_rank[r]) {
-      results[r].seconds = std::max(results[r].seconds, p.mean);
-      results[r].wrong += p.wrong;
-    }
-  }
-  return results;
 }
 
 }  // namespace gradsync

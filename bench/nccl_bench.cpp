@@ -2,7 +2,6 @@
 
 #include "common/error.h"
 #ifdef GRADSYNC_HAVE_NCCL
-#include "allreduce/in_memory_store.h"
 #include "allreduce/nccl/nccl_communicator.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/cuda_device.h"
@@ -22,11 +21,11 @@ class NcclRank final : public BenchRank {
 
   void barrier() override { comm_->barrier(); }
 
-  void run(RankBuffers& buffers) override { run_many(buffers, 1); }
+  void run(RankBuffers& buffers, bool in_place) override { run_many(buffers, in_place, 1); }
 
-  void run_many(RankBuffers& /*buffers*/, int times) override {
+  void run_many(RankBuffers& /*buffers*/, bool in_place, int times) override {
     std::shared_ptr<Work> last;
-    for (int k = 0; k < times; ++k) last = issue();
+    for (int k = 0; k < times; ++k) last = issue(in_place);
     // One stream, in order: the last one done means all are.
     if (last) last->wait(comm_->timeout());
   }
@@ -44,10 +43,25 @@ class NcclRank final : public BenchRank {
   }
 
  private:
-  std::shared_ptr<Work> issue() {
-    if (op_.name == "allreduce") return comm_->allreduce_async(out_.span(), ReduceOp::kSum);
-    if (op_.name == "broadcast") return comm_->broadcast_async(out_.span(), 0);
+  // The composed forms (collective_ops.h) copy on the communicator's stream, so the copy is
+  // ordered before the collective without a host wait, and timed with it.
+  std::shared_ptr<Work> issue(bool in_place) {
+    cuda::DeviceGuard on(comm_->device());
+    if (op_.name == "allreduce") {
+      if (!in_place) copy(out_.data(), in_.data(), in_.bytes());
+      return comm_->allreduce_async(out_.span(), ReduceOp::kSum);
+    }
+    if (op_.name == "broadcast") {
+      if (!in_place && comm_->rank() == 0) copy(out_.data(), in_.data(), in_.bytes());
+      return comm_->broadcast_async(out_.span(), 0);
+    }
+    if (in_place) copy(in_.data(), out_.data() + comm_->rank() * in_.size(), in_.bytes());
     return comm_->allgather_async(in_.span(), out_.span());
+  }
+
+  void copy(float* to, const float* from, std::size_t bytes) {
+    GRADSYNC_CUDA_CHECK(
+        cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, comm_->stream()));
   }
 
   // Reallocates only when the row's size changes. The device is synchronised before and after:
@@ -89,17 +103,13 @@ GpuSweep nccl_sweep_setup(int& ranks) {
           ", one rank per GPU"};
 }
 
-std::vector<SizeResult> nccl_measure(const SweepSpec& spec) {
-  // The Store must outlive every communicator made over it: measure_sweep joins its threads.
-  InMemoryStore store;
-  return measure_sweep(spec, [&](int rank) -> std::unique_ptr<BenchRank> {
-    NcclOptions options;
-    options.device = rank;
-    options.timeout = spec.timeout;
-    options.store_prefix = "bench";
-    return std::make_unique<NcclRank>(*spec.op,
-                                      NcclCommunicator::create(store, rank, spec.ranks, options));
-  });
+std::unique_ptr<BenchRank> make_nccl_rank(const CollectiveOp& op, Store& store, int rank, int size,
+                                          std::chrono::milliseconds timeout) {
+  NcclOptions options;
+  options.device = rank;
+  options.timeout = timeout;
+  options.store_prefix = "bench/nccl";
+  return std::make_unique<NcclRank>(op, NcclCommunicator::create(store, rank, size, options));
 }
 
 #else
@@ -109,7 +119,9 @@ GpuSweep nccl_sweep_setup(int& /*ranks*/) {
                     "gpu needs a gradsync built with CUDA and NCCL (this build has no NCCL)");
 }
 
-std::vector<SizeResult> nccl_measure(const SweepSpec& /*spec*/) {
+std::unique_ptr<BenchRank> make_nccl_rank(const CollectiveOp& /*op*/, Store& /*store*/,
+                                          int /*rank*/, int /*size*/,
+                                          std::chrono::milliseconds /*timeout*/) {
   throw ConfigError("bench", "--device",
                     "gpu needs a gradsync built with CUDA and NCCL (this build has no NCCL)");
 }

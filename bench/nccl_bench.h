@@ -1,13 +1,16 @@
-// `gradsync bench allreduce --device gpu`: the collective_bench sweep on NcclCommunicator, one
-// rank per visible GPU (ranks as threads of this process, meeting through one InMemoryStore by
-// the same unique-id path a multi-process job uses), on device buffers. Same plug-ins, same
-// timing rules and the same table as on CPU (collective_bench.h); each row's timed iterations
-// are issued back to back on the communicator's stream and waited for once, as nccl-tests does,
-// and the check run copies the result back to the host to count wrong elements.
+// `gradsync bench allreduce --device gpu`: the collective_bench sweep on NcclCommunicator (the
+// backend "nccl"), one rank per visible GPU (ranks as threads of this process, meeting through
+// one InMemoryStore by the same unique-id path a multi-process job uses), on device buffers.
+// Same plug-ins, same timing rules and the same table as on CPU (collective_bench.h); each
+// form's timed iterations are issued back to back on the communicator's stream and waited for
+// once, as nccl-tests does, and the check run copies the result back to the host to count wrong
+// elements. The form NcclCommunicator lacks is composed as on CPU, with a device-to-device copy
+// on the communicator's stream.
 #pragma once
 
+#include <chrono>
+#include <memory>
 #include <string>
-#include <vector>
 
 #include "bench/collective_sweep.h"
 
@@ -21,7 +24,9 @@ struct GpuSweep {
 // when 0 (every visible GPU). Throws a one-line ConfigError naming --device or --ranks otherwise.
 GpuSweep nccl_sweep_setup(int& ranks);
 
-// Runs the sweep (measure_sweep's rules). Rank r uses GPU r.
-std::vector<SizeResult> nccl_measure(const SweepSpec& spec);
+// Rank `rank` of `size` on GPU `rank`, connected through `store` (collective: every rank calls
+// it). The Store must outlive the rank.
+std::unique_ptr<BenchRank> make_nccl_rank(const CollectiveOp& op, Store& store, int rank, int size,
+                                          std::chrono::milliseconds timeout);
 
 }  // namespace gradsync

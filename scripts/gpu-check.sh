@@ -168,7 +168,7 @@ grep -E 'accuracy|relative difference|skipped|test cases' "$logs/unit.log" | sed
 
 # ---- nccl -----------------------------------------------------------------------------------
 if run_step nccl 120 "$gradsync" bench allreduce --device gpu -b 1M -e 256M -f 4; then
-  grep -E '^ *[0-9]|#' "$logs/nccl.log" | sed 's/^/nccl: /' >>"$figures"
+  grep -E '^ *nccl |#' "$logs/nccl.log" | sed 's/^/nccl: /' >>"$figures"
 fi
 
 # ---- train ----------------------------------------------------------------------------------

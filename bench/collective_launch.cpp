@@ -1,0 +1,89 @@
+#include "bench/collective_launch.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "bench/sprint.h"
+#include "common/error.h"
+#include "launch/launcher.h"
+
+namespace gradsync {
+
+std::vector<std::string> rank_process_args(const CollectiveBenchOptions& o, int store_port) {
+  std::string backends;
+  for (const std::string& b : o.backends) backends += (backends.empty() ? "" : ",") + b;
+  // Sizes in plain bytes and the timeout in seconds: what the command line reads back exactly.
+  std::vector<std::string> args = {"bench",
+                                   "allreduce",
+                                   "--op",
+                                   o.op,
+                                   "-b",
+                                   std::to_string(o.min_bytes),
+                                   "-e",
+                                   std::to_string(o.max_bytes),
+                                   "-f",
+                                   std::to_string(o.factor),
+                                   "-n",
+                                   std::to_string(o.ranks),
+                                   "-w",
+                                   std::to_string(o.warmup),
+                                   "--iters",
+                                   std::to_string(o.iters),
+                                   "--timeout-s",
+                                   sprint("%.3f", static_cast<double>(o.timeout.count()) / 1000),
+                                   "--backend",
+                                   backends,
+                                   "--ranks-as",
+                                   o.ranks_as,
+                                   "--rank-process",
+                                   "--store-port",
+                                   std::to_string(store_port)};
+  if (o.json) args.push_back("--json");
+  return args;
+}
+
+void run_rank_processes(const CollectiveBenchOptions& options) {
+  const int port = free_local_port();
+  std::fflush(stdout);
+  // dup() leaves close-on-exec off, so the children inherit this descriptor: rank 0 writes to
+  // the same open file as this process's stdout (a terminal, a pipe, or a file at its offset).
+  const int table_fd = ::dup(STDOUT_FILENO);
+  if (table_fd < 0) throw Error("bench: cannot duplicate stdout for rank 0's table");
+  std::vector<ProcessSpec> processes;
+  for (int rank = 0; rank < options.ranks; ++rank) {
+    ProcessSpec spec;
+    spec.name = "rank " + std::to_string(rank);
+    spec.argv.push_back(current_executable());
+    for (std::string& arg : rank_process_args(options, port)) spec.argv.push_back(std::move(arg));
+    // torchrun's names: launch/rendezvous_env.h reads them first, before any outer launcher's.
+    spec.env = {{"RANK", std::to_string(rank)},
+                {"WORLD_SIZE", std::to_string(options.ranks)},
+                {"LOCAL_RANK", std::to_string(rank)},
+                {"LOCAL_WORLD_SIZE", std::to_string(options.ranks)},
+                {"MASTER_ADDR", "127.0.0.1"}};
+    if (rank == 0) spec.env.emplace_back(kTableFdVariable, std::to_string(table_fd));
+    processes.push_back(std::move(spec));
+  }
+  try {
+    launch(processes, LaunchOptions{});
+  } catch (...) {
+    ::close(table_fd);
+    throw;
+  }
+  ::close(table_fd);
+}
+
+std::vector<std::string> mpirun_argv(const CollectiveBenchOptions& options) {
+  std::vector<std::string> argv = {"mpirun"};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (const char* arg : {"--oversubscribe", "--bind-to", "none", "-np"}) argv.push_back(arg);
+  argv.push_back(std::to_string(options.ranks));
+  argv.push_back(current_executable());
+  for (std::string& arg : rank_process_args(options, free_local_port())) {
+    argv.push_back(std::move(arg));
+  }
+  return argv;
+}
+
+}  // namespace gradsync

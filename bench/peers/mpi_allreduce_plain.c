@@ -1,0 +1,190 @@
+/* The plain MPI peer of `gradsync bench allreduce --backend mpi`: MPI_Allreduce called
+ * directly, with no gradsync in the process. It prints the rows gradsync's bench prints
+ * (backend "mpi-plain"), with the same data, check and timing rules, so that each row pairs
+ * with the mpi row of the same size (docs/benchmarks.md).
+ *
+ *   mpirun [--allow-run-as-root] --oversubscribe --bind-to none -np 4 \
+ *       mpi_allreduce_plain -b 4K -e 64M [-f 2] [-w 5] [--iters 0]
+ *
+ * Out of place is MPI_Allreduce(in, out); in place, MPI_Allreduce(MPI_IN_PLACE, out). Rank 0
+ * prints; the exit code is 1 when any element came out wrong. */
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PERIOD 32749 /* the data's period, as gradsync's plug-in */
+
+struct options {
+  size_t min_bytes, max_bytes;
+  int factor, warmup, iters;
+};
+
+static size_t parse_size(const char* text) {
+  char* end = NULL;
+  size_t value = strtoull(text, &end, 10);
+  if (*end == 'K' || *end == 'k') value <<= 10;
+  if (*end == 'M' || *end == 'm') value <<= 20;
+  if (*end == 'G' || *end == 'g') value <<= 30;
+  return value;
+}
+
+static int parse(int argc, char** argv, struct options* o) {
+  o->min_bytes = 4096, o->max_bytes = 64 << 20, o->factor = 2, o->warmup = 5, o->iters = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char* value = argv[i + 1];
+    if (strcmp(argv[i], "-b") == 0)
+      o->min_bytes = parse_size(value);
+    else if (strcmp(argv[i], "-e") == 0)
+      o->max_bytes = parse_size(value);
+    else if (strcmp(argv[i], "-f") == 0)
+      o->factor = atoi(value);
+    else if (strcmp(argv[i], "-w") == 0)
+      o->warmup = atoi(value);
+    else if (strcmp(argv[i], "--iters") == 0)
+      o->iters = atoi(value);
+    else
+      return 0;
+  }
+  return (argc % 2 == 1) && o->factor >= 2 && o->min_bytes >= 4 && o->max_bytes >= o->min_bytes;
+}
+
+/* Rank r holds (r + 1) + p(i): the sum is n(n+1)/2 + n p(i), exact in float. Out of place the
+ * output starts at -1, so that an output MPI never wrote shows. */
+static void init(int rank, size_t count, int in_place, float* in, float* out) {
+  float* data = in_place ? out : in;
+  for (size_t i = 0; i < count; ++i) data[i] = (float)(rank + 1) + (float)(i % PERIOD);
+  if (!in_place) {
+    for (size_t i = 0; i < count; ++i) out[i] = -1.0f;
+  }
+}
+
+static void allreduce(float* in, float* out, size_t count, int in_place) {
+  MPI_Allreduce(in_place ? MPI_IN_PLACE : in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+/* One form of one size: warm-up, (auto: a probe, the slowest rank's deciding the iterations
+ * for ~0.3 s), a barrier, the timed loop, then a fresh run checked. Returns on every rank the
+ * slowest rank's mean time; *wrong is summed over ranks. */
+static double measure(const struct options* o, int rank, int n, size_t count, int in_place,
+                      float* in, float* out, double* wrong) {
+  init(rank, count, in_place, in, out);
+  for (int k = 0; k < o->warmup; ++k) allreduce(in, out, count, in_place);
+  int iters = o->iters;
+  if (iters == 0) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double probe = MPI_Wtime();
+    allreduce(in, out, count, in_place);
+    probe = MPI_Wtime() - probe;
+    MPI_Allreduce(MPI_IN_PLACE, &probe, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    iters = (int)ceil(0.3 / (probe > 1e-7 ? probe : 1e-7));
+    iters = iters < 5 ? 5 : iters > 1000 ? 1000 : iters;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  double mean = MPI_Wtime();
+  for (int k = 0; k < iters; ++k) allreduce(in, out, count, in_place);
+  mean = (MPI_Wtime() - mean) / iters;
+  init(rank, count, in_place, in, out);
+  allreduce(in, out, count, in_place);
+  double mine = 0;
+  for (size_t i = 0; i < count; ++i) {
+    mine += out[i] != (float)(n * (n + 1) / 2) + (float)n * (float)(i % PERIOD);
+  }
+  MPI_Allreduce(&mine, wrong, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return mean;
+}
+
+/* nccl-tests' getFloatStr: two decimals, fewer before the field overflows. */
+static void fit(double value, int width, char* text, size_t size) {
+  if (snprintf(text, size, "%*.2f", width, value) <= width) return;
+  if (snprintf(text, size, "%*.1f", width, value) <= width) return;
+  if (snprintf(text, size, "%*.0f", width, value) <= width) return;
+  snprintf(text, size, width >= 7 ? "%*.1e" : "%*.0e", width, value);
+}
+
+static void header(const struct options* o, int n, double factor) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  version[strcspn(version, ",\n")] = '\0';
+  printf("# mpi_allreduce_plain\n# Collective test starting: mpi_allreduce_plain\n");
+  printf(
+      "# nRanks %d (processes started by mpirun) minBytes %zu maxBytes %zu step: %d(factor) "
+      "warmup iters: %d iters: %d validation: 1\n",
+      n, o->min_bytes, o->max_bytes, o->factor, o->warmup, o->iters);
+  printf(
+      "# allreduce; type float; time: max over ranks of the mean per-iteration time; "
+      "busbw = algbw * %.4g\n#\n# Using backends\n",
+      factor);
+  printf("#  %-10s %s MPI_Allreduce called directly (no gradsync)\n#\n", "mpi-plain", version);
+  printf(
+      "# %8s  %12s  %12s  %8s  %6s  %6s           out-of-place                       "
+      "in-place          \n",
+      "", "", "", "", "", "");
+  printf("# %8s  %12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "backend",
+         "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+         "algbw", "busbw", "#wrong");
+  printf("# %8s  %12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  struct options o;
+  if (!parse(argc, argv, &o)) {
+    if (rank == 0)
+      fprintf(stderr, "mpi_allreduce_plain: usage: -b MIN -e MAX [-f 2] [-w 5] [--iters 0]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  const size_t max_count = o.max_bytes / sizeof(float) > 0 ? o.max_bytes / sizeof(float) : 1;
+  float* in = malloc(max_count * sizeof(float));
+  float* out = malloc(max_count * sizeof(float));
+  const double factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  if (rank == 0) header(&o, n, factor);
+  double wrong_total = 0, busbw_sum = 0;
+  int forms = 0;
+  for (size_t bytes = o.min_bytes;; bytes *= (size_t)o.factor) {
+    const size_t count = bytes / sizeof(float) > 0 ? bytes / sizeof(float) : 1;
+    if (rank == 0) {
+      printf("%10s  %12zu  %12zu  %8s  %6s  %6i", "mpi-plain", count * sizeof(float), count,
+             "float", "sum", -1);
+    }
+    for (int in_place = 0; in_place <= 1; ++in_place) {
+      double wrong = 0;
+      const double seconds = measure(&o, rank, n, count, in_place, in, out, &wrong);
+      const double algbw = (double)(count * sizeof(float)) / seconds / 1e9;
+      char time_text[32], algbw_text[32], busbw_text[32];
+      fit(seconds * 1e6, 7, time_text, sizeof time_text);
+      fit(algbw, 6, algbw_text, sizeof algbw_text);
+      fit(algbw * factor, 6, busbw_text, sizeof busbw_text);
+      if (rank == 0) printf("  %7s  %6s  %6s  %6g", time_text, algbw_text, busbw_text, wrong);
+      wrong_total += wrong;
+      busbw_sum += algbw * factor;
+      ++forms;
+    }
+    if (rank == 0) {
+      printf("\n");
+      fflush(stdout);
+    }
+    if (bytes > o.max_bytes / (size_t)o.factor) break;
+  }
+  if (rank == 0) {
+    printf("# %-20s : %.0f %s\n", "Out of bounds values", wrong_total,
+           wrong_total > 0 ? "FAILED" : "OK");
+    printf("# %-20s : %g \n#\n# Collective test concluded: mpi_allreduce_plain\n#\n",
+           "Avg bus bandwidth", busbw_sum / forms);
+    fflush(stdout);
+  }
+  free(in);
+  free(out);
+  MPI_Finalize();
+  return wrong_total > 0 ? 1 : 0;
+}
