@@ -16,6 +16,7 @@
 #include "bench/collective_bench.h"
 #include "bench/collective_launch.h"
 #include "common/error.h"
+#include "launch/mpirun_command.h"
 
 namespace gradsync {
 namespace {
@@ -44,6 +45,10 @@ std::FILE* table_stream() {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // torchrun's names would win over mpirun's in launch/rendezvous_env.h.
+  for (const std::string& name : variables_mpirun_ranks_must_not_inherit()) {
+    ::unsetenv(name.c_str());
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   // Replaced, not run as a child: mpirun's output (rank 0's table) and exit code become the

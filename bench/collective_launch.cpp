@@ -7,6 +7,7 @@
 #include "bench/sprint.h"
 #include "common/error.h"
 #include "launch/launcher.h"
+#include "launch/mpirun_command.h"
 
 namespace gradsync {
 
@@ -75,15 +76,16 @@ void run_rank_processes(const CollectiveBenchOptions& options) {
 }
 
 std::vector<std::string> mpirun_argv(const CollectiveBenchOptions& options) {
-  std::vector<std::string> argv = {"mpirun"};
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  for (const char* arg : {"--oversubscribe", "--bind-to", "none", "-np"}) argv.push_back(arg);
-  argv.push_back(std::to_string(options.ranks));
-  argv.push_back(current_executable());
+  // The command `gradsync run` starts mpi runs with (Open MPI over TCP between the ranks, as
+  // the plain MPI peer is run), so the bench measures what training gets.
+  MpirunOptions mpirun;
+  mpirun.ranks = options.ranks;
+  mpirun.as_root = ::geteuid() == 0;
+  std::vector<std::string> program = {current_executable()};
   for (std::string& arg : rank_process_args(options, free_local_port())) {
-    argv.push_back(std::move(arg));
+    program.push_back(std::move(arg));
   }
-  return argv;
+  return mpirun_command(find_mpirun(), mpirun, program);
 }
 
 }  // namespace gradsync

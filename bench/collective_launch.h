@@ -31,9 +31,9 @@ std::vector<std::string> rank_process_args(const CollectiveBenchOptions& options
 // this process's stdout, each row as it completes.
 void run_rank_processes(const CollectiveBenchOptions& options);
 
-// --ranks-as mpirun: `mpirun [--allow-run-as-root] --oversubscribe --bind-to none -np N
-// <this executable> ...`. As root only, --allow-run-as-root; --bind-to none, so that ranks and
-// their transports' threads are scheduled as freely as with threads or processes.
+// --ranks-as mpirun: launch/mpirun_command.h's command, as `gradsync run` starts mpi runs
+// (--oversubscribe --bind-to none -np N --mca btl self,tcp, --allow-run-as-root as root), then
+// this executable. Throws ConfigError naming openmpi-bin when there is no mpirun on PATH.
 std::vector<std::string> mpirun_argv(const CollectiveBenchOptions& options);
 
 }  // namespace gradsync

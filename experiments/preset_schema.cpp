@@ -12,6 +12,7 @@ using yaml_schema::above;
 using yaml_schema::above_at_most;
 using yaml_schema::at_least;
 using yaml_schema::at_least_below;
+using yaml_schema::between;
 using yaml_schema::Field;
 using yaml_schema::KeySpec;
 using yaml_schema::kUnbounded;
@@ -104,7 +105,10 @@ const KeySpec kRows[] = {
     {"model.layers", Type::kInteger, at_least(1),
      "synthetic: equal layers, each reported to the strategy when its gradient is ready",
      GRADSYNC_FIELD(model.layers)},
-    {"comm.timeout_s", Type::kNumber, above(0), "seconds any wait on another rank may take",
+    // A millisecond at least (the waits count whole milliseconds), a week at most (a deadline
+    // of now + timeout must not overflow any clock, and a longer wait is a hang).
+    {"comm.timeout_s", Type::kNumber, between(0.001, 604800),
+     "seconds any wait on another rank may take",
      GRADSYNC_FIELD(comm.timeout_s)},
     {"comm.bucket_mb", Type::kNumber, above(0),
      "allreduce: gradient bucket size in MiB (as DDP's bucket_cap_mb)",
@@ -136,7 +140,7 @@ const KeySpec kRows[] = {
     {"ps.curve_keys", Type::kString, kUnbounded,
      "ps: CURVE key file shared by shards and workers; empty: no encryption",
      GRADSYNC_FIELD(ps.curve_keys)},
-    {"ps.heartbeat_s", Type::kNumber, above(0), "ps: seconds between worker heartbeats",
+    {"ps.heartbeat_s", Type::kNumber, between(0.001, 3600), "ps: seconds between worker heartbeats",
      GRADSYNC_FIELD(ps.heartbeat_s)},
     {"network.link_gbps", Type::kNumber, at_least(0),
      "emulated link: Gbit/s each process may send, and receive, through the transports; 0: no cap",

@@ -60,21 +60,29 @@ bool starts_under_mpirun(const Config& config) {
   return config.strategy == "allreduce" && config.comm.backend == "mpi";
 }
 
-// comm.backend mpi: MPI_Init takes its rank from an MPI launcher, so mpirun starts the ranks
-// (the command is printed, to be run by hand as well); each rank reads its place from mpirun's
-// OMPI_COMM_WORLD_* variables and the store's address from MASTER_ADDR / MASTER_PORT.
+// comm.backend mpi: MPI_Init takes its rank from an MPI launcher, so mpirun starts the ranks;
+// each reads its place from mpirun's OMPI_COMM_WORLD_* variables and the store's address from
+// MASTER_ADDR / MASTER_PORT. The command is printed without the run's clock origin, so that
+// pasted into a shell it starts the ranks as a user's own mpirun would (they then write their
+// own summary, as under any outer launcher).
 ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>& worker_args,
                            const std::string& master, const std::string& port,
                            long long origin_ns) {
   MpirunOptions options;
   options.ranks = config.workers;
   options.as_root = ::geteuid() == 0;
-  options.exported = {{"MASTER_ADDR", master},
-                      {"MASTER_PORT", port},
-                      {kOriginEnv, std::to_string(origin_ns)}};
-  ProcessSpec spec{"mpirun", mpirun_command(find_mpirun(), options, worker_args),
-                   options.exported, "noticed that process rank"};
-  std::cerr << "gradsync: run " << config.name << ": " << shell_line(spec.argv) << "\n";
+  options.exported = {{"MASTER_ADDR", master}, {"MASTER_PORT", port}};
+  const std::string mpirun = find_mpirun();
+  std::cerr << "gradsync: run " << config.name << ": "
+            << shell_line(mpirun_command(mpirun, options, worker_args)) << "\n";
+  options.exported.emplace_back(kOriginEnv, std::to_string(origin_ns));
+  ProcessSpec spec;
+  spec.name = "mpirun";
+  spec.argv = mpirun_command(mpirun, options, worker_args);
+  // torchrun's names would win over mpirun's in launch/rendezvous_env.h.
+  spec.unset = variables_mpirun_ranks_must_not_inherit();
+  // The first rank's own error line, else mpirun's report of a rank that died by a signal.
+  spec.blame_markers = {"gradsync: error:", "noticed that process rank"};
   return spec;
 }
 
@@ -151,18 +159,19 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
     }
     worker_args.insert(worker_args.end(), {"--ps-endpoints", endpoints});
   }
-  for (int r = 0; r < config.workers; ++r) {
-    processes.push_back({"rank " + std::to_string(r),
-                         worker_args,
-                         {{"RANK", std::to_string(r)},
-                          {"WORLD_SIZE", std::to_string(config.workers)},
-                          {"LOCAL_RANK", std::to_string(r)},
-                          {"MASTER_ADDR", host_of(shards)},
-                          {"MASTER_PORT", port},
-                          {kOriginEnv, std::to_string(origin_ns)}}});
-  }
   if (starts_under_mpirun(config)) {
-    processes = {mpirun_process(config, worker_args, host_of(shards), port, origin_ns)};
+    processes.push_back(mpirun_process(config, worker_args, host_of(shards), port, origin_ns));
+  } else {
+    for (int r = 0; r < config.workers; ++r) {
+      processes.push_back({"rank " + std::to_string(r),
+                           worker_args,
+                           {{"RANK", std::to_string(r)},
+                            {"WORLD_SIZE", std::to_string(config.workers)},
+                            {"LOCAL_RANK", std::to_string(r)},
+                            {"MASTER_ADDR", host_of(shards)},
+                            {"MASTER_PORT", port},
+                            {kOriginEnv, std::to_string(origin_ns)}}});
+    }
   }
   if (network) {
     for (std::size_t i = 0; i < processes.size(); ++i) {

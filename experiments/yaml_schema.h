@@ -43,6 +43,7 @@ constexpr Range at_least_below(double lo, double hi) {                    // [lo
 constexpr Range above_at_most(double lo, double hi) {  // (lo, hi]
   return {.lo = lo, .hi = hi, .lo_open = true};
 }
+constexpr Range between(double lo, double hi) { return {.lo = lo, .hi = hi}; }  // [lo, hi]
 
 // A function, not a list, so that strategies added to the factory later appear without edits.
 using Choices = const std::vector<std::string>& (*)();

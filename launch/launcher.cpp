@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "common/stopwatch.h"
@@ -34,6 +35,7 @@ struct Child {
   int exit_fd = -1;       // a pidfd: readable once the child has exited (-1: not available)
   std::string partial;    // an unfinished line
   std::string last_line;  // the last line it printed (see note_line): a gradsync's error
+  std::vector<std::string> marked;  // per blame marker, the first line holding it
   std::optional<int> status;
 };
 
@@ -81,6 +83,7 @@ ExecImage exec_image(const ProcessSpec& spec) {
   ExecImage image;
   std::vector<std::string> overridden;
   for (const auto& [key, value] : spec.env) overridden.push_back(key + "=");
+  for (const std::string& key : spec.unset) overridden.push_back(key + "=");
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
     const bool replaced = std::any_of(overridden.begin(), overridden.end(), [&](const auto& p) {
@@ -109,19 +112,29 @@ Child start(const ProcessSpec& spec) {
   // fail is named, not the lowest rank among those found dead at the next sweep. Without
   // pidfds (Linux before 5.3) the 50 ms sweep alone finds exits.
   const int exit_fd = static_cast<int>(syscall(SYS_pidfd_open, child.pid, 0));
-  return Child{&spec, child.pid, child.output, exit_fd, {}, {}, std::nullopt};
+  return Child{&spec, child.pid, child.output, exit_fd, {}, {}, {}, std::nullopt};
 }
 
-// Whether a line is the one to quote for a failure: it says something (mpirun frames its
-// messages in rules of dashes), and it holds the spec's blame marker once one was seen.
+// Keeps the lines a failure may quote: the last that says something (mpirun frames its
+// messages in rules of dashes), and the first holding each of the spec's blame markers.
 void note_line(Child& child, std::string_view line) {
   if (line.find_first_not_of(" \t-=*_#") == std::string_view::npos) return;
-  const std::string& marker = child.spec->blame_marker;
-  if (!marker.empty() && child.last_line.find(marker) != std::string::npos &&
-      line.find(marker) == std::string_view::npos) {
-    return;
-  }
   child.last_line.assign(line);
+  const std::vector<std::string>& markers = child.spec->blame_markers;
+  child.marked.resize(markers.size());
+  for (std::size_t i = 0; i < markers.size(); ++i) {
+    if (child.marked[i].empty() && line.find(markers[i]) != std::string_view::npos) {
+      child.marked[i].assign(line);
+    }
+  }
+}
+
+// The line a failure quotes: the first marked one by the markers' order, else the last.
+const std::string& quoted_line(const Child& child) {
+  for (const std::string& line : child.marked) {
+    if (!line.empty()) return line;
+  }
+  return child.last_line;
 }
 
 // Relays whole lines from a child, prefixed with its name; returns false at end of stream.
@@ -218,8 +231,8 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     std::string text = culprit->spec->name + " (pid " + std::to_string(culprit->pid) + ") " +
                        describe_status(*culprit->status);
     // A process that exits with an error says why last; one killed by a signal said nothing.
-    if (WIFEXITED(*culprit->status) && !culprit->last_line.empty()) {
-      text += " (last said: " + culprit->last_line + ")";
+    if (WIFEXITED(*culprit->status) && !quoted_line(*culprit).empty()) {
+      text += " (last said: " + quoted_line(*culprit) + ")";
     }
     return text;
   };

@@ -27,9 +27,12 @@ struct ProcessSpec {
   std::string name;                                      // "rank 2", "server 0"
   std::vector<std::string> argv;                         // argv[0] is the executable path
   std::vector<std::pair<std::string, std::string>> env;  // added to the launcher's environment
-  // When not empty, the last line holding it is quoted on failure instead of the last line:
-  // mpirun's report of the rank that died comes before its closing notes.
-  std::string blame_marker{};
+  std::vector<std::string> unset{};  // removed from it (a launcher's variables that would mislead)
+  // On failure the first line holding the first of these markers that appeared is quoted,
+  // instead of the last line: mpirun relays every rank's output and then closing notes, so its
+  // last line is boilerplate while the first rank's "gradsync: error:" line, or mpirun's
+  // "noticed that process rank N ... signal 9", says what happened.
+  std::vector<std::string> blame_markers{};
 };
 
 struct LaunchOptions {

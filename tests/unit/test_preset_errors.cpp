@@ -116,6 +116,13 @@ TEST_CASE("preset: values out of range") {
         "presets/x.yaml:1: data.classes: must be >= 1, got '0'");
   CHECK(error_of("data: {kind: synthetic}\nmodel: {hidden: [256, 0]}\n") ==
         "presets/x.yaml:2: model.hidden: element 2: must be >= 1, got '0'");
+  // Timeouts: whole milliseconds at least, a week at most (no deadline can overflow a clock).
+  CHECK(error_of("data: {kind: synthetic}\ncomm: {timeout_s: 0.0001}\n") ==
+        "presets/x.yaml:2: comm.timeout_s: must be in [0.001, 604800], got '0.0001'");
+  CHECK(error_of("data: {kind: synthetic}\ncomm: {timeout_s: 1e12}\n") ==
+        "presets/x.yaml:2: comm.timeout_s: must be in [0.001, 604800], got '1e12'");
+  CHECK(error_of("data: {kind: synthetic}\nps: {heartbeat_s: 1e9}\n")
+            .starts_with("presets/x.yaml:2: ps.heartbeat_s: must be in [0.001, 3600]"));
   CHECK(load("data: {kind: synthetic}\ntrain: {target_accuracy: 1, momentum: 0.99}\n")
             .runs[0]
             .train.target_accuracy == 1.0);
