@@ -223,9 +223,15 @@ void check_backend(const Origins& origins, const std::string& source, const Conf
   }
   // tcp, gloo and mpi with device: gpu stage each bucket through pinned host memory
   // (strategies/allreduce/host_staged_communicator.h): several ranks may share one GPU.
-  // gradsync paces only its own transports; another library's sockets go through the kernel.
-  if ((backend == "gloo" || backend == "mpi") && config.network.link_gbps > 0 &&
-      !config.network.namespaces) {
+  // gradsync paces only its own transports; another library's sockets go through the kernel,
+  // and only in network namespaces, which mpirun's ranks cannot be put in
+  // (experiments/run_experiment.cpp refuses mpi with namespaces).
+  if (backend == "mpi" && config.network.link_gbps > 0) {
+    throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
+                      "mpi's sockets are not gradsync's to pace, and mpirun starts its ranks "
+                      "outside network namespaces: link emulation is for tcp and gloo");
+  }
+  if (backend == "gloo" && config.network.link_gbps > 0 && !config.network.namespaces) {
     throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
                       backend + "'s sockets are not gradsync's to pace: with comm.backend " +
                           backend +
