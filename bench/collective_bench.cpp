@@ -27,6 +27,7 @@ class CommRank final : public BenchRank {
       : op_(op), comm_(std::move(comm)) {}
   void barrier() override { comm_->barrier(); }
   void run(RankBuffers& buffers, bool in_place) override { op_.run(*comm_, buffers, in_place); }
+  void abort(const std::string& reason) { comm_->abort(reason); }
 
  private:
   const CollectiveOp& op_;
@@ -152,6 +153,16 @@ std::vector<BackendRank> connect_backends(const Plan& plan, int rank, Store& sto
                       *plan.spec.op, make_communicator(store, rank, plan.spec.ranks, options))});
   }
   return ranks;
+}
+
+// After a failure under mpirun: MPI_Finalize at exit would wait for the ranks still inside an MPI
+// collective (until their timeout, 60 s by default), so the mpi communicator ends the job at
+// once (MPI_Abort), saying which rank failed and why. Without an mpi backend, nothing.
+void abort_mpi(std::vector<BackendRank>& backends, const std::string& reason) {
+  for (BackendRank& backend : backends) {
+    auto* comm = dynamic_cast<CommRank*>(backend.rank.get());
+    if (backend.backend == "mpi" && comm != nullptr) comm->abort(reason);
+  }
 }
 
 // Appends each piece to the report's text and hands it to the sink at once.
@@ -293,15 +304,18 @@ CollectiveBenchReport run_collective_bench_rank(const CollectiveBenchOptions& op
   RankExchange exchange(*store, rank, plan.spec.ranks, plan.spec.timeout);
   CollectiveTable table(plan.info, plan.options.json);
   Output out(rank == 0 ? sink : BenchSink());
+  std::vector<BackendRank> backends;
   try {
     if (rank == 0) out(table.header());
-    std::vector<BackendRank> backends = connect_backends(plan, rank, *store);
+    backends = connect_backends(plan, rank, *store);
     sweep_rank(plan.spec, rank, backends, exchange,
                [&](const RowResult& row) { out(table.row(row)); });
   } catch (const std::exception& e) {
     exchange.fail(e.what());
+    abort_mpi(backends, e.what());  // under mpirun, ends the job here (MPI_Abort)
     throw;
   }
+  backends.clear();  // every communicator goes before the ranks say they have left
   // Rank 0 serves the Store: it leaves last, once no rank will ask it for anything.
   const std::string left = "bench/left/";
   if (rank != 0) {

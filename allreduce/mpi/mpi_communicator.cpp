@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "allreduce/collective_kind.h"
 #include "allreduce/mpi/mpi_runner.h"
 #include "allreduce/mpi/mpi_runtime.h"
 #include "allreduce/tcp/work_queue.h"
@@ -19,7 +20,7 @@ namespace gradsync {
 namespace {
 
 using mpi::Header;
-using mpi::Op;
+using Op = CollectiveKind;
 using std::chrono::milliseconds;
 using tcp::RingWork;
 
@@ -33,7 +34,9 @@ class MpiCommunicator final : public Communicator {
         runner_(store, rank, size, options),
         queue_(rank, options.timeout, runner_.grace()) {}
 
-  // A collective still running now ends the job (mpi_communicator.h); queued ones fail.
+  // A collective still running now ends the job (mpi_communicator.h). close() comes first, so
+  // that the queue's thread, which may take the next collective before stop() tells it not to,
+  // can start no MPI call: what was queued fails with "the communicator was destroyed".
   ~MpiCommunicator() override {
     runner_.close();
     queue_.stop();
@@ -47,9 +50,10 @@ class MpiCommunicator final : public Communicator {
     const bool avg = op == ReduceOp::kAvg;
     const Header h{std::int64_t(avg ? Op::kAllreduceAvg : Op::kAllreduceSum), count(data.size())};
     const std::uint64_t moved = ring_share(data.size_bytes(), 2);
-    return issue(h, moved, moved, [this, data, avg](RingWork& work, const Header& mine) {
-      if (size_ == 1 || data.empty()) return;
-      runner_.run(work, mine, "MPI_Iallreduce", [&](MPI_Request* request) {
+    return issue(h, moved, moved, [this, data, avg, moved](RingWork& work, const Header& mine) {
+      if (size_ == 1) return;
+      if (data.empty()) return headers_only(work, mine);
+      runner_.run(work, mine, moved, "MPI_Iallreduce", [&](MPI_Request* request) {
         return MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_FLOAT, MPI_SUM,
                               runner_.comm(), request);
       });
@@ -62,9 +66,10 @@ class MpiCommunicator final : public Communicator {
     const Header h{std::int64_t(Op::kBroadcast), count(data.size()), root};
     const std::uint64_t bytes = size_ > 1 ? data.size_bytes() : 0;
     return issue(h, rank_ == root ? bytes : 0, rank_ == root ? 0 : bytes,
-                 [this, data, root](RingWork& work, const Header& mine) {
-                   if (size_ == 1 || data.empty()) return;
-                   runner_.run(work, mine, "MPI_Ibcast", [&](MPI_Request* request) {
+                 [this, data, root, bytes](RingWork& work, const Header& mine) {
+                   if (size_ == 1) return;
+                   if (data.empty()) return headers_only(work, mine);
+                   runner_.run(work, mine, bytes, "MPI_Ibcast", [&](MPI_Request* request) {
                      return MPI_Ibcast(data.data(), int(data.size()), MPI_FLOAT, root,
                                        runner_.comm(), request);
                    });
@@ -74,22 +79,23 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<Work> allgather_async(std::span<const float> in, std::span<float> out) override {
     GRADSYNC_CHECK(out.size() == in.size() * std::size_t(size_),
                    "allgather: out.size() must be size() * in.size()");
-    const Header h{std::int64_t(Op::kAllgather), count(in.size())};
+    count(in.size());  // MPI's count is the block: it must fit in an int
+    const Header h{std::int64_t(Op::kAllgather), std::int64_t(out.size())};
     const std::uint64_t moved = ring_share(out.size_bytes(), 1);
-    return issue(h, moved, moved, [this, in, out](RingWork& work, const Header& mine) {
+    return issue(h, moved, moved, [this, in, out, moved](RingWork& work, const Header& mine) {
       const std::size_t m = in.size();
-      if (m == 0) return;
-      // In place when the input already is this rank's block (MPI forbids other aliasing).
-      const bool in_place = in.data() == out.data() + std::size_t(rank_) * m;
       if (size_ == 1) {
-        std::memmove(out.data(), in.data(), in.size_bytes());
+        if (m > 0) std::memmove(out.data(), in.data(), in.size_bytes());
         return;
       }
+      if (m == 0) return headers_only(work, mine);
+      // In place when the input already is this rank's block (MPI forbids other aliasing).
+      const bool in_place = in.data() == out.data() + std::size_t(rank_) * m;
       const std::vector<float> copy = overlaps(in, out) && !in_place
                                           ? std::vector<float>(in.begin(), in.end())
                                           : std::vector<float>();
       const void* send = in_place ? MPI_IN_PLACE : copy.empty() ? in.data() : copy.data();
-      runner_.run(work, mine, "MPI_Iallgather", [&](MPI_Request* request) {
+      runner_.run(work, mine, moved, "MPI_Iallgather", [&](MPI_Request* request) {
         return MPI_Iallgather(send, int(m), MPI_FLOAT, out.data(), int(m), MPI_FLOAT,
                               runner_.comm(), request);
       });
@@ -107,16 +113,16 @@ class MpiCommunicator final : public Communicator {
     const Header h{std::int64_t(avg ? Op::kReduceScatterAvg : Op::kReduceScatterSum),
                    std::int64_t(in.size())};
     const std::uint64_t moved = ring_share(in.size_bytes(), 1);
-    return issue(h, moved, moved, [this, in, out, avg](RingWork& work, const Header& mine) {
-      if (out.empty()) return;
+    return issue(h, moved, moved, [this, in, out, avg, moved](RingWork& work, const Header& mine) {
       if (size_ == 1) {
-        std::memmove(out.data(), in.data(), out.size_bytes());
+        if (!out.empty()) std::memmove(out.data(), in.data(), out.size_bytes());
         return;  // the average of one rank is its value: x / 1.0f == x
       }
+      if (out.empty()) return headers_only(work, mine);
       const std::vector<float> copy =
           overlaps(in, out) ? std::vector<float>(in.begin(), in.end()) : std::vector<float>();
       const float* send = copy.empty() ? in.data() : copy.data();
-      runner_.run(work, mine, "MPI_Ireduce_scatter_block", [&](MPI_Request* request) {
+      runner_.run(work, mine, moved, "MPI_Ireduce_scatter_block", [&](MPI_Request* request) {
         return MPI_Ireduce_scatter_block(send, out.data(), int(out.size()), MPI_FLOAT, MPI_SUM,
                                          runner_.comm(), request);
       });
@@ -128,7 +134,7 @@ class MpiCommunicator final : public Communicator {
     return issue(
         Header{std::int64_t(Op::kBarrier)}, 0, 0, [this](RingWork& work, const Header& mine) {
           if (size_ == 1) return;
-          runner_.run(work, mine, "MPI_Ibarrier",
+          runner_.run(work, mine, 0, "MPI_Ibarrier",
                       [&](MPI_Request* request) { return MPI_Ibarrier(runner_.comm(), request); });
         });
   }
@@ -172,12 +178,17 @@ class MpiCommunicator final : public Communicator {
     for (float& x : data) x /= float(size_);
   }
 
-  // Queues `body`; a collective that does not run (size 1, no elements) still takes its turn, so
+  // A collective of zero elements moves no payload, but its header still meets the others'
+  // (check_desync), so that a rank that issued it where the others issued something else fails
+  // now, in this collective, rather than pairing with their next one or timing out.
+  void headers_only(RingWork& work, const Header& mine) { runner_.run(work, mine, 0, "", nullptr); }
+
+  // Queues `body`; a collective that does not run (size 1) still takes its turn, so
   // that it completes in issue order and fails like any other call after a failure.
   template <typename Body>
   std::shared_ptr<Work> issue(Header header, std::uint64_t sent, std::uint64_t received,
                               Body body) {
-    return queue_.submit(describe_operation(header) + " (mpi)",
+    return queue_.submit(mpi::describe_operation(header) + " (mpi)",
                          [this, header, sent, received, body](RingWork& work) mutable {
                            if (aborted_) throw Error(me_ + ": " + work.what() + ": aborted");
                            header.seq = std::int64_t(work.seq());

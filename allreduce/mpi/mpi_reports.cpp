@@ -1,7 +1,6 @@
 #include "allreduce/mpi/mpi_reports.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <thread>
 
 #include "allreduce/tcp/socket.h"
@@ -13,9 +12,9 @@ using std::chrono::milliseconds;
 using tcp::Clock;
 
 // The quick read that checks the Store answers before a set (our own joined key is always
-// there); how long one read of a report waits for it to appear; the pause between two rounds
-// of reading the reports still older than the collective in question. A round costs at most
-// kReadTimeout per rank still behind, so the grace period is overrun by at most one round.
+// there); the longest one question to the Store may take while collecting (asking whether a
+// report exists, then reading one that does: neither waits for a key); the pause between two
+// rounds of reading the reports still older than the collective in question.
 constexpr milliseconds kProbeTimeout{250};
 constexpr milliseconds kReadTimeout{50};
 constexpr milliseconds kRereadPause{50};
@@ -42,21 +41,27 @@ std::string MpiReports::host_of(int rank) {
 }
 
 void MpiReports::publish(const std::string& key, const std::string& value) {
-  try {
-    store_.get(this->key("joined", rank_), kProbeTimeout);
-    store_.set(key, value);
-  } catch (const std::exception&) {
-    // The Store is unreachable (rank 0 stopped): the laggard goes unnamed, nothing worse.
-  }
+  // Unreachable (rank 0 stopped): the laggard goes unnamed, nothing worse.
+  publish_if_reachable(store_, this->key("joined", rank_), key, value, kProbeTimeout);
 }
 
 void MpiReports::publish_progress(Progress mine) {
-  publish(key("progress", rank_),
-          "started=" + std::to_string(mine.started) + " finished=" + std::to_string(mine.finished));
+  publish(key("progress", rank_), format_progress(mine));
 }
 
 void MpiReports::publish_abort(const std::string& reason) {
   publish(key("aborted", rank_), reason);
+}
+
+std::optional<Progress> MpiReports::read_if_present(int r, milliseconds limit) {
+  try {
+    const std::string k = key("progress", r);
+    // check() waits for no key, only for the Store's answer: a silent rank costs one round trip.
+    if (!store_.check({k}, limit)) return std::nullopt;
+    return parse_progress(store_.get(k, limit));  // there: get returns at once
+  } catch (const std::exception&) {
+    return std::nullopt;  // the Store did not answer in time: as good as no report
+  }
 }
 
 std::vector<std::optional<Progress>> MpiReports::collect(Progress mine, std::uint64_t seq,
@@ -72,15 +77,11 @@ std::vector<std::optional<Progress>> MpiReports::collect(Progress mine, std::uin
     bool waiting = false;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || !behind(r)) continue;
-      try {
-        const std::string text = store_.get(key("progress", r), kReadTimeout);
-        unsigned long long s = 0, f = 0;
-        if (std::sscanf(text.c_str(), "started=%llu finished=%llu", &s, &f) == 2) {
-          all[std::size_t(r)] = Progress{s, f};
-        }
-      } catch (const std::exception&) {
-        // No report (yet): this rank never ran a slow collective, or is not in this one.
-      }
+      // The round stops at the deadline: a slow Store must not carry it past the grace period
+      // (the caller's line naming the laggard has to come before Work::wait gives up).
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left <= milliseconds(0)) return all;
+      if (auto p = read_if_present(r, std::min(left, kReadTimeout))) all[std::size_t(r)] = p;
       waiting = waiting || behind(r);
     }
     if (!waiting || Clock::now() + kRereadPause >= deadline) return all;

@@ -13,8 +13,10 @@
 // ranks whose last word is older than #k (or who never spoke): they never reached it. The ranks
 // that did reach it have run it for longer than the heartbeat by then, so they have spoken.
 //
-// Best effort and bounded in time, as TcpRing's reports: a publish first probes the Store with a
-// short read (Store::set has no timeout of its own), and nothing here throws.
+// Best effort and bounded in time, as TcpRing's reports (the text and the probed set are theirs:
+// allreduce/progress_report.h): a publish first probes the Store with a short read (Store::set
+// has no timeout of its own), collect() never waits for a key that is not there, and nothing
+// here throws.
 #pragma once
 
 #include <chrono>
@@ -23,14 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/progress_report.h"
 #include "allreduce/store.h"
 
 namespace gradsync::mpi {
 
-struct Progress {
-  std::uint64_t started = 0;
-  std::uint64_t finished = 0;
-};
+using Progress = ProgressReport;
 
 class MpiReports {
  public:
@@ -46,7 +46,9 @@ class MpiReports {
   void publish_abort(const std::string& reason);
   // Every rank's last published progress (ours is `mine`); nullopt for a rank that never
   // published. Reads again, for up to `grace` in all, those that have not started collective
-  // `seq` yet: a rank that reached it later than this one publishes a little later too.
+  // `seq` yet: a rank that reached it later than this one publishes a little later too. Each
+  // round asks the Store which reports exist (never waiting for one) and reads only those, so
+  // the call returns within `grace` plus one Store round trip however many ranks are silent.
   std::vector<std::optional<Progress>> collect(Progress mine, std::uint64_t seq,
                                                std::chrono::milliseconds grace);
   // "rank 0 7/6, rank 1 7/6, rank 2 no report".
@@ -55,6 +57,8 @@ class MpiReports {
  private:
   std::string key(const char* kind, int rank) const;
   void publish(const std::string& key, const std::string& value);
+  // Reads rank r's report if the Store holds one now, answering within `limit`.
+  std::optional<Progress> read_if_present(int r, std::chrono::milliseconds limit);
 
   Store& store_;
   const std::string prefix_;

@@ -4,7 +4,7 @@
 // (mpi_reports.h), and the end of the job (MPI_Abort).
 //
 //   MpiRunner runner(store, rank, size, options);   // joins: Store, then MPI_Comm_idup
-//   runner.run(work, header, "MPI_Iallreduce", [&](MPI_Request* r) {
+//   runner.run(work, header, bytes, "MPI_Iallreduce", [&](MPI_Request* r) {
 //     return MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM, runner.comm(), r);
 //   });                                            // returns when done; throws a desync
 //
@@ -18,26 +18,21 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "allreduce/collective_kind.h"
 #include "allreduce/mpi/mpi_options.h"
 #include "allreduce/mpi/mpi_reports.h"
 #include "allreduce/tcp/work_queue.h"
+#include "common/error.h"
 
 namespace gradsync::mpi {
 
-enum class Op : std::int64_t {
-  kAllreduceSum = 1,
-  kAllreduceAvg,
-  kBroadcast,
-  kAllgather,
-  kBarrier,
-  kReduceScatterSum,
-  kReduceScatterAvg
-};
-
 // What a rank says about the collective it starts (check_desync): the same on every rank unless
-// they disagree. count is the elements the call names (allgather: per rank; reduce_scatter: in).
+// they disagree. op is a CollectiveKind (allreduce/collective_kind.h); count the collective's
+// total elements (allgather: the output; reduce_scatter: the input), as TcpRing counts.
 struct Header {
   std::int64_t op = 0, count = 0, root = 0, seq = 0;
   bool operator==(const Header&) const = default;
@@ -46,6 +41,15 @@ static_assert(sizeof(Header) == 32, "four MPI_INT64_T on the wire");
 
 // "allreduce avg of 1000 floats", "broadcast of 10 floats from rank 2", "barrier".
 std::string describe_operation(const Header& header);
+
+// The desync error for the headers every rank sent (all[r] is rank r's; at least two differ),
+// as rank `me` throws it. The header most ranks sent is the collective the job is in, and the
+// ranks that sent another are named: "rank 3 (host) during ...: desync: rank 3 is in
+// collective #4 allreduce of 6 floats, but the majority (ranks 0, 1, 2) is in collective #4
+// allreduce of 5 floats". With no majority (two ranks, or a tie) every side is named and the
+// error blames the first rank outside `me`'s side. host_of(r) names rank r's host.
+PeerError desync_error(const std::vector<Header>& all, int me, const std::string& operation,
+                       const std::function<std::string(int)>& host_of);
 
 class MpiRunner {
  public:
@@ -60,15 +64,20 @@ class MpiRunner {
   // How long a timed-out rank reads the others' progress: min(timeout, 2 s).
   std::chrono::milliseconds grace() const { return grace_; }
 
-  // The header exchange (options.check_desync: a PeerError naming both ranks' collectives if
-  // any differ), then `start`'s non-blocking MPI call (`call` names it in errors), polled to
-  // completion. Both within options.timeout of the start, else the job ends (see above).
-  void run(tcp::RingWork& work, const Header& mine, const char* call,
+  // The header exchange (options.check_desync: desync_error's PeerError if any differ), then
+  // `start`'s non-blocking MPI call (`call` names it in errors), polled to completion; an empty
+  // `start` (zero elements) exchanges the headers alone, so that a rank that issued a 0-element
+  // collective where the others issued another is caught in this collective, not the next.
+  // Both within options.timeout of the start, else the job ends (see above). `bytes` is what
+  // this rank moves, for how long the polling may spin. After close(), a collective not yet
+  // started throws "the communicator was destroyed" and starts nothing.
+  void run(tcp::RingWork& work, const Header& mine, std::uint64_t bytes, const char* call,
            const std::function<int(MPI_Request*)>& start);
 
-  // From now on a collective still running ends the job (MPI may write into its buffers until
-  // it completes): for the communicator's destructor, before it joins the thread.
-  void close() { closing_ = true; }
+  // From now on no collective starts, and one still running ends the job (MPI may write into
+  // its buffers until it completes): for the communicator's destructor, before it joins the
+  // thread. Waits for a start already under way (an MPI_I* call, which returns at once).
+  void close();
   // Publishes `reason`, then ends the job.
   void abort(const std::string& reason);
   // One line to stderr ("gradsync: error: <message> ..."), then MPI_Abort: mpirun ends every
@@ -79,9 +88,12 @@ class MpiRunner {
   enum class Waited { kDone, kTimedOut, kClosing };
   enum class Phase { kHeaders, kPayload };
 
+  // Starts a non-blocking call unless close() came first (then false, and nothing started).
+  bool start_unless_closing(tcp::RingWork& work, const std::string& call,
+                            const std::function<int(MPI_Request*)>& start, MPI_Request& request);
   void wait(tcp::RingWork& work, MPI_Request& request, tcp::Clock::time_point began,
-            tcp::Clock::time_point deadline, Phase phase);
-  Waited poll(MPI_Request& request, tcp::Clock::time_point deadline,
+            tcp::Clock::time_point deadline, std::chrono::nanoseconds spin, Phase phase);
+  Waited poll(MPI_Request& request, tcp::Clock::time_point deadline, std::chrono::nanoseconds spin,
               const std::function<void(tcp::Clock::time_point)>& beat);
   [[noreturn]] void timed_out(tcp::RingWork& work, Phase phase);
 
@@ -93,6 +105,7 @@ class MpiRunner {
   const std::string me_;                       // "rank 3", for messages
   MpiReports reports_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::mutex start_mutex_;  // close() against a start: a collective either starts or never does
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> started_{0}, finished_{0};
 };

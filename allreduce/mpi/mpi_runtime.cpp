@@ -1,6 +1,7 @@
 #include "allreduce/mpi/mpi_runtime.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
@@ -41,7 +42,28 @@ World init_mpi_once() {
   if (s.initialised) return s.world;
   int started = 0;
   MPI_Initialized(&started);
-  if (!started) {
+  if (started) {
+    // Someone else's MPI_Init (the program's own, or a library's): it finalises, not us, but
+    // the communicators' background threads still need SERIALIZED.
+    int provided = MPI_THREAD_SINGLE;
+    check(MPI_Query_thread(&provided), "MPI_Query_thread");
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw Error(
+          "mpi: MPI was started in this process (before gradsync's first communicator) at "
+          "thread level " +
+          std::to_string(provided) + ", below MPI_THREAD_SERIALIZED (" +
+          std::to_string(MPI_THREAD_SERIALIZED) +
+          "), which the communicator's background thread needs: start it with "
+          "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...)");
+    }
+  } else {
+    // MPI_Finalize runs at exit, on the thread that calls exit: the main thread, when main
+    // returns. The standard wants it on the thread that initialised MPI, so start it there.
+    if (::gettid() != ::getpid()) {
+      throw Error(
+          "mpi: MPI must start on the process's main thread, which finalises it at exit: "
+          "make the first mpi communicator there");
+    }
     int provided = MPI_THREAD_SINGLE;
     // Errors while starting (no mpirun where one is needed, a broken install) are MPI's own
     // fatal ones: it prints why and ends the process, as nothing else could run without it.

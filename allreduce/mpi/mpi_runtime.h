@@ -6,16 +6,26 @@
 // Threading: MPI is initialised at MPI_THREAD_SERIALIZED, and gradsync keeps that promise itself:
 // every MPI call it makes holds mpi::lock(). In practice the calls come from the communicators'
 // background threads (one collective at a time each) and, rarely, from a caller's thread
-// (MPI_Abort in abort(), MPI_Comm_free in a destructor); the lock is held only for calls that
-// return at once (MPI_Test and the non-blocking MPI_I* starts), never across a wait, so MPI_Abort
-// is never held up. SERIALIZED is what Open MPI 4.1 gives for the asking (it offers MULTIPLE too);
-// an MPI that gives less is refused with one line.
+// (MPI_Abort in abort(), MPI_Comm_free in a destructor). Once MPI runs, the lock is held only
+// for calls that return at once (MPI_Test, the non-blocking MPI_I* starts, MPI_Abort), never
+// across a wait for other ranks, so MPI_Abort is never held up. The two exceptions bracket the
+// communicators' lives: MPI_Init_thread (which may wait for the launcher) runs under the lock
+// before any communicator exists, and MPI_Finalize (which waits for every rank to finalise) runs
+// under it at exit, after they are gone; an MPI call that arrives meanwhile waits for it, then
+// throws. SERIALIZED is what Open MPI 4.1 gives for the asking (it offers MULTIPLE too); an MPI
+// that gives less is refused with one line, as is an MPI that this process's own code started
+// (MPI_Init before the first communicator) at a level below it.
 //
-// Finalising: the first init_mpi_once() registers MPI_Finalize with atexit, so a normal exit
-// (main returns, or std::exit) finalises and mpirun sees no "exited without calling finalize".
-// Every communicator must be destroyed before then; an MPI call after finalising throws.
-// MPI_Finalize waits for every rank to finalise, so a rank that fails alone should end the job
-// through MpiCommunicator::abort (MPI_Abort) rather than by returning.
+// Finalising: the MPI standard wants MPI_Finalize on the thread that initialised MPI (its "main
+// thread"). The first init_mpi_once() therefore must come from the process's main thread (it
+// refuses any other), and registers MPI_Finalize with atexit: a normal exit (main returns, or
+// std::exit on the main thread) finalises there, and mpirun sees no "exited without calling
+// finalize". (std::exit on another thread would finalise on that one; Open MPI tolerates it, the
+// standard does not promise it: return from main instead.) Where MPI was started before the first
+// init_mpi_once(), its starter finalises it and gradsync registers nothing. Every communicator
+// must be destroyed before then; an MPI call after finalising throws. MPI_Finalize waits for
+// every rank to finalise, so a rank that fails alone should end the job through
+// MpiCommunicator::abort (MPI_Abort) rather than by returning.
 //
 // Compiled only with MPI (GRADSYNC_HAVE_MPI); only allreduce/mpi/ and its test include it.
 #pragma once
@@ -30,9 +40,10 @@ struct World {
   int size = 1;
 };
 
-// Initialises MPI on the first call (from any thread; later calls return the same World).
-// Throws Error when MPI cannot start or offers less than MPI_THREAD_SERIALIZED, and after MPI
-// was finalised.
+// Initialises MPI on the first call, which must come from the main thread (the one that will
+// finalise MPI at exit, see above); later calls, from any thread, return the same World. Throws
+// Error when called first elsewhere, when MPI cannot start or offers less than
+// MPI_THREAD_SERIALIZED (also where something else started it), and after MPI was finalised.
 World init_mpi_once();
 
 // Held around every MPI call gradsync makes (see above). Throws Error once MPI is finalised.

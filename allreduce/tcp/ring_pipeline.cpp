@@ -11,26 +11,6 @@
 namespace gradsync::tcp {
 namespace {
 
-const char* op_name(std::uint32_t op) {
-  switch (static_cast<RingOp>(op)) {
-    case RingOp::kAllreduceSum:
-      return "allreduce";
-    case RingOp::kAllreduceAvg:
-      return "allreduce avg";
-    case RingOp::kBroadcast:
-      return "broadcast";
-    case RingOp::kAllgather:
-      return "allgather";
-    case RingOp::kBarrier:
-      return "barrier";
-    case RingOp::kReduceScatterSum:
-      return "reduce-scatter";
-    case RingOp::kReduceScatterAvg:
-      return "reduce-scatter avg";
-  }
-  return "unknown operation";
-}
-
 // Separate loops so that the compiler vectorises each (restrict: the scratch chunk never
 // aliases the user's buffer).
 void add_into(float* __restrict dst, const float* __restrict src, std::size_t n) {
@@ -306,17 +286,9 @@ class Pipeline {
 
 }  // namespace
 
-std::string describe_operation(RingOp op, std::uint64_t count, int root) {
-  std::string text = op_name(std::uint32_t(op));
-  if (op == RingOp::kBarrier) return text;
-  text += " of " + std::to_string(count) + " floats";
-  if (op == RingOp::kBroadcast) text += " from rank " + std::to_string(root);
-  return text;
-}
-
 std::string describe(const LinkHeader& header) {
   return "collective #" + std::to_string(header.seq) + " " +
-         describe_operation(static_cast<RingOp>(header.op), header.count, header.root);
+         describe_collective(static_cast<RingOp>(header.op), header.count, header.root);
 }
 
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,

@@ -21,20 +21,13 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/collective_kind.h"
 #include "allreduce/tcp/socket.h"
 #include "common/link.h"
 
 namespace gradsync::tcp {
 
-enum class RingOp : std::uint32_t {
-  kAllreduceSum = 1,
-  kAllreduceAvg,
-  kBroadcast,
-  kAllgather,
-  kBarrier,
-  kReduceScatterSum,
-  kReduceScatterAvg
-};
+using RingOp = CollectiveKind;  // allreduce/collective_kind.h, shared with the mpi backend
 
 // The first bytes of every collective on every link. Native byte order: the ranks of one job
 // run one build on one architecture (the payload floats are native too).
@@ -49,9 +42,6 @@ struct LinkHeader {
 static_assert(sizeof(LinkHeader) == 32, "LinkHeader is a wire format");
 inline constexpr std::uint32_t kLinkMagic = 0x47524753;  // "SGRG" on the wire
 
-// "allreduce of 1000 floats" (broadcasts add "from rank R"; a barrier is just "barrier"); a
-// reduce-scatter counts the floats of its whole input.
-std::string describe_operation(RingOp op, std::uint64_t count, int root);
 // "collective #7 allreduce of 1000 floats".
 std::string describe(const LinkHeader& header);
 

@@ -1,8 +1,8 @@
 #include "allreduce/tcp/ring_reports.h"
 
 #include <algorithm>
-#include <cstdio>
 
+#include "allreduce/progress_report.h"
 #include "allreduce/tcp/socket.h"
 #include "common/error.h"
 
@@ -26,17 +26,12 @@ std::string RingReports::key(const char* kind, int rank) const {
 }
 
 void RingReports::publish(const std::string& key, const std::string& value) {
-  try {
-    store_.get(this->key("addr", rank_), kProbeTimeout);  // our own ring address: always there
-    store_.set(key, value);
-  } catch (const std::exception&) {
-    // The store is unreachable; the error itself still reaches this rank's caller.
-  }
+  // Our own ring address is always there; the error itself still reaches this rank's caller.
+  publish_if_reachable(store_, this->key("addr", rank_), key, value, kProbeTimeout);
 }
 
 void RingReports::publish_report(std::uint64_t started, std::uint64_t finished) {
-  publish(key("report", rank_),
-          "started=" + std::to_string(started) + " finished=" + std::to_string(finished));
+  publish(key("report", rank_), format_progress({started, finished}));
 }
 
 void RingReports::publish_error(const std::string& message) {
@@ -56,9 +51,8 @@ std::string RingReports::collect_reports(std::uint64_t started, std::uint64_t fi
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     try {
       const std::string report = store_.get(key("report", r), std::max(left, kLateReportTimeout));
-      unsigned long long s = 0, f = 0;
-      if (std::sscanf(report.c_str(), "started=%llu finished=%llu", &s, &f) == 2) {
-        text += std::to_string(s) + "/" + std::to_string(f);
+      if (const auto p = parse_progress(report)) {
+        text += std::to_string(p->started) + "/" + std::to_string(p->finished);
       } else {
         text += "unreadable report '" + report + "'";
       }

@@ -1,13 +1,19 @@
 /* The plain MPI peer of `gradsync bench allreduce --backend mpi`: MPI_Allreduce called
  * directly, with no gradsync in the process. It prints the rows gradsync's bench prints
  * (backend "mpi-plain"), with the same data, check and timing rules, so that each row pairs
- * with the mpi row of the same size (docs/benchmarks.md).
+ * with the mpi row of the same size (docs/benchmarks.md). Run it as the bench runs its ranks
+ * (launch/mpirun_command.h): Open MPI over TCP on loopback, not its shared-memory transport.
  *
  *   mpirun [--allow-run-as-root] --oversubscribe --bind-to none -np 4 \
- *       mpi_allreduce_plain -b 4K -e 64M [-f 2] [-w 5] [--iters 0]
+ *       --mca btl self,tcp --mca btl_tcp_if_include lo \
+ *       mpi_allreduce_plain -b 4K -e 64M [-f 2] [-w 5] [--iters 0] [--nonblocking]
  *
- * Out of place is MPI_Allreduce(in, out); in place, MPI_Allreduce(MPI_IN_PLACE, out). Rank 0
- * prints; the exit code is 1 when any element came out wrong. */
+ * Out of place is MPI_Allreduce(in, out); in place, MPI_Allreduce(MPI_IN_PLACE, out).
+ * --nonblocking calls MPI_Iallreduce and MPI_Wait instead (backend "mpi-iplain"): Open MPI runs
+ * the blocking call in its tuned component and the non-blocking one in libnbc, whose algorithms
+ * differ (up to 2x), and gradsync's mpi backend is MPI_Iallreduce polled with MPI_Test; so
+ * mpi-iplain against mpi is gradsync's own overhead, and mpi-iplain against mpi-plain libnbc's.
+ * Rank 0 prints; the exit code is 1 when any element came out wrong. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -20,6 +26,7 @@
 struct options {
   size_t min_bytes, max_bytes;
   int factor, warmup, iters;
+  int nonblocking; /* MPI_Iallreduce + MPI_Wait instead of MPI_Allreduce */
 };
 
 static size_t parse_size(const char* text) {
@@ -33,7 +40,14 @@ static size_t parse_size(const char* text) {
 
 static int parse(int argc, char** argv, struct options* o) {
   o->min_bytes = 4096, o->max_bytes = 64 << 20, o->factor = 2, o->warmup = 5, o->iters = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  o->nonblocking = 0;
+  for (int i = 1; i < argc; i += 2) {
+    if (strcmp(argv[i], "--nonblocking") == 0) {
+      o->nonblocking = 1;
+      --i; /* a flag: no value follows */
+      continue;
+    }
+    if (i + 1 >= argc) return 0;
     const char* value = argv[i + 1];
     if (strcmp(argv[i], "-b") == 0)
       o->min_bytes = parse_size(value);
@@ -48,7 +62,12 @@ static int parse(int argc, char** argv, struct options* o) {
     else
       return 0;
   }
-  return (argc % 2 == 1) && o->factor >= 2 && o->min_bytes >= 4 && o->max_bytes >= o->min_bytes;
+  return o->factor >= 2 && o->min_bytes >= 4 && o->max_bytes >= o->min_bytes;
+}
+
+/* The backend column: at most 10 characters, the column's width. */
+static const char* backend_name(const struct options* o) {
+  return o->nonblocking ? "mpi-iplain" : "mpi-plain";
 }
 
 /* Rank r holds (r + 1) + p(i): the sum is n(n+1)/2 + n p(i), exact in float. Out of place the
@@ -61,8 +80,15 @@ static void init(int rank, size_t count, int in_place, float* in, float* out) {
   }
 }
 
-static void allreduce(float* in, float* out, size_t count, int in_place) {
-  MPI_Allreduce(in_place ? MPI_IN_PLACE : in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+static void allreduce(float* in, float* out, size_t count, int in_place, int nonblocking) {
+  const void* send = in_place ? MPI_IN_PLACE : in;
+  if (!nonblocking) {
+    MPI_Allreduce(send, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return;
+  }
+  MPI_Request request;
+  MPI_Iallreduce(send, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
 }
 
 /* One form of one size: warm-up, (auto: a probe, the slowest rank's deciding the iterations
@@ -71,12 +97,12 @@ static void allreduce(float* in, float* out, size_t count, int in_place) {
 static double measure(const struct options* o, int rank, int n, size_t count, int in_place,
                       float* in, float* out, double* wrong) {
   init(rank, count, in_place, in, out);
-  for (int k = 0; k < o->warmup; ++k) allreduce(in, out, count, in_place);
+  for (int k = 0; k < o->warmup; ++k) allreduce(in, out, count, in_place, o->nonblocking);
   int iters = o->iters;
   if (iters == 0) {
     MPI_Barrier(MPI_COMM_WORLD);
     double probe = MPI_Wtime();
-    allreduce(in, out, count, in_place);
+    allreduce(in, out, count, in_place, o->nonblocking);
     probe = MPI_Wtime() - probe;
     MPI_Allreduce(MPI_IN_PLACE, &probe, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     iters = (int)ceil(0.3 / (probe > 1e-7 ? probe : 1e-7));
@@ -84,10 +110,10 @@ static double measure(const struct options* o, int rank, int n, size_t count, in
   }
   MPI_Barrier(MPI_COMM_WORLD);
   double mean = MPI_Wtime();
-  for (int k = 0; k < iters; ++k) allreduce(in, out, count, in_place);
+  for (int k = 0; k < iters; ++k) allreduce(in, out, count, in_place, o->nonblocking);
   mean = (MPI_Wtime() - mean) / iters;
   init(rank, count, in_place, in, out);
-  allreduce(in, out, count, in_place);
+  allreduce(in, out, count, in_place, o->nonblocking);
   double mine = 0;
   for (size_t i = 0; i < count; ++i) {
     mine += out[i] != (float)(n * (n + 1) / 2) + (float)n * (float)(i % PERIOD);
@@ -119,7 +145,8 @@ static void header(const struct options* o, int n, double factor) {
       "# allreduce; type float; time: max over ranks of the mean per-iteration time; "
       "busbw = algbw * %.4g\n#\n# Using backends\n",
       factor);
-  printf("#  %-10s %s MPI_Allreduce called directly (no gradsync)\n#\n", "mpi-plain", version);
+  printf("#  %-10s %s %s called directly (no gradsync)\n#\n", backend_name(o), version,
+         o->nonblocking ? "MPI_Iallreduce + MPI_Wait (libnbc)" : "MPI_Allreduce (tuned)");
   printf(
       "# %8s  %12s  %12s  %8s  %6s  %6s           out-of-place                       "
       "in-place          \n",
@@ -140,7 +167,9 @@ int main(int argc, char** argv) {
   struct options o;
   if (!parse(argc, argv, &o)) {
     if (rank == 0)
-      fprintf(stderr, "mpi_allreduce_plain: usage: -b MIN -e MAX [-f 2] [-w 5] [--iters 0]\n");
+      fprintf(stderr,
+              "mpi_allreduce_plain: usage: -b MIN -e MAX [-f 2] [-w 5] [--iters 0] "
+              "[--nonblocking]\n");
     MPI_Finalize();
     return 2;
   }
@@ -154,7 +183,7 @@ int main(int argc, char** argv) {
   for (size_t bytes = o.min_bytes;; bytes *= (size_t)o.factor) {
     const size_t count = bytes / sizeof(float) > 0 ? bytes / sizeof(float) : 1;
     if (rank == 0) {
-      printf("%10s  %12zu  %12zu  %8s  %6s  %6i", "mpi-plain", count * sizeof(float), count,
+      printf("%10s  %12zu  %12zu  %8s  %6s  %6i", backend_name(&o), count * sizeof(float), count,
              "float", "sum", -1);
     }
     for (int in_place = 0; in_place <= 1; ++in_place) {

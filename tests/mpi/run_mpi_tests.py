@@ -102,7 +102,7 @@ def main():
                  ["rank 1 aborted the job: disk full (on purpose)"], limit=10)
     elif mode == "destroyed":
         job_ends(sys.argv[2], "*destroyed mid-collective*",
-                 ["rank 0: the communicator was destroyed while collective #1 allreduce sum"],
+                 ["rank 0: the communicator was destroyed while collective #1 allreduce of"],
                  limit=10)
     elif mode == "worker":
         worker(sys.argv[2], sys.argv[3])

@@ -4,11 +4,16 @@
 // that end the job (a stalled rank, abort, destruction mid-collective) are skipped unless named
 // with -tc and --no-skip; run_mpi_tests.py runs them on their own and checks how the job ended.
 #include <doctest/doctest.h>
+#include <mpi.h>
 
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "allreduce/collective_kind.h"
+#include "allreduce/in_memory_store.h"
+#include "allreduce/mpi/mpi_reports.h"
+#include "allreduce/mpi/mpi_runner.h"
 #include "common/error.h"
 #include "tests/mpi/mpi_world.h"
 #include "tests/support/reduce_scatter_checks.h"
@@ -129,22 +134,36 @@ TEST_CASE("mpi: the launcher's rank and size must be MPI's") {
   }
 }
 
-TEST_CASE("mpi: a mismatched size is a desync on every rank, naming both sizes") {
+TEST_CASE("mpi: a mismatched size is a desync on every rank, naming the rank out of step") {
   const auto comm = mpi_communicator("desync");
   const int n = comm->size(), r = comm->rank();
   if (n == 1) return;
   std::vector<float> data(r == n - 1 ? 6 : 5, 1.0f);
   std::string message;
+  int blamed = -1;
   try {
     comm->allreduce(data, ReduceOp::kSum);
   } catch (const gradsync::PeerError& e) {
     message = e.what();
+    blamed = e.rank();
   }
   MESSAGE(message);
-  CHECK(has(message, "desync: rank " + std::to_string(r) +
-                         " is in collective #1 allreduce sum of " + std::to_string(data.size()) +
-                         " floats but rank "));
-  CHECK(has(message, r == n - 1 ? "allreduce sum of 5 floats" : "allreduce sum of 6 floats"));
+  if (n == 2) {
+    // One against one: no majority, both sides named, each blaming the other.
+    CHECK(has(message,
+              "desync: no majority: rank 0 is in collective #1 allreduce of 5 floats, "
+              "rank 1 is in collective #1 allreduce of 6 floats"));
+    CHECK(blamed == 1 - r);
+  } else {
+    // Every rank, the odd one included, blames the odd one, not rank 0.
+    std::string majority = "ranks 0";
+    for (int k = 1; k < n - 1; ++k) majority += ", " + std::to_string(k);
+    CHECK(has(message, "rank " + std::to_string(n - 1) + " ("));
+    CHECK(has(message, "desync: rank " + std::to_string(n - 1) +
+                           " is in collective #1 allreduce of 6 floats, but the majority (" +
+                           majority + ") is in collective #1 allreduce of 5 floats"));
+    CHECK(blamed == n - 1);
+  }
   // Every later call says the same.
   try {
     comm->barrier();
@@ -152,6 +171,136 @@ TEST_CASE("mpi: a mismatched size is a desync on every rank, naming both sizes")
   } catch (const gradsync::PeerError& e) {
     CHECK(std::string(e.what()) == message);
   }
+}
+
+TEST_CASE("mpi: a desync with no majority names both sides") {
+  const auto comm = mpi_communicator("desync_tie");
+  const int n = comm->size(), r = comm->rank();
+  if (n != 4) return;
+  std::vector<float> data(r < 2 ? 5 : 6, 1.0f);
+  std::string message;
+  int blamed = -1;
+  try {
+    comm->allreduce(data, ReduceOp::kSum);
+  } catch (const gradsync::PeerError& e) {
+    message = e.what();
+    blamed = e.rank();
+  }
+  MESSAGE(message);
+  CHECK(has(message,
+            "desync: no majority: ranks 0, 1 are in collective #1 allreduce of 5 "
+            "floats, ranks 2, 3 are in collective #1 allreduce of 6 floats"));
+  CHECK(has(message, r < 2 ? "ranks 2, 3 (" : "ranks 0, 1 ("));
+  CHECK(blamed == (r < 2 ? 2 : 0));
+}
+
+TEST_CASE("mpi: a rank with zero elements where the others have some is caught at once") {
+  const auto comm = mpi_communicator("desync_empty", 20s);
+  const int n = comm->size(), r = comm->rank();
+  if (n == 1) return;
+  // Before zero elements exchanged headers, the others waited here for rank n-1's next
+  // collective (or until the timeout): now all fail in this one, long before the timeout.
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<float> data(r == n - 1 ? 0 : 5, 1.0f);
+  std::string message;
+  try {
+    comm->allreduce(data, ReduceOp::kSum);
+  } catch (const gradsync::PeerError& e) {
+    message = e.what();
+  }
+  MESSAGE(message);
+  CHECK(std::chrono::steady_clock::now() - began < 10s);
+  CHECK(
+      has(message, "rank " + std::to_string(n - 1) + " is in collective #1 allreduce of 0 floats"));
+  // Zero elements everywhere are fine, before and after other collectives.
+  const auto ok = mpi_communicator("empty_everywhere");
+  std::vector<float> none, some = rank_data(r, 3);
+  ok->allreduce(none, ReduceOp::kSum);
+  ok->allreduce(some, ReduceOp::kSum);
+  ok->broadcast(none, 0);
+  ok->allgather(none, none);
+  ok->reduce_scatter(none, none, ReduceOp::kAvg);
+  CHECK(wrong_elements(some, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
+}
+
+TEST_CASE("mpi: desync_error takes the majority's header and blames the others") {
+  using gradsync::mpi::Header;
+  const auto host = [](int r) { return "host" + std::to_string(r); };
+  const Header a{1, 5, 0, 3}, b{1, 6, 0, 3}, c{3, 5, 1, 3};
+  // The odd rank out is rank 2, whoever reports it: not rank 0, which differs first from it.
+  for (const int me : {0, 2}) {
+    const auto e = gradsync::mpi::desync_error({a, a, b, a}, me, "op", host);
+    CHECK(e.rank() == 2);
+    CHECK(std::string(e.what()) ==
+          "rank 2 (host2) during op: desync: rank 2 is in collective #3 allreduce of 6 floats, "
+          "but the majority (ranks 0, 1, 3) is in collective #3 allreduce of 5 floats");
+  }
+  // Two minorities: both named, both blamed.
+  const auto two = gradsync::mpi::desync_error({a, c, a, b, a}, 0, "op", host);
+  CHECK(two.rank() == 1);
+  CHECK(std::string(two.what()) ==
+        "ranks 1, 3 (host1, host3) during op: desync: rank 1 is in collective #3 broadcast of 5 "
+        "floats from rank 1, rank 3 is in collective #3 allreduce of 6 floats, but the majority "
+        "(ranks 0, 2, 4) is in collective #3 allreduce of 5 floats");
+  // A tie of three sides: every side named, the others blamed.
+  const auto tie = gradsync::mpi::desync_error({a, b, c}, 1, "op", host);
+  CHECK(tie.rank() == 0);
+  CHECK(has(tie.what(),
+            "ranks 0, 2 (host0, host2) during op: desync: no majority: rank 0 is in "
+            "collective #3 allreduce of 5 floats, rank 1 is in collective #3 "
+            "allreduce of 6 floats, rank 2 is in collective #3 broadcast"));
+}
+
+TEST_CASE("mpi: a runner closed before a collective starts fails it and starts nothing") {
+  // The communicator's destructor closes its runner, then stops its queue; the queue's thread
+  // may take one more collective in between. That one must fail, not start MPI (whose first
+  // unfinished MPI_Test would then end the job): the job goes on to the next test case.
+  const MpiWorld& w = mpi_world();
+  gradsync::MpiOptions options;
+  options.store_prefix = "test/closed_runner";
+  options.timeout = 10s;
+  gradsync::mpi::MpiRunner runner(*w.store, w.rank, w.size, options);
+  runner.close();
+  gradsync::tcp::RingWork work(1, "collective #1 barrier (mpi)", w.rank, options.timeout,
+                               runner.grace());
+  bool started = false;
+  try {
+    runner.run(work, {std::int64_t(gradsync::CollectiveKind::kBarrier), 0, 0, 1}, 0, "MPI_Ibarrier",
+               [&](MPI_Request* request) {
+                 started = true;
+                 return MPI_Ibarrier(runner.comm(), request);
+               });
+    FAIL_CHECK("a closed runner ran a collective");
+  } catch (const gradsync::Error& e) {
+    CHECK(has(e.what(), "collective #1 barrier (mpi) never ran: the communicator was destroyed"));
+  }
+  CHECK_FALSE(started);
+}
+
+TEST_CASE("mpi: collecting reports is bounded by the grace period, however many ranks are silent") {
+  // 200 ranks of which only 3 ever report, over an in-memory Store: a round that waited for each
+  // silent rank's key (50 ms each, as it once did) would take 10 s; asking which exist first
+  // takes no time at all.
+  gradsync::InMemoryStore store;
+  const int ranks = 200;
+  gradsync::mpi::MpiReports mine(store, "reports", 0, ranks);
+  // publish() probes the rank's joined key first.
+  for (const int r : {0, 5, 17, 199}) store.set("reports/joined/" + std::to_string(r), "h");
+  for (const int r : {5, 17, 199}) {
+    gradsync::mpi::MpiReports(store, "reports", r, ranks).publish_progress({4, r == 17 ? 4u : 3u});
+  }
+  const auto began = std::chrono::steady_clock::now();
+  const auto all = mine.collect({4, 3}, 4, 300ms);
+  const auto took = std::chrono::steady_clock::now() - began;
+  MESSAGE("collect took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                          << " ms");
+  CHECK(took < 1s);
+  CHECK(took >= 250ms);  // it did wait the grace period for the 196 silent ones
+  REQUIRE(all.size() == std::size_t(ranks));
+  CHECK(all[0]->started == 4);
+  CHECK(all[17]->finished == 4);
+  CHECK(all[199]->started == 4);
+  CHECK_FALSE(all[1].has_value());
 }
 
 TEST_CASE("mpi: a rank that stops issuing is named, and the job ends" * doctest::skip()) {
