@@ -8,10 +8,11 @@
 //
 // Rendezvous: through the gradsync Store (allreduce/store.h), under "<store_prefix>/": each rank
 // publishes the addresses of its Gloo TCP pairs there (allreduce/gloo/gloo_store.h) and every
-// pair of ranks connects (Gloo's full mesh); then the local address of each connection, under
-// "<store_prefix>/addresses/<rank>", so that a peer's error can name a rank where Gloo's message
-// gives only an address. Joining waits for every rank up to options.timeout; a rank that never
-// comes is the Store's TimeoutError naming the keys still missing.
+// pair of ranks connects (Gloo's full mesh, allreduce/gloo/gloo_mesh.h); then the local address
+// of each connection, under "<store_prefix>/addresses/<rank>", so that a peer's error can name a
+// rank where Gloo's message gives only an address. Joining waits for every rank up to
+// options.timeout; a rank that never comes is the Store's TimeoutError naming the keys still
+// missing.
 //
 // Algorithms (allreduce; options.algorithm, gloo_algorithms() lists them):
 //   ring              gloo::allreduce, RING: reduce-scatter then all-gather, segments pipelined
@@ -22,10 +23,10 @@
 // Broadcast is gloo::broadcast (a binomial tree from the root), allgather gloo::allgather (ring),
 // barrier gloo::barrier, each call with its own tag (see "Mismatched collectives" below).
 // Reduce-scatter is the reduce-scatter half of a ring, written here over Gloo's tagged unbound
-// buffers ((N-1)/N of the input each way, whatever options.algorithm says): Debian's
-// ReduceScatterHalvingDoubling matches messages by slot counter, and ranks that disagree on its
-// size end the process. Its schedule and order of additions are TcpRing's reduce-scatter, so the
-// two give the same bits; against this allreduce's blocks, only exact sums are sure to agree.
+// buffers ((N-1)/N of the input each way, whatever options.algorithm says; why not Gloo's own:
+// allreduce/gloo/gloo_ring_reduce_scatter.h). Its schedule and order of additions are TcpRing's
+// reduce-scatter, so the two give the same bits; against this allreduce's blocks, only exact sums
+// are sure to agree.
 // ReduceOp::kAvg is the sum, then each element divided by float(size) on every rank, as TcpRing
 // divides each finished segment: where both sum in the same order the bits agree; for N >= 3
 // Gloo's orders differ from TcpRing's, so non-integer data can differ in the last bits (integer
@@ -36,32 +37,41 @@
 // every rank); one background thread per communicator runs them through Gloo, whose own TCP
 // device adds an event-loop thread. Buffers must stay valid and untouched until the Work
 // completes. World size 1 and zero elements are no-ops that complete as soon as the collectives
-// queued before them have.
+// queued before them have (zero elements on several ranks still take part in the desync check).
 //
-// Failures: every Gloo wait has options.timeout (the context's timeout and each collective's);
-// none waits forever. (Gloo times each wait, not the whole collective: one that stalls fails
-// `timeout` after its last progress.) Gloo's exceptions become gradsync errors naming the
-// collective (its sequence number, operation and size) and, where Gloo's message says it, the
-// peer's rank and address: a timeout is a TimeoutError; a closed or reset connection is a
-// PeerError, or a TimeoutError when that peer reported (through the Store) that it had timed out
-// first. A rank whose collective fails publishes why under "<store_prefix>/failed/<rank>" and
-// closes its connections, so that its peers fail at once and can say why. After a failure, every
-// later call throws the same error. abort(reason) publishes `reason` the same way, closes this
-// rank's connections (its peers' blocked collectives fail at once, naming it), and fails what runs
-// or is queued here and every later call with "this rank aborted: <reason>"; it never waits on a
-// peer. The destructor closes the connections, fails what is queued and joins the thread: it never
+// Failures: a collective has options.timeout from its start: each wait of the header check and
+// of the reduce-scatter ring gets what is left of it, so that they fail by the deadline. Gloo's
+// ring, broadcast, allgather and barrier get what is left when their payload starts, which Gloo
+// gives each of its waits (one that progresses slowly can outlast the deadline), ring_chunked and
+// halving_doubling the whole timeout for each wait; none waits forever. Gloo's exceptions become
+// gradsync errors naming the collective (its sequence number, operation and size) and, where a
+// wait of ours or Gloo's message says it, the peer's rank and address: a timeout is a
+// TimeoutError; a closed or reset connection is a PeerError, or a TimeoutError when that peer
+// reported (through the Store) that it had timed out first. A rank whose collective fails
+// publishes why under "<store_prefix>/failed/<rank>" and closes its connections, so that its peers
+// fail at once and can say why (allreduce/gloo/gloo_failures.h). After a failure, every later
+// call throws the same error. abort(reason) publishes `reason` the same way, closes this rank's
+// connections (its peers' blocked collectives fail at once, naming it), and fails what runs or is
+// queued here and every later call with "this rank aborted: <reason>"; it never waits on a peer.
+// The destructor closes the connections, fails what is queued and joins the thread: it never
 // hangs.
 //
-// Mismatched collectives (another operation, size or root on some rank) are no desync error
-// here, unlike TcpRing's. Every collective of the ring, broadcast, allgather, reduce-scatter and
-// barrier has a Gloo tag hashed from its sequence number and shape, so mismatched ranks never
-// exchange bytes: each times out. ring_chunked and halving_doubling find their peers' messages by
-// Gloo's slot counter alone; there a size mismatch fails an assertion on Gloo's event-loop thread,
-// which ends the process (std::terminate), so keep them for ranks that cannot disagree.
+// Mismatched collectives (another operation, size, root or sequence on some rank) fail every rank
+// with a desync PeerError before any payload moves, as TcpRing's do: with more than one rank,
+// every collective, zero elements included, starts with each rank sending every other a 32-byte
+// header (options.check_desync; allreduce/gloo/gloo_header_check.h), and each rank compares the N
+// it holds: "desync: rank 1 is in collective #7 allreduce of 6 floats but ranks 0, 2 are in
+// collective #7 allreduce of 5 floats" (the headers most ranks hold last). That costs one round of
+// small messages per collective. Without the check, every collective of the ring, broadcast,
+// allgather, reduce-scatter and barrier still has a Gloo tag hashed from its sequence number and
+// shape, so mismatched ranks never exchange bytes: each times out; but ring_chunked and
+// halving_doubling find their peers' messages by Gloo's slot counter alone, and there a size
+// mismatch fails an assertion on Gloo's event-loop thread, which ends the process
+// (std::terminate).
 //
-// Gloo's own headers stay out of this one: only gloo_communicator.cpp (and gloo_store.h, which
-// only it includes) sees them, so no target above needs Gloo's include path. Without
-// Gloo in the build (GRADSYNC_HAVE_GLOO undefined) only gloo_compiled_in() may be called.
+// Gloo's own headers stay out of this one: only the other files of allreduce/gloo/ see them, so
+// no target above needs Gloo's include path. Without Gloo in the build (GRADSYNC_HAVE_GLOO
+// undefined) only gloo_compiled_in() may be called.
 #pragma once
 
 #include <chrono>
@@ -70,16 +80,10 @@
 #include <vector>
 
 #include "allreduce/communicator.h"
+#include "allreduce/gloo/gloo_options.h"
 #include "allreduce/store.h"
 
 namespace gradsync {
-
-struct GlooOptions {
-  std::chrono::milliseconds timeout{60000};  // every collective, and joining
-  std::string algorithm = "ring";            // allreduce: ring | ring_chunked | halving_doubling
-  std::string bind_host = "127.0.0.1";       // the address of this rank's Gloo TCP device
-  std::string store_prefix = "gloo";         // several communicators can share one Store
-};
 
 // Collective over `size` ranks: each calls it with its own rank. Blocks until every rank has
 // joined (bounded by options.timeout). An unknown options.algorithm is a ConfigError for

@@ -27,7 +27,7 @@
 
 namespace gradsync {
 
-class GlooStore final : public gloo::rendezvous::Store {
+class GlooStore final : public ::gloo::rendezvous::Store {
  public:
   // `store` must outlive this object.
   GlooStore(gradsync::Store& store, std::string prefix, std::chrono::milliseconds timeout);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "allreduce/collective_checks.h"
 #include "allreduce/tcp/ring_links.h"
 #include "allreduce/tcp/ring_pipeline.h"
 #include "allreduce/tcp/ring_reports.h"
@@ -112,10 +113,7 @@ class TcpRing final : public Communicator {
 
   std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
                                              ReduceOp op) override {
-    GRADSYNC_CHECK(in.size() == out.size() * std::size_t(size_),
-                   "reduce_scatter: in.size() must be size() * out.size(), but in has " +
-                       std::to_string(in.size()) + " floats, out " + std::to_string(out.size()) +
-                       ", over " + std::to_string(size_) + " ranks");
+    check_reduce_scatter_sizes(in.size(), out.size(), size_);
     const RingOp code =
         op == ReduceOp::kAvg ? RingOp::kReduceScatterAvg : RingOp::kReduceScatterSum;
     // The header carries in.size(): ranks that disagree on it fail with a desync, as allreduce.
@@ -167,7 +165,7 @@ class TcpRing final : public Communicator {
 
   template <typename Body>
   std::shared_ptr<Work> issue(RingOp op, std::size_t count, int root, Body body) {
-    return queue_.submit(tcp::describe_operation(op, count, root), std::move(body));
+    return queue_.submit(describe_collective(op, count, root), std::move(body));
   }
 
   // Reduce-scatter then all-gather over N segments, as 2(N-1) ring steps. Step k sends segment

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,10 +29,12 @@ using gradsync::ReduceOp;
 namespace {
 
 gradsync::GlooOptions gloo_options(const std::string& algorithm = "ring",
-                                   std::chrono::milliseconds timeout = 20s) {
+                                   std::chrono::milliseconds timeout = 20s,
+                                   bool check_desync = true) {
   gradsync::GlooOptions options;
   options.algorithm = algorithm;
   options.timeout = timeout;
+  options.check_desync = check_desync;
   return options;
 }
 
@@ -220,7 +223,9 @@ TEST_CASE("gloo: a rank that never issues its part makes the others time out") {
       CHECK(elapsed >= 1400);
       CHECK(elapsed < 6000);  // the timeout, a report's grace, and slack for a loaded machine
       CHECK(has(message, "collective #2 allreduce sum of 100000 floats (gloo " + algorithm));
-      CHECK(has(message, "timed out after 1500 ms"));
+      CHECK(has(message,
+                "timed out after 1500 ms waiting for rank 2 to send its header for "
+                "this collective"));
       // The failure stays: the next call says the same at once.
       const auto again = Clock::now();
       CHECK(error_of<gradsync::TimeoutError>([&] { comm->barrier(); }, "still failed") == message);
@@ -230,6 +235,8 @@ TEST_CASE("gloo: a rank that never issues its part makes the others time out") {
 }
 
 TEST_CASE("gloo: a rank whose peer timed out first fails with a TimeoutError at once, naming it") {
+  // A chain of waits inside the payload, so without the header check (with it, ranks 0..2 would
+  // all wait for rank 3's header, each until its own deadline).
   // In ring_chunked rank r waits for rank r + 1's "ready" before it sends on. Rank 3 never
   // issues #2, so rank 2 waits for rank 3 and rank 1 for rank 2 (and rank 0 for rank 3's data).
   // Rank 2 gives up first (a shorter timeout) and closes its connections; rank 1 reads
@@ -241,7 +248,7 @@ TEST_CASE("gloo: a rank whose peer timed out first fails with a TimeoutError at 
   run_ranks(n, [&](int r) {
     const auto timeout = r == 2 ? 1000ms : 5000ms;
     auto comm =
-        gradsync::make_gloo_communicator(store, r, n, gloo_options("ring_chunked", timeout));
+        gradsync::make_gloo_communicator(store, r, n, gloo_options("ring_chunked", timeout, false));
     std::vector<float> data = rank_data(r, 100000);
     comm->allreduce(data, ReduceOp::kSum);
     if (r == 3) {
@@ -262,16 +269,141 @@ TEST_CASE("gloo: a rank whose peer timed out first fails with a TimeoutError at 
   });
 }
 
-TEST_CASE("gloo: ranks that issue different sizes time out instead of exchanging bytes") {
+TEST_CASE("gloo: without the desync check, different sizes time out instead of exchanging bytes") {
   // The tag of each collective hashes its shape: the two ranks' messages never meet. (With one
   // tag Gloo would deliver 2000 floats into a 1000-float receive and assert on its own thread.)
   gradsync::InMemoryStore store;
   run_ranks(2, [&](int r) {
-    auto comm = gradsync::make_gloo_communicator(store, r, 2, gloo_options("ring", 1000ms));
+    auto comm = gradsync::make_gloo_communicator(store, r, 2, gloo_options("ring", 1000ms, false));
     std::vector<float> data = rank_data(r, r == 0 ? 1000 : 2000);
     const std::string message = error_of<gradsync::TimeoutError>(
         [&] { comm->allreduce(data, ReduceOp::kSum); }, "mismatched sizes must time out");
     CHECK(has(message, "collective #1 allreduce sum of " + std::to_string(data.size())));
+  });
+}
+
+namespace {
+
+// One way for the last rank of a world to disagree with the others in collective #2: what the
+// others do, what it does instead, and how the desync message reads each.
+struct Mismatch {
+  const char* name;
+  std::function<void(Communicator&, std::vector<float>&)> majority, odd;
+  const char* majority_text;
+  const char* odd_text;
+};
+
+std::vector<Mismatch> mismatches() {
+  const auto sum = [](Communicator& c, std::vector<float>& d) { c.allreduce(d, ReduceOp::kSum); };
+  const auto resized = [](std::size_t n) {
+    return [n](Communicator& c, std::vector<float>& d) {
+      d.resize(n);
+      c.allreduce(d, ReduceOp::kSum);
+    };
+  };
+  return {
+      {"size", sum, resized(6), "allreduce of 5 floats", "allreduce of 6 floats"},
+      {"op", sum, [](Communicator& c, std::vector<float>& d) { c.allreduce(d, ReduceOp::kAvg); },
+       "allreduce of 5 floats", "allreduce avg of 5 floats"},
+      {"operation", sum, [](Communicator& c, std::vector<float>& d) { c.broadcast(d, 0); },
+       "allreduce of 5 floats", "broadcast of 5 floats from rank 0"},
+      {"empty", sum, resized(0), "allreduce of 5 floats", "allreduce of 0 floats"},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("gloo: mismatched collectives fail every rank with a desync naming both sides") {
+  // Under every algorithm, before any payload moves (ring_chunked and halving_doubling would
+  // take the other's bytes by slot and end the process), well before the 20 s timeout; and the
+  // failure stays, as any other.
+  for (const std::string& algorithm : gradsync::gloo_algorithms()) {
+    for (const int n : {2, 3}) {
+      for (const Mismatch& mismatch : mismatches()) {
+        CAPTURE(algorithm);
+        CAPTURE(n);
+        CAPTURE(mismatch.name);
+        const int odd = n - 1;
+        const std::string majority_ranks = n == 2 ? "rank 0 is in" : "ranks 0, 1 are in";
+        const std::string expected = "desync: rank " + std::to_string(odd) +
+                                     " is in collective #2 " + mismatch.odd_text + " but " +
+                                     majority_ranks + " collective #2 " + mismatch.majority_text;
+        gradsync::InMemoryStore store;
+        run_ranks(n, [&](int r) {
+          auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm, 20s));
+          std::vector<float> data = rank_data(r, 5);
+          comm->allreduce(data, ReduceOp::kSum);  // #1 agrees everywhere
+          data = rank_data(r, 5);
+          const auto start = Clock::now();
+          int blamed = -1;
+          std::string message;
+          try {
+            (r == odd ? mismatch.odd : mismatch.majority)(*comm, data);
+            FAIL_CHECK("rank " << r << ": collective #2 must fail with a desync");
+          } catch (const gradsync::TimeoutError& e) {
+            FAIL_CHECK("rank " << r << ": a desync, not a timeout: " << e.what());
+          } catch (const gradsync::PeerError& e) {
+            message = e.what();
+            blamed = e.rank();
+          }
+          CHECK(ms_since(start) < 5000);
+          CHECK_MESSAGE(has(message, expected), message);
+          // The rank each blames is one it disagrees with.
+          CHECK(blamed == (r == odd ? 0 : odd));
+          CHECK(error_of<gradsync::PeerError>([&] { comm->barrier(); }, "still failed") == message);
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("gloo: a desync among three kinds of collective names every odd rank, majority last") {
+  const int n = 4;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options("halving_doubling"));
+    std::vector<float> data = rank_data(r, r == 1 ? 6 : 5);
+    const std::string message = error_of<gradsync::PeerError>(
+        [&] { r == 3 ? comm->broadcast(data, 2) : comm->allreduce(data, ReduceOp::kSum); },
+        "a desync");
+    CHECK_MESSAGE(has(message,
+                      "desync: rank 1 is in collective #1 allreduce of 6 floats; rank 3 is in "
+                      "collective #1 broadcast of 5 floats from rank 2; but ranks 0, 2 are in "
+                      "collective #1 allreduce of 5 floats"),
+                  message);
+  });
+}
+
+TEST_CASE("gloo: a reduce-scatter ring that is slow, then stuck, fails by its own deadline") {
+  // Without the header check, so that the ring itself waits. Rank 1 never issues #2; rank 2
+  // issues it 1 s late. Rank 0 gets rank 2's block at 1 s, then waits for rank 1 to take its
+  // own: that wait gets what is left of the 1.5 s, not 1.5 s more.
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  Latch others_failed(2);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options("ring", 1500ms, false));
+    std::vector<float> in = rank_data(r, 3 * 1000), out(1000);
+    comm->reduce_scatter(in, out, ReduceOp::kSum);  // #1 succeeds everywhere
+    if (r == 1) {
+      CHECK(others_failed.wait(20s));
+      return;
+    }
+    if (r == 2) std::this_thread::sleep_for(1000ms);
+    const auto start = Clock::now();
+    const std::string message = error_of<gradsync::PeerError>(
+        [&] { comm->reduce_scatter(in, out, ReduceOp::kSum); }, "collective #2 must fail");
+    const auto elapsed = ms_since(start);
+    others_failed.count_down();
+    MESSAGE("rank " << r << " after " << elapsed << " ms: " << message);
+    CHECK(has(message, "rank 1"));
+    if (r == 0) {
+      CHECK(elapsed >= 1400);
+      CHECK(elapsed < 2200);  // its deadline; each wait with the whole timeout would be 2.5 s
+      CHECK(has(message,
+                "timed out after 1500 ms waiting for rank 1 to take block 2 (step 1 of "
+                "the reduce-scatter ring)"));
+    }
   });
 }
 
@@ -322,19 +454,31 @@ TEST_CASE("gloo: reduce-scatter gives TcpRing's reduce-scatter bits, non-integer
   }
 }
 
-TEST_CASE("gloo: a reduce-scatter of another size times out, and one never issued names the peer") {
-  // Another size is another tag: the ranks' messages never meet (Gloo's own
-  // ReduceScatterHalvingDoubling would end the process here).
-  {
+TEST_CASE(
+    "gloo: a reduce-scatter of another size is a desync, and one never issued names the peer") {
+  // The header check catches it; without it, another size is another tag: the ranks' messages
+  // never meet and each times out (Gloo's own ReduceScatterHalvingDoubling would end the process).
+  for (const bool check : {true, false}) {
+    CAPTURE(check);
     gradsync::InMemoryStore store;
     run_ranks(2, [&](int r) {
-      auto comm = gradsync::make_gloo_communicator(store, r, 2, gloo_options("ring", 1000ms));
+      auto comm =
+          gradsync::make_gloo_communicator(store, r, 2, gloo_options("ring", 1000ms, check));
       const std::size_t block = r == 0 ? 1000 : 1001;
       std::vector<float> in(2 * block, 1.0f), out(block);
-      const std::string message = error_of<gradsync::TimeoutError>(
-          [&] { comm->reduce_scatter(in, out, ReduceOp::kSum); }, "mismatched sizes must time out");
+      const auto start = Clock::now();
+      const std::string message = error_of<gradsync::PeerError>(
+          [&] { comm->reduce_scatter(in, out, ReduceOp::kSum); }, "mismatched sizes must fail");
       CHECK(has(message, "collective #1 reduce-scatter sum of " + std::to_string(in.size()) +
                              " floats (gloo ring)"));
+      if (check) {
+        CHECK(ms_since(start) < 900);  // before the timeout
+        CHECK(has(message,
+                  "desync: rank 1 is in collective #1 reduce-scatter of 2002 floats but "
+                  "rank 0 is in collective #1 reduce-scatter of 2000 floats"));
+      } else {
+        CHECK(has(message, "timed out after 1000 ms"));
+      }
     });
   }
   // Rank 2 stays, connections open, and never issues #2: rank 0 waits for its block, rank 1

@@ -1,0 +1,31 @@
+// Argument checks that every Communicator backend makes at the call, before it queues anything,
+// so that one mistake reads the same whichever backend catches it.
+//
+//   check_reduce_scatter_sizes(in.size(), out.size(), size_);   // in reduce_scatter_async
+//
+// Each throws gradsync::Error the way GRADSYNC_CHECK does, naming the caller's file and line (not
+// this header's). Header-only, no state, any thread.
+#pragma once
+
+#include <cstddef>
+#include <source_location>
+#include <string>
+
+#include "common/error.h"
+
+namespace gradsync {
+
+// reduce_scatter_async's contract (allreduce/communicator.h): in.size() == size() * out.size().
+// Sizes that disagree across ranks are no business of this check: each backend catches those as
+// a mismatched collective.
+inline void check_reduce_scatter_sizes(
+    std::size_t in_size, std::size_t out_size, int ranks,
+    std::source_location where = std::source_location::current()) {
+  if (in_size == out_size * std::size_t(ranks)) return;
+  detail::check_failed(where.file_name(), int(where.line()), "in.size() == size() * out.size()",
+                       "reduce_scatter: in.size() must be size() * out.size(), but in has " +
+                           std::to_string(in_size) + " floats, out " + std::to_string(out_size) +
+                           ", over " + std::to_string(ranks) + " ranks");
+}
+
+}  // namespace gradsync

@@ -1,0 +1,90 @@
+#include "allreduce/gloo/gloo_algorithms.h"
+
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/math.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error.h"
+
+namespace gradsync::gloo {
+namespace {
+
+// gloo::sum<float> has overloads; this is the (out, a, b, n) one that AllreduceOptions wants.
+void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
+  ::gloo::sum<float>(out, a, b, n);
+}
+
+}  // namespace
+
+const std::vector<std::string>& algorithm_names() {
+  // All three are in Debian's snapshot (0.0~git20220518): gloo::allreduce with RING, and the
+  // AllreduceRingChunked and AllreduceHalvingDoubling class templates. Algorithm's order.
+  static const std::vector<std::string> names = {"ring", "ring_chunked", "halving_doubling"};
+  return names;
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  const auto& names = algorithm_names();
+  const auto found = std::find(names.begin(), names.end(), name);
+  if (found == names.end()) {
+    std::string valid;
+    for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
+    throw ConfigError("comm", "comm.algorithm",
+                      "unknown algorithm '" + name + "' (valid for gloo: " + valid + ")");
+  }
+  return static_cast<Algorithm>(found - names.begin());
+}
+
+const std::string& algorithm_name(Algorithm algorithm) {
+  return algorithm_names()[std::size_t(algorithm)];
+}
+
+void check_allreduce_count(Algorithm algorithm, std::size_t count, const std::string& me) {
+  if (algorithm == Algorithm::kRing || count <= kMaxIntCountFloats) return;
+  throw Error(me + ": gloo " + algorithm_name(algorithm) + " reduces at most " +
+              std::to_string(kMaxIntCountFloats) + " floats at once (Gloo counts its bytes in an " +
+              "int); this allreduce has " + std::to_string(count) + ": use the ring");
+}
+
+std::uint32_t tag_of(const std::string& collective) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits, folded to 32
+  for (const char c : collective) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return static_cast<std::uint32_t>(hash ^ (hash >> 32));
+}
+
+void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
+                   std::span<float> data, std::uint32_t tag, std::chrono::milliseconds timeout) {
+  std::vector<float*> pointers = {data.data()};
+  switch (algorithm) {
+    case Algorithm::kRing: {
+      // In place: without an input buffer, Gloo reduces the output buffer itself.
+      ::gloo::AllreduceOptions opts(context);
+      opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+      opts.setOutput(data.data(), data.size());
+      opts.setReduceFunction(sum_floats);
+      opts.setTag(tag);
+      opts.setTimeout(timeout);
+      ::gloo::allreduce(opts);
+      return;
+    }
+    case Algorithm::kRingChunked: {
+      ::gloo::AllreduceRingChunked<float> ring(context, pointers, int(data.size()));
+      ring.run();
+      return;
+    }
+    case Algorithm::kHalvingDoubling: {
+      ::gloo::AllreduceHalvingDoubling<float> halving_doubling(context, pointers, int(data.size()));
+      halving_doubling.run();
+      return;
+    }
+  }
+}
+
+}  // namespace gradsync::gloo

@@ -1,0 +1,62 @@
+// The allreduce algorithms of the Gloo communicator (GlooOptions::algorithm), the sum each runs
+// over Gloo, and the tag that keeps a collective's messages apart from another's:
+//
+//   const Algorithm algorithm = parse_algorithm(options.algorithm);   // ConfigError if unknown
+//   allreduce_sum(context, algorithm, data, tag_of(work.what()), timeout);   // blocks; in place
+//
+//   ring              gloo::allreduce, RING: reduce-scatter then all-gather, segments pipelined;
+//                     its messages carry `tag`
+//   ring_chunked      gloo::AllreduceRingChunked: the ring over 2N chunks, two in flight
+//   halving_doubling  gloo::AllreduceHalvingDoubling: recursive halving then doubling
+// The older two classes match their peers' messages by the context's slot counter, which every
+// rank advances alike only while every rank constructs the same algorithms in the same order:
+// the header check (gloo_header_check.h) keeps ranks that disagree away from them. Their waits
+// use the pairs' timeout, set at joining, not `timeout`. Internal to allreduce/gloo/.
+#pragma once
+
+#include <gloo/context.h>
+
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gradsync::gloo {
+
+enum class Algorithm { kRing, kRingChunked, kHalvingDoubling };
+
+// Gloo's ring_chunked and halving_doubling count bytes in an int.
+inline constexpr std::size_t kMaxIntCountFloats = INT_MAX / sizeof(float);
+
+// Throws gradsync::Error, said by `me` ("rank 3"), for an allreduce of `count` floats that
+// `algorithm` cannot run (more than kMaxIntCountFloats outside the ring).
+void check_allreduce_count(Algorithm algorithm, std::size_t count, const std::string& me);
+
+// The names GlooOptions::algorithm accepts, in Algorithm's order (gloo_algorithms() in
+// gloo_communicator.h).
+const std::vector<std::string>& algorithm_names();
+// The algorithm called `name`; a ConfigError for comm.algorithm listing the
+// valid names otherwise.
+Algorithm parse_algorithm(const std::string& name);
+// "ring", "ring_chunked", "halving_doubling".
+const std::string& algorithm_name(Algorithm algorithm);
+
+// A collective's Gloo tag: a hash of its description, "collective #<seq> <operation, size, root,
+// algorithm>". Ranks that issue the same collective compute the same tag; ranks that disagree
+// (another size, operation or root) use different tags, so that the messages of the tagged
+// algorithms (the ring, broadcast, allgather, barrier, the reduce-scatter ring) never meet even
+// without the header check: each waits and times out. With equal tags Gloo would take the
+// other's bytes, and a larger message than the receive expects fails an assertion on Gloo's
+// event-loop thread, which ends the process. (Only one collective of a context is ever in
+// flight, so tags need not be unique beyond it.)
+std::uint32_t tag_of(const std::string& collective);
+
+// Sums `data` over every rank of `context`, in place: each rank ends with the same bits.
+void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
+                   std::span<float> data, std::uint32_t tag, std::chrono::milliseconds timeout);
+
+}  // namespace gradsync::gloo

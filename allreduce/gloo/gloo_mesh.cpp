@@ -1,0 +1,197 @@
+#include "allreduce/gloo/gloo_mesh.h"
+
+#include <arpa/inet.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cctype>
+
+#include "allreduce/gloo/gloo_messages.h"
+#include "allreduce/gloo/gloo_store.h"
+#include "allreduce/gloo/sigpipe_blocked.h"
+#include "common/error.h"
+
+namespace gradsync::gloo {
+namespace {
+
+// The slot of the receive close() posts and abandons: far above the slots Gloo's collectives use
+// (a one-byte prefix above their tags, or the context's small slot counter).
+constexpr std::uint64_t kCloseSlot = ~std::uint64_t(0);
+
+// "ip:port" of a Gloo TCP address ("[ip6]:port"); Gloo's own str() prints the port in network
+// byte order.
+std::string endpoint_of(const ::gloo::transport::tcp::Address& address) {
+  const sockaddr_storage& ss = address.getSockaddr();
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  const bool v6 = ss.ss_family == AF_INET6;
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+  } else if (v6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+  }
+  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "[" + std::string(host).
+  std::string endpoint = v6 ? "[" : "";
+  endpoint += host;
+  endpoint += v6 ? "]:" : ":";
+  endpoint += std::to_string(port);
+  return endpoint;
+}
+
+// "[127.0.0.1]:4100" is no match for "[127.0.0.1]:41007".
+bool names_address(const std::string& message, const std::string& name) {
+  if (name.empty()) return false;
+  for (auto at = message.find(name); at != std::string::npos; at = message.find(name, at + 1)) {
+    const std::size_t end = at + name.size();
+    if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+GlooMesh::GlooMesh(Store& store, int rank, int size, const GlooOptions& options,
+                   std::chrono::milliseconds grace)
+    : store_(store),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      grace_(grace),
+      me_("rank " + std::to_string(rank)) {
+  join();
+}
+
+// Connects the full mesh through the gradsync Store, then learns each peer's address as Gloo's
+// messages will print it.
+void GlooMesh::join() {
+  // Gloo's event loop starts in CreateDevice and keeps this thread's mask: SIGPIPE blocked.
+  const SigpipeBlocked no_sigpipe;
+  try {
+    ::gloo::transport::tcp::attr attr;
+    attr.hostname = options_.bind_host;
+    attr.ai_family = AF_INET;  // the address TcpRing binds too, never an IPv6 alternative
+    device_ = ::gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw Error(me_ + ": gloo cannot open a TCP device on bind_host '" + options_.bind_host +
+                "': " + without_source_prefix(e.what()));
+  }
+  auto context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_);
+  // Every pair gets this timeout for each of its waits; collectives get theirs again.
+  context->setTimeout(options_.timeout);
+  GlooStore rendezvous(store_, options_.store_prefix, options_.timeout);
+  try {
+    context->connectFullMesh(rendezvous, device_);
+  } catch (const Error&) {
+    throw;  // the gradsync Store's own error: a TimeoutError names the missing keys
+  } catch (const std::exception& e) {
+    const std::string gloo = without_source_prefix(e.what());
+    const std::string what =
+        "gloo rendezvous (connecting the full mesh of " + std::to_string(size_) + " ranks)";
+    if (is_gloo_timeout(gloo)) throw TimeoutError(rank_, options_.bind_host, what, gloo);
+    throw PeerError(rank_, options_.bind_host, what, gloo);
+  }
+  context_ = std::move(context);
+  // Rank r published the addresses of its pairs under "<prefix>/<r>", one per other rank in
+  // rank order without itself; ours is at our rank, less one if we come after r: the address
+  // r listened on for us, which our errors give as its endpoint.
+  peers_.resize(std::size_t(size_));
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const std::string all = store_.get(rendezvous.full_key(std::to_string(r)), options_.timeout);
+    const std::size_t width = all.size() / std::size_t(size_ - 1);
+    const std::size_t slot = std::size_t(rank_ > r ? rank_ - 1 : rank_);
+    const ::gloo::transport::tcp::Address address(
+        std::vector<char>(all.begin() + slot * width, all.begin() + (slot + 1) * width));
+    peers_[std::size_t(r)].endpoint = endpoint_of(address);
+    peers_[std::size_t(r)].gloo_names.push_back(address.str());
+  }
+  // Gloo's messages may name the far end of a connection by the address it connected from,
+  // which only that end knows (an ephemeral port): each rank publishes the local address of
+  // each of its connections, one line per rank, for its peers to read if they fail.
+  std::string names;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) names += context_->getPair(r)->address().str();
+    names += '\n';
+  }
+  store_.set(names_key(rank_), names);
+}
+
+std::string GlooMesh::names_key(int rank) const {
+  return options_.store_prefix + "/addresses/" + std::to_string(rank);
+}
+
+// How Gloo's messages here may name `peer` (Peer::gloo_names): the address it connected from is
+// read, once, from what it published at joining, when a failure first needs it.
+const std::vector<std::string>& GlooMesh::gloo_names(int peer) {
+  Peer& p = peers_[std::size_t(peer)];
+  if (!p.published_read) {
+    p.published_read = true;
+    try {
+      const std::string lines = store_.get(names_key(peer), grace_);
+      std::size_t begin = 0;
+      for (int r = 0; r < rank_ && begin != std::string::npos; ++r) {
+        begin = lines.find('\n', begin);
+        if (begin != std::string::npos) ++begin;
+      }
+      if (begin != std::string::npos) {
+        p.gloo_names.push_back(lines.substr(begin, lines.find('\n', begin) - begin));
+      }
+    } catch (const std::exception&) {
+      // The listening address alone, then.
+    }
+  }
+  return p.gloo_names;
+}
+
+int GlooMesh::peer_named_in(const std::string& message) {
+  if (!contains(message, "[")) return -1;  // an address is "[ip]:port"
+  for (const bool published : {false, true}) {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const auto& names = published ? gloo_names(r) : peers_[std::size_t(r)].gloo_names;
+      for (const std::string& name : names) {
+        if (names_address(message, name)) return r;
+      }
+    }
+  }
+  return -1;
+}
+
+// Gloo does exactly this when one of its receives times out; its direct handle
+// (tcp::Pair::signalExceptionExternal) is protected, and Debian's headers for the tcp pair do not
+// compile (gloo/common/memory.h is not packaged). So this posts a receive nobody will send to, on
+// the first pair still open, and lets its wait time out at once: Gloo then closes every pair of
+// the context. Pairs and context take their own locks.
+void GlooMesh::close() {
+  if (!context_) return;
+  std::lock_guard lock(close_mutex_);
+  const SigpipeBlocked no_sigpipe;  // posting the receive writes to the peer
+  char scratch = 0;
+  const auto buffer = context_->createUnboundBuffer(&scratch, sizeof scratch);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    try {
+      buffer->recv(r, kCloseSlot);
+    } catch (const std::exception&) {
+      continue;  // that pair has failed already, and is closed
+    }
+    try {
+      buffer->waitRecv(nullptr, std::chrono::milliseconds(0));
+    } catch (const std::exception&) {
+      // The timeout it was meant to have: every pair of the context is closed now.
+    }
+    return;
+  }
+}
+
+}  // namespace gradsync::gloo

@@ -1,0 +1,82 @@
+// GlooMesh: the Gloo side of a Gloo communicator's rendezvous: Gloo's TCP device, the context
+// whose full mesh of pairs connects every two ranks, and what errors say about each peer.
+//
+//   GlooMesh mesh(store, rank, size, options, grace);   // collective: blocks until all joined
+//   ::gloo::allreduce(opts_on(mesh.context()));
+//   int peer = mesh.peer_named_in(gloo_message);        // -1 if no rank's address is in it
+//   mesh.close();                                       // every pair, at once, from any thread
+//
+// Joining: each rank publishes the addresses of its pairs under "<store_prefix>/" (through
+// GlooStore, allreduce/gloo/gloo_store.h) and every pair of ranks connects; then the local
+// address of each connection, under "<store_prefix>/addresses/<rank>", so that a peer's error can
+// name a rank where Gloo's message gives only an address. Waits for every rank up to
+// options.timeout; a rank that never comes is the Store's TimeoutError naming the keys still
+// missing. The caller's thread has SIGPIPE blocked meanwhile, so that Gloo's event loop, which
+// inherits its mask, never raises it. Internal to allreduce/gloo/ (it includes Gloo's headers).
+#pragma once
+
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "allreduce/gloo/gloo_options.h"
+#include "allreduce/store.h"
+
+namespace gradsync::gloo {
+
+class GlooMesh {
+ public:
+  // For size >= 2. `grace`: how long a failing rank waits for what a peer published.
+  GlooMesh(Store& store, int rank, int size, const GlooOptions& options,
+           std::chrono::milliseconds grace);
+  GlooMesh(const GlooMesh&) = delete;
+  GlooMesh& operator=(const GlooMesh&) = delete;
+
+  const std::shared_ptr<::gloo::Context>& context() const { return context_; }
+
+  // "ip:port" that `peer` listened on for us: the endpoint of our errors about it.
+  const std::string& endpoint(int peer) const { return peers_[std::size_t(peer)].endpoint; }
+
+  // The peer a Gloo message names by address, or -1. The listening addresses (known here) are
+  // tried first, the addresses peers connected from (read once from the Store, up to the grace
+  // period) after them. Only from the thread that runs the collectives.
+  int peer_named_in(const std::string& message);
+
+  // Fails whatever is pending on every pair (waits wake with Gloo's "Application timeout caused
+  // pair closure") and closes the sockets, so that every peer reads end-of-file and fails at
+  // once. Never waits on a peer; idempotent; from any thread.
+  void close();
+
+ private:
+  // What the errors say about another rank.
+  struct Peer {
+    std::string endpoint;  // ip:port it listened on for us
+    // How Gloo's messages here may print it: the address it listened on for us, or the address
+    // it connected from. (Gloo's connect() overwrites the second with the first when the peer
+    // connected before this rank called connect(): a race in its rendezvous.)
+    std::vector<std::string> gloo_names;
+    bool published_read = false;  // the second one, read from the Store once needed
+  };
+
+  void join();
+  std::string names_key(int rank) const;
+  const std::vector<std::string>& gloo_names(int peer);
+
+  Store& store_;
+  const int rank_;
+  const int size_;
+  const GlooOptions options_;
+  const std::chrono::milliseconds grace_;
+  const std::string me_;  // "rank 3", for messages
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::shared_ptr<::gloo::Context> context_;  // after device_: the pairs close before the loop
+  std::vector<Peer> peers_;                   // by rank; empty for ourselves
+  std::mutex close_mutex_;
+};
+
+}  // namespace gradsync::gloo

@@ -1,0 +1,24 @@
+// What a GlooCommunicator is made with (gloo_communicator.h): its own header, since the
+// rendezvous (gloo_mesh.h) and the failures (gloo_failures.h) read it too, and
+// gloo_communicator.cpp includes them.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace gradsync {
+
+struct GlooOptions {
+  std::chrono::milliseconds timeout{60000};  // every collective, and joining
+  std::string algorithm = "ring";            // allreduce: ring | ring_chunked | halving_doubling
+  std::string bind_host = "127.0.0.1";       // the address of this rank's Gloo TCP device
+  std::string store_prefix = "gloo";         // several communicators can share one Store
+  // The header exchange before each collective that turns mismatched collectives into a desync
+  // error on every rank (gloo_communicator.h); the same on every rank. Costs one round of 32-byte
+  // messages per collective: ~0.1-0.15 ms on the 2-vCPU VM with 2 ranks (a 0-element collective),
+  // inside the noise of a 4 MiB allreduce (allreduce/README.md has the figures). Off, mismatched
+  // ranks time out, or end the process under ring_chunked and halving_doubling.
+  bool check_desync = true;
+};
+
+}  // namespace gradsync
