@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""PyTorch DDP peer for gradsync's `allreduce` training on CPUs (backend gloo).
+
+One process per rank, started by torchrun (scripts/bench-ddp-vs-gradsync.sh does):
+
+  /usr/bin/python3 -m torch.distributed.run --nproc_per_node N -r 1 -t 2 --log_dir DIR \
+      bench/torch_ddp.py --batch 64 --steps 2000
+
+(-r 1 -t 2: torchrun's default stream handling crashes under Python 3.11; rank 0's line then
+lands in DIR/*/attempt_0/0/stdout.log.) Each rank trains torch_mlp.py's model, loss and SGD
+with momentum on its own in-memory pool of random batches, so only compute and communication
+are measured, on one intra-op thread (gradsync's ranks compute on one thread each).
+
+The split, as gradsync's summary.json gives it: compute_s is the mean time of a step run
+under `ddp.no_sync()` (forward, backward, SGD step, no reduction), averaged over the ranks;
+communicate_s is the synchronised step's time less that. The timed window alternates blocks
+of synchronised and no_sync steps, so that drift in the machine's speed hits both alike;
+every block starts at a barrier (untimed), so a block's time is never another block's skew
+between ranks. samples/s counts the synchronised steps alone, on rank 0's clock (as gradsync's).
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from torch_mlp import POOL_BATCHES, build_model, detect_blas, make_pool, train_step
+
+BLOCK_STEPS = 20
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", default="256,256", help="comma-separated hidden sizes")
+    p.add_argument("--batch", type=int, default=64, help="per rank")
+    p.add_argument("--steps", type=int, default=2000, help="timed synchronised steps "
+                   "(as many no_sync steps run between them)")
+    p.add_argument("--warmup-steps", type=int, default=50)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    # backends.yaml's comm.bucket_mb: with 1 MiB the 1.03 MiB model is one bucket on both sides.
+    p.add_argument("--bucket-mb", type=float, default=1.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--bucket-view", action="store_true",
+                   help="gradient_as_bucket_view=True (DDP's default is off: a copy each way)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--input", type=int, default=784)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    hidden = [int(h) for h in args.hidden.split(",") if h]
+    ddp = DistributedDataParallel(build_model(args.input, hidden, args.classes),
+                                  bucket_cap_mb=args.bucket_mb,
+                                  gradient_as_bucket_view=args.bucket_view)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    xs, ys = make_pool(args, torch.device("cpu"))
+    step = 0
+
+    def block(steps, sync):
+        """Time `steps` steps from a common start; with sync False, under no_sync()."""
+        nonlocal step
+        dist.barrier()
+        start = time.perf_counter()
+        with contextlib.nullcontext() if sync else ddp.no_sync():
+            for _ in range(steps):
+                j = step % POOL_BATCHES
+                train_step(ddp, loss_fn, opt, xs[j], ys[j])
+                step += 1
+        return time.perf_counter() - start
+
+    # Both kinds of step warmed up; the first synchronised steps also rebuild DDP's buckets.
+    block(args.warmup_steps, True)
+    block(args.warmup_steps, False)
+    synced = local = 0.0
+    for done in range(0, args.steps, BLOCK_STEPS):
+        n = min(BLOCK_STEPS, args.steps - done)
+        synced += block(n, True)
+        local += block(n, False)
+    # Compute is averaged over the ranks (as gradsync's mean_step_s); the clock is rank 0's.
+    local_sum = torch.tensor([local], dtype=torch.float64)
+    dist.all_reduce(local_sum)
+    # After the first iterations DDP regroups its buckets in the order gradients arrived.
+    logged = ddp._get_ddp_logging_data()
+    buckets = logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", "")
+    dist.destroy_process_group()
+    if rank == 0:
+        report(args, synced, local_sum.item() / world / args.steps, world, buckets)
+    # Leave without Python's finalisation: with torch 1.13 on Python 3.11 the DDP reducer's
+    # destructor joins Gloo's worker thread while holding the GIL, and that thread waits for the
+    # GIL to free a tensor, so the process never exits (seen under torchrun, after the last line).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def report(args, synced, compute_s, world, buckets):
+    step_s = synced / args.steps
+    result = {"samples_per_s": world * args.batch * args.steps / synced, "steps": args.steps,
+              "step_s": step_s, "compute_s": compute_s, "communicate_s": step_s - compute_s,
+              "ranks": world, "batch": args.batch, "bucket_mb": args.bucket_mb,
+              "buckets": len(buckets.split(",")) if buckets else 0,
+              "bucket_view": args.bucket_view, "threads": args.threads, "backend": "gloo",
+              "torch": torch.__version__, "blas": detect_blas()}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print("ddp: samples/s={samples_per_s:.1f} steps={steps} step_s={step_s:.6f} "
+              "compute_s={compute_s:.6f} communicate_s={communicate_s:.6f} ranks={ranks} "
+              "batch={batch} bucket_mb={bucket_mb:g} buckets={buckets} threads={threads} "
+              "backend={backend} torch={torch} blas={blas}".format(**result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Training samples/s of gradsync's `allreduce` over each CPU backend (tcp; gloo, its ring;
+# mpi) against PyTorch DDP over gloo (bench/torch_ddp.py under torchrun, Debian's
+# python3-torch): the same MLP 784-256-256-10, SGD (lr 0.05, momentum 0.9), per-rank batch,
+# ranks N, bucket size (DDP's bucket_cap_mb = comm.bucket_mb) and number of timed steps.
+# gradsync runs experiments/presets/backends.yaml's run for that backend, with those keys set.
+# Each gradsync run is followed by its own DDP run (A B A B ...), so that drift in the
+# machine's speed hits both sides of a pair alike; each pair's ratio is printed with both
+# sides' compute and communication per step and the CPU share other processes took during
+# each side ("others", below), and per (backend, N) the median ratio last.
+#   gradsync: samples/s and mean_step_s from summary.json (its clock counts training steps
+#             only: data loading and evaluation stay out); compute = forward, backward and
+#             SGD step, comm = communicate + wait, the reduction time not hidden by backward.
+#   DDP:      compute = a step under no_sync() (no reduction), comm = a synchronised step less
+#             that (torch_ddp.py says how both are timed).
+#   scripts/bench-ddp-vs-gradsync.sh [--ranks N[,N...]] [--backend B[,B...]] [--batch B]
+#                                    [--steps S] [--bucket-mb M] [--pairs P] [--gradsync BINARY]
+# Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --batch 64,
+# --steps 2000, --bucket-mb 1 (backends.yaml's), --pairs 3. The gradsync binary: --gradsync,
+# else $GRADSYNC, else build/bin/gradsync.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+gradsync=${GRADSYNC:-build/bin/gradsync}
+python=/usr/bin/python3  # Debian's python3-torch, whatever python3 is first on PATH
+ranks=2,4
+backends=
+batch=64
+steps=2000
+bucket_mb=1
+pairs=3
+lr=0.05
+momentum=0.9
+while (($#)); do
+  if (($# < 2)); then
+    echo "error: $1 needs a value (see the usage at the top of $0)" >&2
+    exit 2
+  fi
+  case "$1" in
+    --ranks) ranks=$2 ;;
+    --backend) backends=$2 ;;
+    --batch) batch=$2 ;;
+    --steps) steps=$2 ;;
+    --bucket-mb) bucket_mb=$2 ;;
+    --pairs) pairs=$2 ;;
+    --gradsync) gradsync=$2 ;;
+    *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+if [[ ! -x $gradsync ]]; then
+  echo "error: no gradsync binary at '$gradsync' (build it, or set GRADSYNC or --gradsync)" >&2
+  exit 1
+fi
+
+# The backends this build has, from the comm.backend line of --keys: "(this build: auto, tcp, ...)".
+built=$("$gradsync" run --keys | sed -n 's/^comm\.backend .*(this build: \([^)]*\)).*/\1/p' | tr -d ' ')
+if [[ -z $backends ]]; then
+  backends=$(for b in tcp gloo mpi; do [[ ,$built, == *,$b,* ]] && printf '%s,' "$b"; done)
+  backends=${backends%,}
+fi
+IFS=, read -r -a backend_list <<<"$backends"
+for b in "${backend_list[@]}"; do
+  if [[ ! $b =~ ^(tcp|gloo|mpi)$ || ,$built, != *,$b,* ]]; then
+    echo "error: backend '$b': this compares tcp, gloo and mpi, where built (this build: $built)" >&2
+    exit 2
+  fi
+done
+
+preset=experiments/presets/backends.yaml
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# On a shared machine a pair is fair only if both sides saw the same background load, so each
+# run also reports the share of all cores that other processes (and the hypervisor: steal) used
+# meanwhile: the machine's busy time from /proc/stat less the CPU time of this shell's children
+# (fields cutime and cstime of its /proc stat: every descendant reaped, ranks included).
+# Both read /proc in the shell that ran the command (not in a $(...), whose children differ),
+# and others_share leaves its answer in $others.
+start_others() {
+  local cpu self
+  read -r -a cpu </proc/stat
+  read -r -a self </proc/$BASHPID/stat
+  busy0=$((cpu[1] + cpu[2] + cpu[3] + cpu[6] + cpu[7] + cpu[8]))
+  all0=$((busy0 + cpu[4] + cpu[5]))
+  own0=$((self[15] + self[16]))
+}
+others_share() {
+  local cpu self busy all own
+  read -r -a cpu </proc/stat
+  read -r -a self </proc/$BASHPID/stat
+  busy=$((cpu[1] + cpu[2] + cpu[3] + cpu[6] + cpu[7] + cpu[8] - busy0))
+  all=$((cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5] + cpu[6] + cpu[7] + cpu[8] - all0))
+  own=$((self[15] + self[16] - own0))
+  others=$(awk -v b="$busy" -v o="$own" -v a="$all" 'BEGIN { x = a > 0 ? 100 * (b - o) / a : 0; printf "%.0f", x < 0 ? 0 : x }')
+}
+
+# One gradsync run; prints "samples/s compute_s comm_s others%". The preset's run for the
+# backend at N if it has one (tcp-4, gloo-ring-4, mpi-4), else its N = 2 run with workers N.
+run_gradsync() {
+  local backend=$1 n=$2 out=$work/gradsync-$RANDOM template run
+  template=$backend
+  [[ $backend == gloo ]] && template=gloo-ring  # Gloo's ring, as PyTorch's ProcessGroupGloo
+  run=$template-$n
+  grep -q "name: $run," "$preset" || run=$template-2
+  start_others
+  if ! "$gradsync" run "$preset" --only "$run" --output "$out" --set workers="$n" \
+      --set train.steps="$steps" --set train.eval_every="$steps" --set train.batch="$batch" \
+      --set train.lr="$lr" --set train.momentum="$momentum" --set comm.bucket_mb="$bucket_mb" \
+      --set output.progress=off >"$out.log" 2>&1; then
+    echo "error: gradsync run $run failed:" >&2
+    cat "$out.log" >&2
+    exit 1
+  fi
+  others_share
+  "$python" -c 'import json, sys; s = json.load(open(sys.argv[1])); m = s["mean_step_s"]
+print(s["samples_per_s"], m["compute"], m["communicate"] + m["wait"], sys.argv[2])' \
+    "$out"/latest/"$run"/summary.json "$others"
+}
+
+# One DDP run under torchrun; prints "samples/s compute_s comm_s others% blas". -r 1 -t 2: torchrun's
+# default stream handling crashes under Python 3.11, so rank 0's stdout goes to a log file.
+# The timeout: a rank that hangs (as one did at exit, before torch_ddp.py's os._exit) fails the
+# pair instead of the whole script waiting forever.
+run_ddp() {
+  local n=$1 logs=$work/ddp-$RANDOM port
+  port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  start_others
+  if ! OMP_NUM_THREADS=1 timeout -k 10 600 "$python" -m torch.distributed.run --nproc_per_node "$n" \
+      --master_addr 127.0.0.1 --master_port "$port" -r 1 -t 2 --log_dir "$logs" \
+      bench/torch_ddp.py --json --batch "$batch" --steps "$steps" --bucket-mb "$bucket_mb" \
+      --lr "$lr" --momentum "$momentum" >"$logs.log" 2>&1; then
+    echo "error: torchrun bench/torch_ddp.py failed:" >&2
+    cat "$logs.log" >&2
+    exit 1
+  fi
+  others_share
+  "$python" -c 'import json, sys; r = json.load(open(sys.argv[1]))
+print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["blas"])' \
+    "$logs"/*/attempt_0/0/stdout.log "$others"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+echo "batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+summary=()
+IFS=, read -r -a rank_list <<<"$ranks"
+for n in "${rank_list[@]}"; do
+  for backend in "${backend_list[@]}"; do
+    ratios=()
+    for ((i = 1; i <= pairs; i++)); do
+      read -r ours our_compute our_comm our_others < <(run_gradsync "$backend" "$n")
+      read -r theirs their_compute their_comm their_others blas < <(run_ddp "$n")
+      r=$(ratio "$ours" "$theirs")
+      ratios+=("$r")
+      awk -v n="$n" -v b="$backend" -v i="$i" -v a="$ours" -v ac="$our_compute" -v am="$our_comm" \
+          -v blas="$blas" -v t="$theirs" -v tc="$their_compute" -v tm="$their_comm" -v r="$r" \
+          -v ao="$our_others" -v to="$their_others" \
+          'BEGIN { printf "N %d %-4s pair %d: gradsync %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ddp-gloo(%s) %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ratio %sx   others %d%% / %d%%\n", n, b, i, a, ac * 1e3, am * 1e3, blas, t, tc * 1e3, tm * 1e3, r, ao, to }'
+    done
+    summary+=("median ratio gradsync/ddp ($backend, N = $n, batch $batch): $(median "${ratios[@]}")x over $pairs pairs")
+  done
+done
+printf '%s\n' "${summary[@]}"
