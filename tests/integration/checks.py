@@ -67,23 +67,33 @@ def kill_one_and_check_teardown(check, launcher, expected, pick, settle_s, bound
         os.kill(victim, signal.SIGKILL)
     except (ProcessLookupError, OverflowError, TypeError):
         check(False, f"a process was running to be killed ({procs})")
-    started = time.time()
-    try:
-        _, err = launcher.communicate(timeout=bound_s + 30)
-    except subprocess.TimeoutExpired:
-        launcher.kill()
-        _, err = launcher.communicate()
-    elapsed = time.time() - started
-    last = err.strip().splitlines()[-1] if err.strip() else ""
+    elapsed, last = wait_after_kill(launcher, bound_s)
     check(launcher.returncode not in (0, None), f"the run failed (exit {launcher.returncode})")
     check(elapsed < bound_s, f"the run ended {elapsed:.1f} s after the kill (bound {bound_s} s)")
     # launch/launcher.cpp: "<name> (pid N) was killed by signal 9 (Killed); stopped ..."
     said = f"{name} (pid {victim}) was killed by signal 9"
     check(said in last, f"the error names the killed process and its signal: {said!r} in {last!r}")
     time.sleep(0.5)
-    alive = [p for p, _ in procs if os.path.exists(f"/proc/{p}") and
-             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    alive = still_alive(p for p, _ in procs)
     check(alive == [], f"no process left behind: {alive}")
+
+
+def wait_after_kill(launcher, bound_s):
+    """(seconds the launcher took to end after a kill, the last line of its stderr): waits
+    `bound_s` + 30 s at most, then kills it, so a run that hangs fails its check, not the test."""
+    started = time.time()
+    try:
+        _, err = launcher.communicate(timeout=bound_s + 30)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        _, err = launcher.communicate()
+    return time.time() - started, err.strip().splitlines()[-1] if err.strip() else ""
+
+
+def still_alive(pids):
+    """The pids of `pids` that still run (zombies count as ended)."""
+    return [p for p in pids if os.path.exists(f"/proc/{p}") and
+            open(f"/proc/{p}/stat").read().split()[2] != "Z"]
 
 
 def run_preset(check, gradsync, preset, out, timeout):

@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-from checks import Checks, children_of, kill_one_and_check_teardown, run_preset
+from checks import (Checks, children_of, kill_one_and_check_teardown, run_preset, still_alive,
+                    wait_after_kill)
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
@@ -50,21 +51,13 @@ def kill_mpi_rank_and_check_teardown(launcher, rank, bound_s):
         return
     time.sleep(1.5)
     os.kill(ranks[rank], signal.SIGKILL)
-    started = time.time()
-    try:
-        _, err = launcher.communicate(timeout=bound_s + 30)
-    except subprocess.TimeoutExpired:
-        launcher.kill()
-        _, err = launcher.communicate()
-    elapsed = time.time() - started
-    last = err.strip().splitlines()[-1] if err.strip() else ""
+    elapsed, last = wait_after_kill(launcher, bound_s)
     check(launcher.returncode not in (0, None), f"mpi: the run failed ({launcher.returncode})")
     check(elapsed < bound_s, f"mpi: the run ended {elapsed:.1f} s after the kill")
     check(f"process rank {rank} " in last and "signal 9" in last,
           f"mpi: the last line names rank {rank} and its signal: {last!r}")
     time.sleep(0.5)
-    alive = [p for p in ranks.values() if os.path.exists(f"/proc/{p}") and
-             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    alive = still_alive(ranks.values())
     check(alive == [], f"mpi: no rank left behind: {alive}")
 
 
