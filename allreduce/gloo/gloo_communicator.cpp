@@ -62,8 +62,11 @@ class GlooCommunicator final : public Communicator {
 
   // Never hangs: closing the connections wakes a running collective, which fails at once; then
   // the queue's thread is joined and what was still queued fails with "destroyed". The mesh (its
-  // pairs, then its device's event loop) goes after the thread.
+  // pairs, then its device's event loop) goes after the thread. When every collective completed,
+  // the connections close only once the peers have finished theirs too, or the grace period
+  // passed (GlooMesh::close_after_peers says why).
   ~GlooCommunicator() override {
+    if (mesh_ && !aborted_ && queue_.settled()) mesh_->close_after_peers(grace_);
     closing_ = true;
     if (mesh_) mesh_->close();
     queue_.stop();

@@ -8,7 +8,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
+#include <vector>
 
 #include "allreduce/gloo/gloo_messages.h"
 #include "allreduce/gloo/gloo_store.h"
@@ -21,6 +23,8 @@ namespace {
 // The slot of the receive close() posts and abandons: far above the slots Gloo's collectives use
 // (a one-byte prefix above their tags, or the context's small slot counter).
 constexpr std::uint64_t kCloseSlot = ~std::uint64_t(0);
+// The slot of close_after_peers()'s goodbyes, just below it.
+constexpr std::uint64_t kGoodbyeSlot = kCloseSlot - 1;
 
 // "ip:port" of a Gloo TCP address ("[ip6]:port"); Gloo's own str() prints the port in network
 // byte order.
@@ -192,6 +196,34 @@ void GlooMesh::close() {
     }
     return;
   }
+}
+
+// Each goodbye is one byte at the sender's rank; both the receives and the sends must complete:
+// a peer that has all goodbyes but whose own is still queued here would otherwise wait for it in
+// vain. Errors only end the goodbye early: the connections close either way.
+void GlooMesh::close_after_peers(std::chrono::milliseconds within) {
+  if (!context_) return;
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  auto left = [&] {
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  };
+  try {
+    const SigpipeBlocked no_sigpipe;
+    std::vector<char> bytes(std::size_t(size_), 0);
+    const auto buffer = context_->createUnboundBuffer(bytes.data(), bytes.size());
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      buffer->recv(r, kGoodbyeSlot, std::size_t(r), 1);
+      buffer->send(r, kGoodbyeSlot, std::size_t(rank_), 1);
+    }
+    for (int i = 1; i < size_; ++i) buffer->waitRecv(nullptr, left());
+    for (int i = 1; i < size_; ++i) buffer->waitSend(nullptr, left());
+  } catch (const std::exception&) {
+    // A peer gone or late; a wait that timed out has closed every pair already (Gloo's doing).
+  }
+  close();
 }
 
 }  // namespace gradsync::gloo

@@ -5,6 +5,7 @@
 //   ::gloo::allreduce(opts_on(mesh.context()));
 //   int peer = mesh.peer_named_in(gloo_message);        // -1 if no rank's address is in it
 //   mesh.close();                                       // every pair, at once, from any thread
+//   mesh.close_after_peers(grace);                      // after every rank's last collective
 //
 // Joining: each rank publishes the addresses of its pairs under "<store_prefix>/" (through
 // GlooStore, allreduce/gloo/gloo_store.h) and every pair of ranks connects; then the local
@@ -51,6 +52,15 @@ class GlooMesh {
   // pair closure") and closes the sockets, so that every peer reads end-of-file and fails at
   // once. Never waits on a peer; idempotent; from any thread.
   void close();
+
+  // The orderly end, when this rank's collectives all completed: says goodbye to every peer and
+  // waits, up to `within`, for every peer's goodbye, then close(). Without it a rank that
+  // finishes its last collective first closes while a peer's final receive has arrived but not
+  // yet been collected, and Gloo's waits (tcp Buffer, UnboundBuffer) check the pair's error
+  // before their completions: that peer fails a collective that succeeded. A peer that never says
+  // goodbye (busy elsewhere, or gone) costs at most `within`. Never throws. Only from the thread
+  // that runs the collectives, or when none runs.
+  void close_after_peers(std::chrono::milliseconds within);
 
  private:
   // What the errors say about another rank.

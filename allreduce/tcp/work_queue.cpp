@@ -103,6 +103,11 @@ void WorkQueue::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool WorkQueue::settled() {
+  std::lock_guard lock(mutex_);
+  return queue_.empty() && !running_ && !failure_;
+}
+
 void WorkQueue::run() {
   std::unique_lock lock(mutex_);
   while (true) {
@@ -120,6 +125,7 @@ void WorkQueue::run() {
                                         " never ran: the communicator was destroyed")));
       continue;
     }
+    running_ = true;
     lock.unlock();
     work->mark_started();
     std::exception_ptr error;
@@ -129,6 +135,7 @@ void WorkQueue::run() {
       error = std::current_exception();
     }
     lock.lock();
+    running_ = false;
     if (error) failure_ = error;
     // Complete after recording the failure: a caller that sees this Work fail and issues again
     // must get the same error, not a fresh attempt.

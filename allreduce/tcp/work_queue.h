@@ -82,6 +82,9 @@ class WorkQueue {
   std::shared_ptr<Work> submit(const std::string& description, Task task);
   void stop();
 
+  // Every task issued has completed, and none failed: the communicator may end in order.
+  bool settled();
+
  private:
   void run();
 
@@ -93,6 +96,7 @@ class WorkQueue {
   std::deque<std::pair<std::shared_ptr<RingWork>, Task>> queue_;
   std::uint64_t issued_ = 0;
   bool stopping_ = false;
+  bool running_ = false;  // a task is running on the thread
   std::exception_ptr failure_;
   std::thread thread_;  // last: starts after every member above exists
 };
