@@ -7,6 +7,7 @@
 #include "bench/sprint.h"
 #include "common/error.h"
 #include "launch/launcher.h"
+#include "launch/local_port.h"
 #include "launch/mpirun_command.h"
 
 namespace gradsync {

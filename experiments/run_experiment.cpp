@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/progress.h"
 #include "launch/launcher.h"
+#include "launch/local_port.h"
 #include "launch/mpirun_command.h"
 #include "launch/namespace_network.h"
 #include "model/data_loader.h"

@@ -1,11 +1,8 @@
 #include "launch/launcher.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -325,24 +322,6 @@ std::string current_executable() {
   const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) throw Error("cannot find the gradsync executable: " + ec.message());
   return path.string();
-}
-
-int free_local_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw Error(std::string("socket: ") + strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int saved = errno;
-    close(fd);
-    throw Error(std::string("cannot find a free port on 127.0.0.1: ") + strerror(saved));
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace gradsync

@@ -61,7 +61,4 @@ class InterruptGuard {
 // The path of the running executable (/proc/self/exe), to start `gradsync worker` children.
 std::string current_executable();
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close).
-int free_local_port();
-
 }  // namespace gradsync

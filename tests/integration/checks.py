@@ -131,3 +131,31 @@ def last_step_params(check, run_dir, steps):
     step, params = load_checkpoint(os.path.join(run_dir, "checkpoints", f"step-{steps:08d}"))
     check(step == steps, f"{run_dir}: the last checkpoint is of step {steps}, found {step}")
     return params
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 for a child to listen on, as gradsync picks one
+    (launch/local_port.h): drawn outside the kernel's ephemeral range, which every outgoing
+    connection takes its source port from, and checked free by binding it."""
+    import random
+    import socket
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first, last = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        first, last = 32768, 60999
+    if first - 10000 >= 1000:
+        low, high = 10000, first - 1
+    elif 65535 - last >= 1000:
+        low, high = last + 1, 65535
+    else:
+        low, high = 1024, 65535
+    for _ in range(200):
+        port = random.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port on 127.0.0.1 in {low}..{high} after 200 tries")

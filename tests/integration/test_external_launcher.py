@@ -8,13 +8,12 @@ started apart."""
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import Checks
+from checks import Checks, free_port
 
 gradsync = sys.argv[1]
 check = Checks()
@@ -32,11 +31,6 @@ runs:
 STEPS, WORKERS = 40, 2  # as CONFIG says
 PS_CONFIG = CONFIG.replace("strategy: allreduce", "strategy: ps\nps: {servers: 1, mode: sync}")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_by_hand(config_text, label, late):

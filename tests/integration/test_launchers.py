@@ -14,12 +14,11 @@ same preset and world size within 1e-5, and metrics.csv holds one row per rank p
 import csv
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 
-from checks import Checks, last_step_params, max_rel_diff
+from checks import Checks, last_step_params, max_rel_diff, free_port
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 DEBIAN_PYTHON = "/usr/bin/python3"  # torch is Debian's python3-torch, not any python3 on PATH
@@ -33,11 +32,6 @@ for tool, found in [("torchrun (Debian's python3-torch)",
     if not found:
         sys.exit(f"test_launchers: {tool} is not installed (scripts/install-deps.sh installs it)")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ok(label, argv, timeout=240, env=None):

@@ -5,14 +5,13 @@ names the shard, and the shard keeps running."""
 import json
 import os
 import re
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import Checks
+from checks import Checks, free_port
 
 gradsync = sys.argv[1]
 check = Checks()
@@ -52,9 +51,7 @@ with tempfile.TemporaryDirectory() as tmp:
         check(json.load(open(os.path.join(run_dir, "summary.json")))["steps"] == 30, "30 steps")
 
     # A live shard holding the good key; a worker holding the other key tries to join.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     # The shard fails on its own comm.timeout_s after it starts if no worker says HELLO: 30 s
     # (from the preset) keeps it serving however slowly the intruder starts on a loaded machine.
     config = os.path.join(run_dir, "config.yaml")

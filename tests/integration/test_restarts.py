@@ -12,24 +12,18 @@ import collections
 import csv
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import Checks, last_step_params, children_of, max_rel_diff
+from checks import Checks, last_step_params, children_of, max_rel_diff, free_port
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 DEBIAN_PYTHON = "/usr/bin/python3"
 STEPS, WORKERS, KILL_AFTER = 100, 2, 30  # as the preset says; kill once step 30 is logged
 check = Checks()
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_pids(ancestor, rank):

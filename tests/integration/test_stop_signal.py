@@ -8,23 +8,17 @@ import csv
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import Checks, last_step_params, load_checkpoint, max_rel_diff
+from checks import Checks, last_step_params, load_checkpoint, max_rel_diff, free_port
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 STEPS, WORKERS, SIGNAL_AFTER = 100, 2, 30  # as the preset says
 check = Checks()
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_ranks(out, *extra):
