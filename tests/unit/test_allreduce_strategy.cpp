@@ -10,6 +10,7 @@
 #include "model/synthetic_data.h"
 #include "strategies/allreduce/allreduce_strategy.h"
 #include "tests/support/compare.h"
+#include "tests/support/digesting_strategy.h"
 #include "tests/support/training.h"
 #include "worker/in_process.h"
 #include "worker/worker_loop.h"
@@ -17,6 +18,7 @@
 namespace {
 
 using gradsync::LoopResult;
+using gradsync::testing::DigestingStrategy;
 
 const gradsync::TrainTest& data() { return gradsync::testing::synthetic_data(); }
 
@@ -33,42 +35,6 @@ struct RankRun {
   std::string algorithm = "default";
   // When set, each rank records a digest of its parameters after every step: [rank][step].
   std::vector<std::vector<std::uint64_t>>* digests = nullptr;
-};
-
-// FNV-1a over the parameters' bytes: equal digests, bitwise equal parameters (in practice).
-std::uint64_t digest(std::span<const float> params) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (const auto byte : std::as_bytes(params)) {
-    h = (h ^ static_cast<std::uint8_t>(byte)) * 1099511628211ull;
-  }
-  return h;
-}
-
-// The strategy under test, recording a digest of the parameters after each synchronize().
-class DigestingStrategy final : public gradsync::SyncStrategy {
- public:
-  DigestingStrategy(gradsync::SyncStrategy& inner, std::vector<std::uint64_t>& out)
-      : inner_(inner), out_(out) {}
-  std::string_view name() const override { return inner_.name(); }
-  int rank() const override { return inner_.rank(); }
-  void init(std::span<float> params) override { inner_.init(params); }
-  void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override {
-    inner_.gradient_ready(grads, begin, end);
-  }
-  void synchronize(std::span<float> grads, std::span<float> params) override {
-    inner_.synchronize(grads, params);
-    out_.push_back(digest(params));
-  }
-  void finish(std::span<float> grads, std::span<float> params) override {
-    inner_.finish(grads, params);
-  }
-  gradsync::StepStats last_step_stats() const override { return inner_.last_step_stats(); }
-  gradsync::Optimizer* optimizer() override { return inner_.optimizer(); }
-  void abort(const std::string& reason) override { inner_.abort(reason); }
-
- private:
-  gradsync::SyncStrategy& inner_;
-  std::vector<std::uint64_t>& out_;
 };
 
 // N ranks as N threads, each with its own model, sampler and TcpRing over loopback: the same
