@@ -172,6 +172,9 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
                             {"MASTER_ADDR", host_of(shards)},
                             {"MASTER_PORT", port},
                             {kOriginEnv, std::to_string(origin_ns)}}});
+      // The shards drop a worker that dies or stops, and serve the others (async and ssp).
+      processes.back().expendable =
+          config.strategy == "ps" && config.ps.continue_without_dead_workers;
     }
   }
   if (network) {

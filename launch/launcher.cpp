@@ -236,6 +236,8 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
   std::optional<Stopwatch> terminating;  // since the first failure or an interrupt
   std::optional<Stopwatch> killed;       // since SIGKILL
   std::optional<Stopwatch> draining;     // since the last process exited
+  std::optional<Stopwatch> leftover;     // since only expendable processes are left running
+  bool abandoned = false;                // expendable leftovers killed: not a failure
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Child*> owners;
@@ -269,7 +271,10 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
       int status = 0;
       if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
         c.status = status;
-        if (failed(status) && !terminating) {
+        if (failed(status) && !terminating && c.spec->expendable) {
+          std::fprintf(stderr, "gradsync: %s (pid %d) %s; the run goes on without it\n",
+                       c.spec->name.c_str(), int(c.pid), describe_status(status).c_str());
+        } else if (failed(status) && !terminating) {
           culprit = &c;
           terminating.emplace();
           signal_all(children, SIGTERM);
@@ -289,6 +294,26 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     }
     if (!polled) usleep(20000);  // outputs closed, processes still exiting, no pidfds
     const double grace = std::chrono::duration<double>(options.grace).count();
+    // Only expendable processes left, the others all done: they had `grace` to finish too.
+    const bool only_expendable_left = std::all_of(children.begin(), children.end(), [](auto& c) {
+      return c.status || c.spec->expendable;
+    });
+    if (!terminating && only_expendable_left) {
+      if (!leftover) leftover.emplace();
+      if (leftover->seconds() > grace) {
+        for (Child& c : children) {
+          if (c.status) continue;
+          std::fprintf(stderr,
+                       "gradsync: %s (pid %d) still running %s after every other process "
+                       "finished (stopped or hung; the run went on without it): killed\n",
+                       c.spec->name.c_str(), int(c.pid), seconds_text(options.grace).c_str());
+          kill(c.pid, SIGKILL);
+          abandoned = true;
+        }
+        terminating.emplace();
+        killed.emplace();
+      }
+    }
     if (terminating && !killed && terminating->seconds() > grace) {
       signal_all(children, SIGKILL);
       killed.emplace();
@@ -311,7 +336,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     throw Error(cause() + "; stopped the other " + std::to_string(children.size() - 1) +
                 " process(es)");
   }
-  if (terminating) {
+  if (terminating && !abandoned) {
     throw Interrupted(interrupted_by, cause() + "; stopped the " + std::to_string(children.size()) +
                                           " process(es)");
   }

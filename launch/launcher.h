@@ -2,9 +2,9 @@
 // their output line by line with a "[rank R] " prefix, and tears everything down when one
 // fails.
 //
-// Guarantees: when any process exits non-zero or is killed, every other process is sent
-// SIGTERM, then SIGKILL after `grace`; launch() then throws gradsync::Error naming the first
-// process that failed and its exit code (with the last line it printed: its one-line error) or
+// Guarantees: when any process exits non-zero or is killed (unless it is expendable, see
+// ProcessSpec), every other process is sent SIGTERM, then SIGKILL after `grace`; launch() then
+// throws gradsync::Error naming the first process that failed and its exit code (with the last line it printed: its one-line error) or
 // its signal. SIGINT or SIGTERM to the launcher stops the processes the same way, and launch()
 // throws "interrupted by SIGINT", so that the caller cleans up (network namespaces) instead of
 // dying with them. Children are tied to the launcher with PR_SET_PDEATHSIG, so even a launcher
@@ -33,6 +33,12 @@ struct ProcessSpec {
   // last line is boilerplate while the first rank's "gradsync: error:" line, or mpirun's
   // "noticed that process rank N ... signal 9", says what happened.
   std::vector<std::string> blame_markers{};
+  // A process the run can lose (a parameter-server worker under
+  // ps.continue_without_dead_workers: its shards drop it and serve the others). Its failure is
+  // said in one line and stops nothing; once every other process has exited successfully, an
+  // expendable one still running after `grace` (stopped, hung, or dropped while it slept) is
+  // killed and said to be, and launch() returns normally.
+  bool expendable = false;
 };
 
 struct LaunchOptions {

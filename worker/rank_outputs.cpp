@@ -157,11 +157,23 @@ RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
   std::vector<std::string> traces;
   for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
   merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+  // A worker the shards dropped (ps.continue_without_dead_workers) wrote no result: the
+  // summary is the others', and names it.
+  const bool may_drop = config.strategy == "ps" && config.ps.continue_without_dead_workers;
   std::vector<LoopResult> results;
+  std::vector<int> ranks, dropped;
   for (int r = 0; r < config.workers; ++r) {
     const std::string path = rank_result_path(run_dir, r);
+    if (may_drop && !fs::exists(path)) {
+      dropped.push_back(r);
+      continue;
+    }
     results.push_back(read_rank_result(path));
+    ranks.push_back(r);
     fs::remove(path);
+  }
+  if (results.empty()) {
+    throw Error(run_dir + ": no worker finished: every one was dropped (no rank*.json)");
   }
   std::vector<NodeTraffic> servers;
   for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
@@ -169,7 +181,8 @@ RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
     servers.push_back({"server " + std::to_string(k), read_server_traffic(path)});
     fs::remove(path);
   }
-  RunSummary summary = summarize(config, results.front().parameters, results, servers);
+  RunSummary summary = summarize(config, results.front().parameters, results, servers, ranks);
+  summary.dropped_workers = dropped;
   write_summary((fs::path(run_dir) / "summary.json").string(), summary);
   return summary;
 }

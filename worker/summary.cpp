@@ -44,8 +44,10 @@ StepStats less_waited(StepStats t, double waited) {
 
 RunSummary summarize(const Config& config, std::int64_t parameters,
                      const std::vector<LoopResult>& per_rank,
-                     const std::vector<NodeTraffic>& other_nodes) {
+                     const std::vector<NodeTraffic>& other_nodes,
+                     const std::vector<int>& ranks) {
   GRADSYNC_CHECK(!per_rank.empty(), "a run has at least one rank");
+  GRADSYNC_CHECK(ranks.empty() || ranks.size() == per_rank.size(), "a rank for every result");
   const LoopResult& lead = per_rank.front();
   RunSummary s;
   s.run = config.name;
@@ -93,7 +95,8 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
     if (bytes > s.busiest_bytes) {
       s.busiest_bytes = bytes;
       // dp's replicas are threads of one process, not ranks of a process group.
-      s.busiest_node = (config.strategy == "dp" ? "replica " : "rank ") + std::to_string(r);
+      s.busiest_node = (config.strategy == "dp" ? "replica " : "rank ") +
+                       std::to_string(ranks.empty() ? int(r) : ranks[r]);
     }
     s.mean_step.compute_s += t.compute_s;
     s.mean_step.communicate_s += t.communicate_s;
@@ -147,6 +150,7 @@ void write_summary(const std::string& path, const RunSummary& s) {
         {"communicate", s.mean_step.communicate_s},
         {"wait", s.mean_step.wait_s}}},
       {"collectives_per_step", s.collectives_per_step},
+      {"dropped_workers", s.dropped_workers},
       {"evals", evals},
   };
   write_file_atomically(path, j.dump(2) + "\n");
@@ -163,7 +167,11 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
     const double comm_share =
         step > 0 ? (s.mean_step.communicate_s + s.mean_step.wait_s) / step : 0;
     out += "| " + s.run + " | " + s.strategy + " | " + s.backend + " | " +
-           std::to_string(s.workers) + " | " + std::to_string(s.global_batch) + " | " +
+           std::to_string(s.workers) +
+           (s.dropped_workers.empty()
+                ? ""
+                : " (" + std::to_string(s.dropped_workers.size()) + " dropped)") +
+           " | " + std::to_string(s.global_batch) + " | " +
            format("%.0f", s.samples_per_s) + " | " +
            (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
            // A run without evaluations (a synthetic model) has no accuracy to show.

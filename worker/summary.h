@@ -35,6 +35,9 @@ struct RunSummary {
   // allreduce: collectives a step issued on rank 0 (its buckets, plus join's flag round), the
   // B the cost model's latency term counts; 0 for other strategies.
   double collectives_per_step = 0;
+  // ps.continue_without_dead_workers: the workers the run went on without (died or stopped);
+  // the figures above are the others'.
+  std::vector<int> dropped_workers;
 };
 
 // Bytes a node other than a worker moved over the run (a parameter-server shard).
@@ -44,10 +47,12 @@ struct NodeTraffic {
 };
 
 // Combines every rank's loop result; per_rank[0] must be rank 0's (it holds the evaluations).
-// `other_nodes` compete with the ranks for the busiest node.
+// `other_nodes` compete with the ranks for the busiest node. `ranks` names the rank of each
+// result where some are missing (dropped workers); empty, they are 0, 1, 2, ...
 RunSummary summarize(const Config& config, std::int64_t parameters,
                      const std::vector<LoopResult>& per_rank,
-                     const std::vector<NodeTraffic>& other_nodes = {});
+                     const std::vector<NodeTraffic>& other_nodes = {},
+                     const std::vector<int>& ranks = {});
 
 // Writes summary.json atomically (temporary file, then rename). Throws Error naming the path.
 void write_summary(const std::string& path, const RunSummary& summary);

@@ -1,7 +1,7 @@
 // The local launcher's teardown, on small shell processes: the first failure is named and
 // stops the others, even when another fails right after it; one that ignores SIGTERM is killed
 // after the grace; a background job that keeps a process's output open does not hold the launcher;
-// SIGINT stops them all.
+// SIGINT stops them all; an expendable process (a droppable ps worker) stops nothing.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -149,6 +149,40 @@ TEST_CASE("launcher: an ignored SIGINT stays ignored") {
   const auto [error, took] = timed_launch({shell("rank 0", "sleep 0.5; exit 0")}, 3000ms);
   interrupt.join();
   CHECK(error == "");  // the run finished as if nothing had been sent
+}
+
+TEST_CASE("launcher: an expendable process that fails stops nothing, and the run succeeds") {
+  ProcessSpec worker = shell("rank 1", "sleep 0.1; exit 5");
+  worker.expendable = true;
+  TempDir dir;
+  const std::string done = dir.file("done");
+  const auto [error, took] = timed_launch(
+      {shell("server 0", "sleep 0.6; touch " + done), worker, shell("rank 0", "sleep 0.4")},
+      3000ms);
+  CHECK(error == "");
+  // The server ran to its end: it was not stopped when the worker failed.
+  CHECK(std::filesystem::exists(done));
+  CHECK(took < 2.5);
+}
+
+TEST_CASE("launcher: an expendable process stopped (SIGSTOP) is killed once the others are done") {
+  ProcessSpec stopped = shell("rank 1", "kill -STOP $$; exit 0");
+  stopped.expendable = true;
+  const auto [error, took] =
+      timed_launch({shell("server 0", "sleep 0.3"), stopped, shell("rank 0", "sleep 0.2")}, 500ms);
+  CHECK(error == "");
+  CHECK(took >= 0.5);  // the others' end, then its grace
+  CHECK(took < 3.0);
+}
+
+TEST_CASE("launcher: a process that is not expendable still stops the expendable ones") {
+  ProcessSpec worker = shell("rank 1", "exec sleep 60");
+  worker.expendable = true;
+  const auto [error, took] =
+      timed_launch({shell("server 0", "sleep 0.2; exit 2"), worker}, 3000ms);
+  CHECK(error.starts_with("server 0 (pid "));
+  CHECK(error.ends_with(") exited with code 2; stopped the other 1 process(es)"));
+  CHECK(took < 2.5);
 }
 
 }  // namespace gradsync
