@@ -17,6 +17,7 @@
 #include "apps/worker_command.h"
 #include "common/error.h"
 #include "common/malloc_policy.h"
+#include "launch/failure_notes.h"
 
 int main(int argc, char** argv) {
   // Before any thread starts: ZeroMQ's receive buffers reuse freed pages (malloc_policy.h).
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     std::cerr << "gradsync: error: " << e.what() << "\n";
     return 128 + e.signal();  // as a shell reports a command the signal ended
   } catch (const std::exception& e) {
+    gradsync::note_failure(e.what());  // for the launcher: when this process failed, and why
     std::cerr << "gradsync: error: " << e.what() << "\n";
     return 1;
   }

@@ -187,7 +187,9 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   try {
     for (int restart = 1;; ++restart) {
       try {
-        launch(processes, LaunchOptions{});
+        LaunchOptions launch_options;
+        launch_options.failure_dir = (fs::path(run_dir) / "failures").string();
+        launch(processes, launch_options);
         break;
       } catch (const Interrupted&) {
         throw;  // the user stopped it: not a failure to restart after

@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/stopwatch.h"
 #include "launch/child_process.h"
+#include "launch/failure_notes.h"
 
 namespace gradsync {
 namespace {
@@ -34,6 +35,7 @@ struct Child {
   std::string last_line;  // the last line it printed (see note_line): a gradsync's error
   std::vector<std::string> marked;  // per blame marker, the first line holding it
   std::optional<int> status;
+  std::int64_t exited_ns = 0;  // when the launcher saw it exit (failure_notes.h's clock)
 };
 
 std::string describe_status(int status) {
@@ -109,7 +111,7 @@ Child start(const ProcessSpec& spec) {
   // fail is named, not the lowest rank among those found dead at the next sweep. Without
   // pidfds (Linux before 5.3) the 50 ms sweep alone finds exits.
   const int exit_fd = static_cast<int>(syscall(SYS_pidfd_open, child.pid, 0));
-  return Child{&spec, child.pid, child.output, exit_fd, {}, {}, {}, std::nullopt};
+  return Child{&spec, child.pid, child.output, exit_fd, {}, {}, {}, std::nullopt, 0};
 }
 
 // Keeps the lines a failure may quote: the last that says something (mpirun frames its
@@ -181,6 +183,55 @@ struct ExitFdCloser {
   }
 };
 
+// An empty folder for this launch's notes: a restart's must not read the attempt before's.
+void prepare_failure_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create the failure notes' folder: " + ec.message());
+}
+
+struct FailureOrder {
+  const Child* first;  // the process that failed first
+  std::string note;    // its note's message, if it left one
+  std::string after;   // "; then rank 0 (+0.31 s), rank 2 (+0.4 s) failed after it" or ""
+};
+
+// Orders the failed processes by when they failed: a note's time, or for a process that left
+// none (killed by a signal, crashed) the moment its exit was seen. Those that failed because
+// the launcher stopped them (its SIGTERM: they exit "interrupted", which leaves no note) are not
+// listed; the others are, by how long after the first they failed.
+FailureOrder order_failures(const std::vector<Child>& children, const Child& exit_first,
+                            const std::string& dir) {
+  const std::vector<FailureNote> notes = read_failure_notes(dir);
+  struct Failure {
+    const Child* child;
+    std::int64_t ns;
+    std::string note;
+  };
+  std::vector<Failure> failures;
+  for (const Child& c : children) {
+    if (!c.status || !failed(*c.status)) continue;
+    const auto note = std::find_if(notes.begin(), notes.end(),
+                                   [&](const FailureNote& n) { return n.name == c.spec->name; });
+    if (note != notes.end()) {
+      failures.push_back({&c, note->unix_ns, note->message});
+    } else if (&c == &exit_first) {
+      failures.push_back({&c, c.exited_ns, ""});  // said nothing: its exit is its failure
+    }
+  }
+  std::sort(failures.begin(), failures.end(),
+            [](const Failure& a, const Failure& b) { return a.ns < b.ns; });
+  if (failures.empty()) return {&exit_first, "", ""};
+  std::string after;
+  for (std::size_t i = 1; i < failures.size(); ++i) {
+    after += (after.empty() ? "; then " : ", ") + failures[i].child->spec->name + " (+" +
+             seconds_text(std::chrono::nanoseconds(failures[i].ns - failures[0].ns)) + ")";
+  }
+  if (!after.empty()) after += " failed after it";
+  return {failures[0].child, failures[0].note, after};
+}
+
 void signal_all(std::vector<Child>& children, int sig) {
   for (Child& c : children) {
     if (!c.status) kill(c.pid, sig);
@@ -202,8 +253,17 @@ InterruptGuard::~InterruptGuard() {
   sigaction(SIGTERM, &old_term_, nullptr);
 }
 
-void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& options) {
+void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options) {
   const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below
+  // The children's specs, with where to leave a failure note and under which name.
+  std::vector<ProcessSpec> processes = given;
+  if (!options.failure_dir.empty()) {
+    prepare_failure_dir(options.failure_dir);
+    for (ProcessSpec& spec : processes) {
+      spec.env.emplace_back(kFailureDirEnv, options.failure_dir);
+      spec.env.emplace_back(kProcessNameEnv, spec.name);
+    }
+  }
   std::vector<Child> children;
   children.reserve(processes.size());
   const ExitFdCloser closer{children};
@@ -220,13 +280,20 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
 
   // Why the processes are being stopped: the process that failed first, or the signal.
   const Child* culprit = nullptr;
+  std::string culprit_note;  // its failure note, once the notes are read
   std::string interrupt;
   int interrupted_by = 0;
   // Said at the end, when the culprit's last words have been read: its exit and its error line.
   auto cause = [&] {
     if (culprit == nullptr) return interrupt;
-    std::string text = culprit->spec->name + " (pid " + std::to_string(culprit->pid) + ") " +
-                       describe_status(*culprit->status);
+    const std::string who = culprit->spec->name + " (pid " + std::to_string(culprit->pid) + ")";
+    // One stopped by the teardown after it failed (still writing its trace, say) is named by
+    // its note: the exit says only how the teardown ended it.
+    if (!WIFEXITED(*culprit->status) && !culprit_note.empty()) {
+      return who + " failed first: " + culprit_note + " (then " +
+             describe_status(*culprit->status) + ")";
+    }
+    std::string text = who + " " + describe_status(*culprit->status);
     // A process that exits with an error says why last; one killed by a signal said nothing.
     if (WIFEXITED(*culprit->status) && !quoted_line(*culprit).empty()) {
       text += " (last said: " + quoted_line(*culprit) + ")";
@@ -271,6 +338,7 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
       int status = 0;
       if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
         c.status = status;
+        c.exited_ns = unix_now_ns();
         if (failed(status) && !terminating && c.spec->expendable) {
           std::fprintf(stderr, "gradsync: %s (pid %d) %s; the run goes on without it\n",
                        c.spec->name.c_str(), int(c.pid), describe_status(status).c_str());
@@ -333,12 +401,24 @@ void launch(const std::vector<ProcessSpec>& processes, const LaunchOptions& opti
     }
   }
   if (culprit != nullptr) {
-    throw Error(cause() + "; stopped the other " + std::to_string(children.size() - 1) +
+    std::string after;
+    if (!options.failure_dir.empty()) {
+      const FailureOrder order = order_failures(children, *culprit, options.failure_dir);
+      culprit = order.first;
+      culprit_note = order.note;
+      after = order.after;
+    }
+    throw Error(cause() + after + "; stopped the other " + std::to_string(children.size() - 1) +
                 " process(es)");
   }
   if (terminating && !abandoned) {
     throw Interrupted(interrupted_by, cause() + "; stopped the " + std::to_string(children.size()) +
                                           " process(es)");
+  }
+  // A run without failures leaves no empty notes' folder behind.
+  if (!options.failure_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(options.failure_dir, ec);  // only when empty
   }
 }
 
