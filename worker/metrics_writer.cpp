@@ -1,7 +1,11 @@
 #include "worker/metrics_writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -17,44 +21,65 @@ constexpr char kHeader[] =
     "staleness\n";
 
 // Captures errno before anything else can overwrite it.
-[[noreturn]] void throw_io_error(const std::string& path, const char* what) {
-  const int saved = errno;
-  throw Error(path + ": " + what + ": " + std::strerror(saved));
+[[noreturn]] void throw_io_error(const std::string& path, const char* what, int error = errno) {
+  throw Error(path + ": " + what + ": " + std::strerror(error));
+}
+
+// Appends `text` to `fd` (O_APPEND) in one write(2), whole or not at all: a short write (a full
+// disk mid-row) is cut off again, so that no reader ever sees half a row.
+void append_whole(int fd, const std::string& text, const std::string& path, const char* what) {
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  if (n == static_cast<ssize_t>(text.size())) return;
+  const int error = n < 0 ? errno : ENOSPC;  // a short write is the disk running out
+  if (n > 0) {
+    // O_APPEND put our bytes at the end: the offset after them, less what was written.
+    const off_t end = ::lseek(fd, 0, SEEK_CUR);
+    if (end >= n) (void)::ftruncate(fd, end - n);
+  }
+  throw_io_error(path, what, error);
 }
 
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
-  if (mode == Mode::kCreate) {
-    std::FILE* header = std::fopen(path_.c_str(), "w");
-    if (header == nullptr) throw_io_error(path_, "cannot create metrics file");
-    // Writing the header now surfaces a full disk (or /dev/full) at construction, not mid-run.
-    const bool written = std::fputs(kHeader, header) >= 0;
-    if (std::fclose(header) != 0 || !written) throw_io_error(path_, "cannot write metrics header");
-  }
   // Always append: several writers (rank processes) share the file, and a writer at its own
   // offset would overwrite the rows the others appended.
-  file_ = std::fopen(path_.c_str(), "a");
-  if (file_ == nullptr) throw_io_error(path_, "cannot open metrics file");
+  const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | (mode == Mode::kCreate ? O_CREAT | O_TRUNC : 0);
+  fd_ = ::open(path_.c_str(), flags, 0644);
+  if (fd_ < 0) {
+    throw_io_error(path_, mode == Mode::kCreate ? "cannot create metrics file"
+                                                : "cannot open metrics file");
+  }
+  if (mode == Mode::kCreate) {
+    // Writing the header now surfaces a full disk (or /dev/full) at construction, not mid-run.
+    try {
+      append_whole(fd_, kHeader, path_, "cannot write metrics header");
+    } catch (...) {
+      ::close(fd_);
+      throw;
+    }
+  }
 }
 
 MetricsWriter::~MetricsWriter() {
-  // Every row was already flushed, so a failing close loses nothing worth throwing for.
-  if (file_ != nullptr) std::fclose(file_);
+  // Every row is in the file already (no user-space buffer), so closing loses nothing.
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsWriter::write(const MetricsRow& row) {
   const StepStats& s = row.stats;
-  std::lock_guard<std::mutex> lock(mutex_);
-  // One fprintf per row under the lock keeps rows from different threads whole. %.9g keeps
-  // phase times (us..s) exact enough and time_s to 10 us even in hour-long runs.
-  const int n = std::fprintf(
-      file_,
+  // %.9g keeps phase times (us..s) exact enough and time_s to 10 us even in hour-long runs.
+  char text[512];
+  const int n = std::snprintf(
+      text, sizeof text,
       "%" PRId64 ",%d,%" PRId64 ",%.9g,%.6g,%.9g,%.9g,%.9g,%" PRIu64 ",%" PRIu64 ",%" PRIu32 "\n",
       row.step, row.rank, row.epoch, row.time_s, row.loss, s.compute_s, s.communicate_s, s.wait_s,
       s.bytes_sent, s.bytes_received, s.staleness);
-  // Flush per row: a run that crashes later still leaves every finished step on disk.
-  if (n < 0 || std::fflush(file_) != 0) throw_io_error(path_, "cannot write metrics row");
+  GRADSYNC_CHECK(n > 0 && n < int(sizeof text), "a metrics row fits its buffer");
+  // One write per row under the lock keeps rows from different threads whole, and it goes to
+  // the kernel at once: a run that crashes later still leaves every finished step on disk.
+  std::lock_guard<std::mutex> lock(mutex_);
+  append_whole(fd_, std::string(text, std::size_t(n)), path_, "cannot write metrics row");
 }
 
 void keep_rows_before(const std::string& path, std::int64_t step) {

@@ -9,10 +9,11 @@
 // the file is opened O_APPEND and every row leaves in one write(2), so rank processes can
 // append to the one metrics.csv the launcher created without tearing each other's rows. Throws
 // gradsync::Error naming the path when the file cannot be created or a write fails (disk full).
+// Rows are whole or absent: a write the disk cut short is truncated away before the throw, so
+// the file ends with the last complete row.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -43,7 +44,7 @@ class MetricsWriter {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;  // O_APPEND
   std::mutex mutex_;
 };
 

@@ -1,5 +1,11 @@
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <iterator>
 
 #include <filesystem>
 #include <fstream>
@@ -156,6 +162,42 @@ TEST_CASE("metrics writer: an unwritable path throws naming the path") {
 TEST_CASE("metrics writer: a full disk throws at the first flush") {
   if (!fs::exists("/dev/full")) return;  // Linux only
   CHECK_THROWS_WITH_AS(MetricsWriter("/dev/full"), doctest::Contains("/dev/full"), Error);
+}
+
+TEST_CASE("metrics writer: a disk that fills mid-row leaves the rows before it whole") {
+  // RLIMIT_FSIZE cuts a write short at the limit, as a full disk does (then EFBIG, and SIGXFSZ,
+  // ignored here): in a child process, so the limit binds nothing else.
+  TempDir dir;
+  const std::string path = dir.file("metrics.csv");
+  const std::size_t header = std::string(kHeader).size() + 1;
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{header + 150, header + 150};  // room for one row and part of the next
+    setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      MetricsWriter writer(path);
+      for (int step = 1; step <= 100; ++step) writer.write({step, 0, 0, 0.5, 1.25, {}});
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      _exit(message.find(path + ": cannot write metrics row: ") == 0 ? 3 : 4);
+    }
+    _exit(5);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);  // it threw, naming the file
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.ends_with("\n"));  // no row cut short
+  const auto lines = read_lines(path);
+  REQUIRE(lines.size() >= 2);  // the header and at least one row
+  CHECK(lines.size() < 100);   // the limit did bite
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    CHECK(std::count(lines[i].begin(), lines[i].end(), ',') == 10);
+  }
 }
 
 TEST_CASE("metrics writer: a restart keeps the rows before its checkpoint, and no torn row") {
