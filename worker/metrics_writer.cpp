@@ -44,7 +44,10 @@ void append_whole(int fd, const std::string& text, const std::string& path, cons
 MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
   // Always append: several writers (rank processes) share the file, and a writer at its own
   // offset would overwrite the rows the others appended.
-  const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | (mode == Mode::kCreate ? O_CREAT | O_TRUNC : 0);
+  // kAppend creates a missing file too: under an external launcher a rank may get here before
+  // the one that writes the header.
+  const int flags =
+      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | (mode == Mode::kCreate ? O_TRUNC : 0);
   fd_ = ::open(path_.c_str(), flags, 0644);
   if (fd_ < 0) {
     throw_io_error(path_, mode == Mode::kCreate ? "cannot create metrics file"
