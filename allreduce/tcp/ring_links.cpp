@@ -1,6 +1,14 @@
 #include "allreduce/tcp/ring_links.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <iostream>
+#include <random>
+#include <utility>
 
 #include "common/error.h"
 
@@ -8,22 +16,94 @@ namespace gradsync::tcp {
 namespace {
 
 constexpr std::uint32_t kHelloMagic = 0x4f4c4548;  // "HELO" on the wire
-constexpr std::uint32_t kHelloVersion = 1;
+constexpr std::uint32_t kHelloVersion = 2;           // 2: with the ring's token
 
 struct Hello {
   std::uint32_t magic = kHelloMagic;
   std::uint32_t version = kHelloVersion;
   std::int32_t rank = 0;
   std::int32_t size = 0;
+  std::uint64_t token = 0;  // drawn by rank 0 for this ring (ring_token)
 };
+static_assert(sizeof(Hello) == 24, "a wire format");
 
 std::string ms_since(Clock::time_point start) {
   return std::to_string(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
+// How long an accepted connection has to say its hello before it is dropped as a stray: a rank
+// sends it right after connecting, and a stray that says nothing must not hold up the ring.
+constexpr auto kStrayHelloWait = std::chrono::seconds(2);
+
+// Rank 0 draws the ring's token and publishes it before its address; the others read it. Only
+// connections that present it are ranks of this ring: anything else that reaches a listener (a
+// port scanner, a stale rank of another job on the same port) is refused without blaming a rank.
+std::uint64_t ring_token(Store& store, const std::string& prefix, int rank,
+                         Clock::time_point start, Clock::time_point deadline) {
+  const std::string key = prefix + "/ring_token";
+  if (rank == 0) {
+    std::random_device seed;
+    const std::uint64_t token = (std::uint64_t(seed()) << 32) ^ seed();
+    store.set(key, std::to_string(token));
+    return token;
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  try {
+    return std::stoull(store.get(key, std::max(left, std::chrono::milliseconds(0))));
+  } catch (const TimeoutError&) {
+    throw TimeoutError(0, "no token", "ring setup",
+                       "rank " + std::to_string(rank) + " waited " + ms_since(start) +
+                           " ms for rank 0 to publish " + key + " (has it started?)");
+  }
+}
+
+// "127.0.0.1:40312", the far end of an accepted connection, for the refusal's line.
+std::string peer_address(const Socket& socket) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getpeername(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return "an unknown address";
+  }
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+  }
+  return format_endpoint(host, port);
+}
+
+// Why a hello is not one of this ring's ranks ("" when it is): for a connection we accepted,
+// that is a stray to refuse, not a rank to blame.
+std::string stranger(const Hello& hello, std::uint64_t token) {
+  if (hello.magic != kHelloMagic) return "not a gradsync ring peer";
+  if (hello.version != kHelloVersion) return "a gradsync ring peer of another version";
+  if (hello.token != token) return "a gradsync ring peer of another run";
+  return "";
+}
+
+// A rank of this ring, but not the neighbour expected, or of another world size: a real
+// misconfiguration (a stale address in the store), named.
+void check_neighbour(const Hello& hello, int rank, int size, int expected,
+                     const std::string& endpoint) {
+  const std::string me = "rank " + std::to_string(rank);
+  if (hello.rank != expected || hello.size != size) {
+    throw PeerError(expected, endpoint, "ring setup",
+                    me + " of " + std::to_string(size) + " expected rank " +
+                        std::to_string(expected) + " but reached rank " +
+                        std::to_string(hello.rank) + " of " + std::to_string(hello.size) +
+                        " (another job on the same store, or a stale address?)");
+  }
+}
+
 // Reads the peer's hello and checks that it is the neighbour we expect, in a world of our size.
-void expect_hello(const Socket& socket, int rank, int size, int expected,
+void expect_hello(const Socket& socket, int rank, int size, int expected, std::uint64_t token,
                   const std::string& endpoint, Clock::time_point deadline) {
   Hello hello;
   const IoResult r = recv_all(socket.fd(), &hello, sizeof(hello), deadline);
@@ -36,25 +116,19 @@ void expect_hello(const Socket& socket, int rank, int size, int expected,
     throw PeerError(expected, endpoint, "ring setup",
                     "connection closed before its hello (" + r.detail + ")");
   }
-  if (hello.magic != kHelloMagic || hello.version != kHelloVersion) {
+  if (const std::string why = stranger(hello, token); !why.empty()) {
     throw PeerError(expected, endpoint, "ring setup",
-                    me + " expected rank " + std::to_string(expected) +
-                        " but the peer is not a gradsync ring peer of this version");
+                    me + " expected rank " + std::to_string(expected) + " but reached " + why);
   }
-  if (hello.rank != expected || hello.size != size) {
-    throw PeerError(expected, endpoint, "ring setup",
-                    me + " of " + std::to_string(size) + " expected rank " +
-                        std::to_string(expected) + " but reached rank " +
-                        std::to_string(hello.rank) + " of " + std::to_string(hello.size) +
-                        " (another job on the same store, or a stale address?)");
-  }
+  check_neighbour(hello, rank, size, expected, endpoint);
 }
 
-void send_hello(const Socket& socket, int rank, int size, int peer, const std::string& endpoint,
-                Clock::time_point deadline) {
+void send_hello(const Socket& socket, int rank, int size, int peer, std::uint64_t token,
+                const std::string& endpoint, Clock::time_point deadline) {
   Hello hello;
   hello.rank = rank;
   hello.size = size;
+  hello.token = token;
   const IoResult r = send_all(socket.fd(), &hello, sizeof(hello), deadline);
   if (r.status != IoStatus::kOk) {
     throw PeerError(peer, endpoint, "ring setup", "cannot send the hello: " + r.detail);
@@ -75,6 +149,28 @@ std::string address_of(Store& store, const std::string& prefix, int rank, int pe
   }
 }
 
+// Accepts until a connection presents this ring's token, and returns it with its hello read
+// (checked by the caller: a rank of this ring with the wrong rank or size is an error to name).
+// Strays (no hello within kStrayHelloWait, closed, another program, version or run) are each
+// refused with one line on stderr and closed; the wait goes on until `deadline`.
+std::pair<Socket, Hello> accept_rank(const Socket& listener, int rank, std::uint64_t token,
+                                     Clock::time_point deadline) {
+  while (true) {
+    Socket socket = accept_until(listener, deadline);
+    if (!socket.valid()) return {Socket(), Hello{}};
+    Hello hello;
+    const IoResult r = recv_all(socket.fd(), &hello, sizeof(hello),
+                                std::min(deadline, Clock::now() + kStrayHelloWait));
+    const std::string why = r.status == IoStatus::kTimeout ? "sent no hello"
+                            : r.status == IoStatus::kClosed ? "closed before its hello"
+                                                             : stranger(hello, token);
+    if (why.empty()) return {std::move(socket), hello};
+    std::cerr << ("gradsync: rank " + std::to_string(rank) + ": refused a connection from " +
+                  peer_address(socket) + " during ring setup: " + why + "\n")
+              << std::flush;
+  }
+}
+
 }  // namespace
 
 RingLinks connect_ring(Store& store, int rank, int size, const TcpRingOptions& options,
@@ -83,6 +179,9 @@ RingLinks connect_ring(Store& store, int rank, int size, const TcpRingOptions& o
   const int right = (rank + 1) % size;
   const int left = (rank - 1 + size) % size;
   RingLinks links;
+
+  // 0. The ring's token: rank 0's, before any address, so a rank that has an address has it.
+  const std::uint64_t token = ring_token(store, options.store_prefix, rank, start, deadline);
 
   // 1. Listen first, then publish: whoever reads our address can connect at once.
   Socket listener = listen_on(options.bind_host, 0, kRingSocketBufferBytes);
@@ -103,22 +202,23 @@ RingLinks connect_ring(Store& store, int rank, int size, const TcpRingOptions& o
                            ms_since(start) + " ms (" + last_error + ")");
   }
   tune_socket(links.right.fd(), kRingSocketBufferBytes);
-  send_hello(links.right, rank, size, right, links.right_endpoint, deadline);
+  send_hello(links.right, rank, size, right, token, links.right_endpoint, deadline);
 
   // 3. Accept the left neighbour and check that it is who it should be, then confirm to it.
   links.left_endpoint = address_of(store, options.store_prefix, rank, left, start, deadline);
-  links.left = accept_until(listener, deadline);
+  auto [accepted, hello] = accept_rank(listener, rank, token, deadline);
+  links.left = std::move(accepted);
   if (!links.left.valid()) {
     throw TimeoutError(left, links.left_endpoint, "ring setup",
                        "rank " + std::to_string(rank) + " waited " + ms_since(start) +
                            " ms for rank " + std::to_string(left) + " to connect");
   }
   tune_socket(links.left.fd(), kRingSocketBufferBytes);
-  expect_hello(links.left, rank, size, left, links.left_endpoint, deadline);
-  send_hello(links.left, rank, size, left, links.left_endpoint, deadline);
+  check_neighbour(hello, rank, size, left, links.left_endpoint);
+  send_hello(links.left, rank, size, left, token, links.left_endpoint, deadline);
 
   // 4. The right neighbour's confirmation: it accepted us as its left neighbour.
-  expect_hello(links.right, rank, size, right, links.right_endpoint, deadline);
+  expect_hello(links.right, rank, size, right, token, links.right_endpoint, deadline);
 
   set_nonblocking(links.left.fd());
   set_nonblocking(links.right.fd());

@@ -243,3 +243,48 @@ TEST_CASE("tcp ring: a rank that aborts with a reason fails its neighbours namin
                        "device)") != std::string::npos);
   });
 }
+
+TEST_CASE("tcp ring: strays on a listener are refused and blame no rank; the ring still forms") {
+  // Rank 0 waits for rank 1 (its left neighbour of 2). Before rank 1 starts, three strays
+  // connect to rank 0's listener: one sends garbage, one another run's hello (another token),
+  // one nothing and closes. Each is refused; rank 0 accepts rank 1 and the ring works.
+  const int n = 2;
+  gradsync::InMemoryStore store;
+  const gradsync::TcpRingOptions options = ring_options(10s);
+  std::atomic<bool> strays_done{false};
+  run_ranks(n + 1, [&](int r) {
+    if (r == n) {  // the strays
+      const std::string address = store.get(options.store_prefix + "/addr/0", 10s);
+      std::string host;
+      int port = 0;
+      gradsync::tcp::parse_endpoint(address, host, port);
+      std::string error;
+      const auto deadline = Clock::now() + 5s;
+      {
+        auto garbage = gradsync::tcp::connect_with_retry(host, port, deadline, error);
+        const char text[] = "GET / HTTP/1.0\r\n\r\n....";  // 24 bytes: a hello's size
+        gradsync::tcp::send_all(garbage.fd(), text, 24, deadline);
+        std::this_thread::sleep_for(100ms);
+      }
+      {
+        // Another run's hello: magic "HELO", version 2, rank 1 of 2, another token.
+        auto other = gradsync::tcp::connect_with_retry(host, port, deadline, error);
+        const std::uint32_t hello[6] = {0x4f4c4548, 2, 1, 2, 12345, 678};
+        gradsync::tcp::send_all(other.fd(), hello, sizeof hello, deadline);
+        std::this_thread::sleep_for(100ms);
+      }
+      // Connects, says nothing, and closes.
+      gradsync::tcp::connect_with_retry(host, port, deadline, error);
+      std::this_thread::sleep_for(200ms);
+      strays_done = true;
+      return;
+    }
+    if (r == 1) {
+      while (!strays_done) std::this_thread::sleep_for(10ms);
+    }
+    auto comm = gradsync::make_tcp_ring(store, r, n, options);
+    std::vector<float> data = rank_data(r, 1000);
+    comm->allreduce(data, ReduceOp::kSum);
+    for (std::size_t i = 0; i < data.size(); i += 97) CHECK(data[i] == expected_sum(n, i));
+  });
+}
