@@ -191,6 +191,16 @@ void prepare_failure_dir(const std::string& dir) {
   if (ec) throw Error(dir + ": cannot create the failure notes' folder: " + ec.message());
 }
 
+// The notes are read once every process has ended; then their folder goes, however launch()
+// ends.
+struct FailureDirRemover {
+  const std::string& dir;
+  ~FailureDirRemover() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
 struct FailureOrder {
   const Child* first;  // the process that failed first
   std::string note;    // its note's message, if it left one
@@ -232,9 +242,13 @@ FailureOrder order_failures(const std::vector<Child>& children, const Child& exi
   return {failures[0].child, failures[0].note, after};
 }
 
+// SIGTERM goes with a SIGCONT, as service managers send it: a stopped process (SIGSTOP, a
+// debugger's) would otherwise hold its SIGTERM pending until the grace's SIGKILL.
 void signal_all(std::vector<Child>& children, int sig) {
   for (Child& c : children) {
-    if (!c.status) kill(c.pid, sig);
+    if (c.status) continue;
+    kill(c.pid, sig);
+    if (sig == SIGTERM) kill(c.pid, SIGCONT);
   }
 }
 
@@ -257,6 +271,7 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
   const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below
   // The children's specs, with where to leave a failure note and under which name.
   std::vector<ProcessSpec> processes = given;
+  const FailureDirRemover remover{options.failure_dir};
   if (!options.failure_dir.empty()) {
     prepare_failure_dir(options.failure_dir);
     for (ProcessSpec& spec : processes) {
@@ -414,11 +429,6 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
   if (terminating && !abandoned) {
     throw Interrupted(interrupted_by, cause() + "; stopped the " + std::to_string(children.size()) +
                                           " process(es)");
-  }
-  // A run without failures leaves no empty notes' folder behind.
-  if (!options.failure_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(options.failure_dir, ec);  // only when empty
   }
 }
 

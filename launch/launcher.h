@@ -43,8 +43,8 @@ struct ProcessSpec {
 
 struct LaunchOptions {
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
-  // Where the processes leave their failure notes (launch/failure_notes.h; created if missing,
-  // emptied first); empty: none. With notes, a failure names the process that failed first by
+  // Where the processes leave their failure notes (launch/failure_notes.h; created empty,
+  // removed when launch() returns or throws); empty: none. With notes, a failure names the process that failed first by
   // its note's time (or its exit's, for one killed without a word), not the first to exit, and
   // lists the processes that failed after it on their own.
   std::string failure_dir{};
