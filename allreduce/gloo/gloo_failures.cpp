@@ -1,5 +1,8 @@
 #include "allreduce/gloo/gloo_failures.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "allreduce/gloo/gloo_messages.h"
 #include "allreduce/gloo/gloo_waits.h"
 #include "common/error.h"
@@ -40,6 +43,27 @@ void GlooFailures::fail(tcp::RingWork& work, const std::exception& failure) {
     kind = "timeout";
     first = timed_out + " in " + operation + ", " + gloo;
     thrown = timeout_error(timed_out + " " + gloo);
+  } else if (is_gloo_timeout(gloo) && peer < 0 && mesh_) {
+    // Gloo's own collectives time out without naming the peer they waited for. Every rank
+    // still alive times out too, and says so, within about the same time: the ranks that say
+    // nothing within the grace period are the ones stopped or hung.
+    kind = "timeout";
+    first = timed_out + " in " + operation;
+    work.mark_failing();
+    publish(kind, first);
+    const std::vector<int> silent = silent_peers();
+    if (silent.empty()) {
+      thrown = timeout_error(timed_out + " (" + gloo + "); every rank reported a failure");
+    } else {
+      std::string names;
+      for (const int r : silent) {
+        names += (names.empty() ? "rank " : ", rank ") + std::to_string(r);
+      }
+      thrown = peer_error<TimeoutError>(
+          silent.front(), mesh_->endpoint(silent.front()), operation,
+          timed_out + " (" + gloo + "); " + names + " reported nothing within " +
+              seconds_text(grace_) + " (stopped or hung?)");
+    }
   } else if (is_gloo_timeout(gloo)) {
     kind = "timeout";
     first = timed_out + " waiting for " + (peer >= 0 ? them : "a peer") + " in " + operation;
@@ -84,6 +108,23 @@ void GlooFailures::publish(const std::string& kind, const std::string& first) {
   } catch (const std::exception&) {
     // No Store (rank 0's server gone): the peers say "reported no failure" instead.
   }
+}
+
+std::vector<int> GlooFailures::silent_peers() {
+  const auto deadline = std::chrono::steady_clock::now() + grace_;
+  std::vector<int> silent;
+  for (int r = 0; r < mesh_->size(); ++r) {
+    if (r == rank_) continue;
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
+    try {
+      store_.get(key(r), left);
+    } catch (const std::exception&) {
+      silent.push_back(r);  // no report by the deadline (or no Store: then every peer is)
+    }
+  }
+  return silent;
 }
 
 std::optional<GlooFailures::Report> GlooFailures::peer_report(int peer) {

@@ -22,6 +22,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "allreduce/gloo/gloo_header_check.h"
 #include "allreduce/gloo/gloo_mesh.h"
@@ -59,6 +60,8 @@ class GlooFailures {
   // What `peer` published, waiting up to the grace period for it: a peer publishes before it
   // closes its connections, except when Gloo closed them itself on a timeout a moment before.
   std::optional<Report> peer_report(int peer);
+  // The peers that publish no report within the grace period, lowest first.
+  std::vector<int> silent_peers();
   std::string key(int rank) const { return prefix_ + "/failed/" + std::to_string(rank); }
 
   Store& store_;

@@ -39,6 +39,7 @@ class GlooMesh {
   GlooMesh& operator=(const GlooMesh&) = delete;
 
   const std::shared_ptr<::gloo::Context>& context() const { return context_; }
+  int size() const { return size_; }
 
   // "ip:port" that `peer` listened on for us: the endpoint of our errors about it.
   const std::string& endpoint(int peer) const { return peers_[std::size_t(peer)].endpoint; }

@@ -1,0 +1,120 @@
+"""The fault matrix: each strategy run by `gradsync run` under each fault a user meets, with
+comm.timeout_s 2. Every cell must end within three times its timeout after the fault, with the
+last line naming the process at fault (or the disk), and leave no process behind. Prints the
+table: fault, strategy, expected name, named, seconds to end, orphans left.
+
+Faults: a worker killed with SIGKILL; a worker stopped with SIGSTOP (alive, silent); the
+parameter server's shard killed; the results disk full (a 256 KiB tmpfs: root only, else
+skipped and said).
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from checks import Checks, children_of, process_name, still_alive
+
+gradsync, preset = sys.argv[1], sys.argv[2]
+check = Checks()
+TIMEOUT_S = 2
+BOUND_S = 3 * TIMEOUT_S
+STRATEGIES = ["allreduce-tcp", "allreduce-gloo", "ps-sync", "ps-async"]
+
+
+def start(run, out):
+    return subprocess.Popen([gradsync, "run", preset, "--only", run, "--output", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(launcher, limit):
+    """(seconds until the launcher ended, its last stderr line); kills it past `limit`."""
+    began = time.time()
+    try:
+        _, err = launcher.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        _, err = launcher.communicate()
+    lines = err.strip().splitlines()
+    return time.time() - began, lines[-1] if lines else "", err
+
+
+def signal_cell(run, victim, sig):
+    """Starts `run`, sends `sig` to the process named `victim` 2 s into training; returns the
+    row's seconds, last line and leftovers."""
+    with tempfile.TemporaryDirectory() as out:
+        launcher = start(run, out)
+        expected = 3 if run.startswith("ps") else 2
+        procs, deadline = [], time.time() + 30
+        while len(procs) < expected and time.time() < deadline:
+            time.sleep(0.1)
+            procs = children_of(launcher.pid)
+        time.sleep(2)
+        pids = [p for p, args in procs if process_name(p, args) == victim]
+        if len(pids) != 1:
+            launcher.kill()
+            launcher.communicate()
+            return None, f"{victim} not found among {procs}", [], ""
+        os.kill(pids[0], sig)
+        took, last, err = finish(launcher, BOUND_S + 30)
+        time.sleep(0.3)
+        return took, last, still_alive(p for p, _ in procs), err
+
+
+def disk_full_cell(run):
+    """The run's results on a 256 KiB tmpfs, which metrics.csv fills within seconds."""
+    with tempfile.TemporaryDirectory() as out:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", out],
+                          capture_output=True).returncode != 0:
+            return None, "cannot mount a tmpfs (not root)", [], ""
+        try:
+            launcher = start(run, out)
+            procs = []
+            began = time.time()
+            while launcher.poll() is None and time.time() - began < 60:
+                procs = children_of(launcher.pid) or procs
+                time.sleep(0.1)
+            took, last, err = finish(launcher, 60)
+            time.sleep(0.3)
+            return time.time() - began, last, still_alive(p for p, _ in procs), err
+        finally:
+            subprocess.run(["umount", "-l", out], capture_output=True)
+
+
+cells = []
+for run in STRATEGIES:
+    worker = "worker 1" if run.startswith("ps") else "rank 1"
+    cells.append(("SIGKILL rank 1", run, "rank 1 (pid", lambda r=run: signal_cell(r, "rank 1",
+                                                                                 signal.SIGKILL)))
+    cells.append(("SIGSTOP rank 1", run, worker, lambda r=run: signal_cell(r, "rank 1",
+                                                                           signal.SIGSTOP)))
+    if run.startswith("ps"):
+        cells.append(("SIGKILL server 0", run, "server 0 (pid",
+                      lambda r=run: signal_cell(r, "server 0", signal.SIGKILL)))
+    cells.append(("disk full", run, "No space left on device", lambda r=run: disk_full_cell(r)))
+
+rows = []
+for fault, run, expected, cell in cells:
+    took, last, left, err = cell()
+    if took is None:
+        rows.append((fault, run, expected, "skipped: " + last, "-", "-"))
+        print(f"SKIP {fault} / {run}: {last}")
+        continue
+    named = expected in last
+    # A disk-full run is timed from its start: the moment the disk fills is the run's own.
+    bound = BOUND_S if fault != "disk full" else BOUND_S + 20
+    rows.append((fault, run, expected, "yes" if named else "NO", f"{took:.1f}", str(len(left))))
+    check(named, f"{fault} / {run}: the last line names {expected!r}: {last!r}")
+    check(took < bound, f"{fault} / {run}: ended {took:.1f} s after the fault (bound {bound} s)")
+    check(not left, f"{fault} / {run}: no process left behind: {left}")
+    if not named:
+        print(err[-3000:])
+
+print()
+print("| fault | strategy | expected name | named | seconds to end | orphans left |")
+print("|---|---|---|---|---:|---:|")
+for row in rows:
+    print("| " + " | ".join(row) + " |")
+print()
+check.finish()
