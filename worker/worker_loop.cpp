@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "launch/failure_notes.h"
 
 namespace gradsync {
 namespace {
@@ -149,6 +150,9 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
     strategy.finish(model.grads(), model.params());
   } catch (const std::exception& e) {
     model.set_grad_ready_callback(nullptr);
+    // Before the abort tells the peers (a ps worker's goodbye to its shards): the launcher
+    // orders failures by these notes, and this one is the cause of theirs.
+    note_failure(e.what());
     strategy.abort("rank " + std::to_string(rank) + " failed: " + e.what());
     throw;
   }

@@ -49,7 +49,13 @@ void GlooFailures::fail(tcp::RingWork& work, const std::exception& failure) {
     // nothing within the grace period are the ones stopped or hung.
     kind = "timeout";
     first = timed_out + " in " + operation;
-    work.mark_failing();
+    // If the reports cannot be read in time, it is the Store that did not answer: its host,
+    // rank 0, is the one stopped (the caller's wait then gives up with this error).
+    const int host = rank_ == 0 ? -1 : 0;
+    work.mark_failing(peer_error<TimeoutError>(
+        host, host == 0 ? mesh_->endpoint(0) : "", operation,
+        timed_out + " (" + gloo + "); the ranks' reports did not come in time (the Store, on "
+                                  "rank 0, did not answer: rank 0 stopped or hung?)"));
     publish(kind, first);
     const std::vector<int> silent = silent_peers();
     if (silent.empty()) {

@@ -161,7 +161,10 @@ class TcpRing final : public Communicator {
  private:
   using RingWork = tcp::RingWork;
 
-  milliseconds report_grace() const { return std::min(options_.timeout, milliseconds(2000)); }
+  // How long a timed-out rank reads the others' reports. The live ranks of a stuck collective
+  // started it within a step's skew of each other and time out as close together: half the
+  // timeout is ample, and keeps a run with a stopped rank ending within 3x its timeout.
+  milliseconds report_grace() const { return std::min(options_.timeout / 2, milliseconds(2000)); }
 
   template <typename Body>
   std::shared_ptr<Work> issue(RingOp op, std::size_t count, int root, Body body) {
@@ -287,14 +290,17 @@ void TcpRing::fail(RingWork& work, const LinkHeader& mine, const LinkFailure& fa
     case LinkFailure::Kind::kTimeout: {
       // Every live rank stuck in this collective times out about now: publish where we are,
       // then give the others a grace period to publish theirs.
-      work.mark_failing();
+      const std::string waited = me + " timed out after " +
+                                 std::to_string(options_.timeout.count()) + " ms waiting for " +
+                                 them + (failure.left ? " to send" : " to take its data");
+      work.mark_failing(std::make_exception_ptr(TimeoutError(
+          peer, endpoint, operation,
+          waited + "; the ranks' reports did not come in time (the Store, on rank 0, did not "
+                   "answer)")));
       reports_.publish_report(started_, finished_);
       const std::string reports = reports_.collect_reports(started_, finished_, report_grace());
-      error = std::make_exception_ptr(TimeoutError(
-          peer, endpoint, operation,
-          me + " timed out after " + std::to_string(options_.timeout.count()) + " ms waiting for " +
-              them + (failure.left ? " to send" : " to take its data") +
-              "; last started/finished: " + reports));
+      error = std::make_exception_ptr(
+          TimeoutError(peer, endpoint, operation, waited + "; last started/finished: " + reports));
       break;
     }
   }

@@ -30,9 +30,13 @@ void RingWork::wait(std::chrono::milliseconds timeout) {
     const bool own_error_due =
         state_ == State::kFailing ||
         (state_ == State::kRunning && started_ + comm_timeout_ <= deadline + kOwnDeadlineSlack);
+    // The slack: for the failing rank's own last steps (closing, publishing); a quarter of the
+    // timeout at most, so that short timeouts stay short.
+    const auto slack = std::min<Clock::duration>(std::chrono::seconds(1), comm_timeout_ / 4);
     const auto own_error_by =
-        std::max(started_ + comm_timeout_, Clock::now()) + report_grace_ + std::chrono::seconds(1);
+        std::max(started_ + comm_timeout_, Clock::now()) + report_grace_ + slack;
     if (!own_error_due || !done_.wait_until(lock, own_error_by, done)) {
+      if (provisional_) std::rethrow_exception(provisional_);
       throw TimeoutError(rank_, "this process", what_,
                          "wait gave up after " + std::to_string(timeout.count()) +
                              " ms; the collective is still " +
@@ -53,9 +57,10 @@ void RingWork::mark_started() {
   started_ = Clock::now();
 }
 
-void RingWork::mark_failing() {
+void RingWork::mark_failing(std::exception_ptr provisional) {
   std::lock_guard lock(mutex_);
   state_ = State::kFailing;
+  provisional_ = std::move(provisional);
 }
 
 void RingWork::finish(std::exception_ptr error) {

@@ -49,7 +49,10 @@ class RingWork final : public Work {
 
   // Called on the queue's thread only.
   void mark_started();
-  void mark_failing();  // the collective timed out and is collecting the ranks' reports
+  // The collective timed out and is collecting the ranks' reports. `provisional`, when given,
+  // is its error as far as it is known now (the rank it waited for): a wait() that gives up
+  // before the reports are in (the Store's host stopped) throws it rather than "gave up".
+  void mark_failing(std::exception_ptr provisional = nullptr);
   void finish(std::exception_ptr error);
 
  private:
@@ -65,6 +68,7 @@ class RingWork final : public Work {
   State state_ = State::kQueued;
   Clock::time_point started_;
   std::exception_ptr error_;
+  std::exception_ptr provisional_;
 };
 
 class WorkQueue {

@@ -1,10 +1,10 @@
 """The fault matrix: each strategy run by `gradsync run` under each fault a user meets, with
-comm.timeout_s 2. Every cell must end within three times its timeout after the fault, with the
+comm.timeout_s 3. Every cell must end within three times its timeout after the fault, with the
 last line naming the process at fault (or the disk), and leave no process behind. Prints the
 table: fault, strategy, expected name, named, seconds to end, orphans left.
 
-Faults: a worker killed with SIGKILL; a worker stopped with SIGSTOP (alive, silent); the
-parameter server's shard killed; the results disk full (a 256 KiB tmpfs: root only, else
+Faults: a worker killed with SIGKILL; a worker stopped with SIGSTOP (alive, silent), rank 0
+too, which hosts the rendezvous store; the parameter server's shard killed; the results disk full (a 256 KiB tmpfs: root only, else
 skipped and said).
 """
 import os
@@ -18,7 +18,7 @@ from checks import Checks, children_of, process_name, still_alive
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
-TIMEOUT_S = 2
+TIMEOUT_S = 3
 BOUND_S = 3 * TIMEOUT_S
 STRATEGIES = ["allreduce-tcp", "allreduce-gloo", "ps-sync", "ps-async"]
 
@@ -89,6 +89,10 @@ for run in STRATEGIES:
                                                                                  signal.SIGKILL)))
     cells.append(("SIGSTOP rank 1", run, worker, lambda r=run: signal_cell(r, "rank 1",
                                                                            signal.SIGSTOP)))
+    if run.startswith("allreduce"):
+        # Rank 0 hosts the rendezvous store: the others must still name it, not each other.
+        cells.append(("SIGSTOP rank 0 (store host)", run, "rank 0",
+                      lambda r=run: signal_cell(r, "rank 0", signal.SIGSTOP)))
     if run.startswith("ps"):
         cells.append(("SIGKILL server 0", run, "server 0 (pid",
                       lambda r=run: signal_cell(r, "server 0", signal.SIGKILL)))
