@@ -3,7 +3,7 @@
 // Everything about a key (type, range, description, where it lives in Config) is one row of
 // the schema (experiments/preset_schema.cpp); parsing, --set, to_yaml and describe_keys all
 // walk that table, so a new key is one new row. Resolution is layered: defaults <- top-level keys
-// <- runs entry <- --set.
+// <- runs entry <- --set; combinations of keys are checked after it (experiments/preset_checks.h).
 #include "experiments/preset.h"
 
 #include <yaml-cpp/yaml.h>
@@ -23,10 +23,9 @@
 
 #include "allreduce/make_communicator.h"
 #include "common/error.h"
+#include "experiments/preset_checks.h"
 #include "experiments/preset_schema.h"
 #include "experiments/yaml_schema.h"
-#include "model/idx_reader.h"
-#include "worker/model_factory.h"
 
 namespace gradsync {
 namespace {
@@ -174,87 +173,6 @@ Layer parse_overrides(const std::vector<std::string>& overrides) {
 
 // ---- Per-run resolution ----------------------------------------------------------------------
 
-using Origins = std::map<std::string, std::string>;  // dotted key or section -> where it was set
-
-std::string origin_of(const Origins& origins, std::initializer_list<const char*> keys,
-                      const std::string& fallback) {
-  for (const char* key : keys) {
-    if (auto it = origins.find(key); it != origins.end()) return it->second;
-  }
-  return fallback;
-}
-
-// Runs after all layers, since kind and dir may come from different ones.
-void check_data(const Origins& origins, const std::string& source, DataConfig* data) {
-  if (data->kind == "synthetic") return;
-  const std::string where = origin_of(origins, {"data.dir", "data.kind", "data"}, source + ":1");
-  if (data->kind == "idx" && data->dir.empty()) {
-    throw ConfigError(where, "data.dir", "required when data.kind is idx (an MNIST-format folder)");
-  }
-  const bool defaulted = data->dir.empty();
-  if (defaulted) data->dir = kFashionMnistDir;
-  std::error_code error;
-  if (fs::is_directory(data->dir, error)) return;
-  std::string problem = fs::exists(data->dir, error)
-                            ? "'" + data->dir + "' is not a directory"
-                            : "directory '" + data->dir + "' does not exist";
-  if (data->kind == "fashion-mnist") {
-    problem += defaulted
-                   ? " (install it with `apt-get install dataset-fashion-mnist`, or set data.dir)"
-                   : " (the default comes with `apt-get install dataset-fashion-mnist`)";
-  }
-  throw ConfigError(where, "data.dir", problem);
-}
-
-// comm.backend and comm.algorithm together with the device and link emulation: one meaning per
-// key, whichever backend (README, "Backends").
-void check_backend(const Origins& origins, const std::string& source, const Config& config) {
-  if (config.strategy != "allreduce") return;  // the keys are allreduce's
-  const std::string& backend = config.comm.backend;
-  const std::string where = origin_of(origins, {"comm.backend", "device"}, source + ":1");
-  if (config.comm.algorithm != "default" && backend != "gloo") {
-    throw ConfigError(origin_of(origins, {"comm.algorithm"}, where), "comm.algorithm",
-                      "'" + config.comm.algorithm + "' is gloo's; " +
-                          (backend == "auto" ? std::string("tcp or nccl") : backend) +
-                          " takes only default");
-  }
-  if (backend == "nccl" && config.device != "gpu") {
-    throw ConfigError(where, "comm.backend", "nccl reduces GPU buffers: it needs device: gpu");
-  }
-  // tcp, gloo and mpi with device: gpu stage each bucket through pinned host memory
-  // (strategies/allreduce/host_staged_communicator.h): several ranks may share one GPU.
-  // gradsync paces only its own transports; another library's sockets go through the kernel,
-  // and only in network namespaces, which mpirun's ranks cannot be put in
-  // (experiments/run_experiment.cpp refuses mpi with namespaces).
-  if (backend == "mpi" && config.network.link_gbps > 0) {
-    throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
-                      "mpi's sockets are not gradsync's to pace, and mpirun starts its ranks "
-                      "outside network namespaces: link emulation is for tcp and gloo");
-  }
-  if (backend == "gloo" && config.network.link_gbps > 0 && !config.network.namespaces) {
-    throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
-                      backend + "'s sockets are not gradsync's to pace: with comm.backend " +
-                          backend +
-                          ", link emulation needs network.namespaces: true (the "
-                          "kernel shapes every byte)");
-  }
-}
-
-// Link emulation paces gradsync's own sockets (network.link_gbps) or a veth per process
-// (network.namespaces); NCCL moves GPU buffers over NVLink, PCIe or shared memory and never
-// touches either, so the run would claim a link speed it did not have. Host-staged GPU runs
-// (ps on gpu) go through the sockets and keep it.
-void check_link_with_nccl(const Origins& origins, const std::string& source, const Config& config) {
-  const NetworkConfig& network = config.network;
-  if (!reduces_over_nccl(config) || (network.link_gbps <= 0 && !network.namespaces)) return;
-  const char* key = network.link_gbps > 0 ? "network.link_gbps" : "network.namespaces";
-  throw ConfigError(origin_of(origins, {key, "network"}, source + ":1"), key,
-                    config.strategy +
-                        " on gpu reduces over NCCL, which bypasses gradsync's emulated link "
-                        "(network.link_gbps, network.namespaces): drop them, or use device: cpu "
-                        "or ps on gpu");
-}
-
 // One run: defaults <- top level <- its runs entry <- --set. `name_where` receives where the run
 // is named (its name key, else the entry) for the duplicate check.
 Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
@@ -282,14 +200,7 @@ Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
                       "run name '" + config.name + "' may use only letters, digits, '.', '_', '-'");
   }
   if (use == PresetUse::kToRun) check_data(origins, source, &config.data);
-  // Combinations no single key can check, blamed on the key that set the number.
-  check_backend(origins, source, config);
-  check_link_with_nccl(origins, source, config);
-  if (config.strategy == "single" && config.workers != 1) {
-    throw ConfigError(origin_of(origins, {"workers", "strategy"}, source + ":1"), "workers",
-                      "`single` runs one worker, got " + std::to_string(config.workers) +
-                          " (give it the global batch instead)");
-  }
+  check_combinations(origins, source, config);
   return config;
 }
 
@@ -441,7 +352,7 @@ std::string describe_keys() {
     if (spec.key == std::string_view("comm.backend")) {
       description += " (this build: " + join(compiled_backends()) + ")";
     }
-    if (const std::string range = range_text(spec.range); !range.empty()) {
+    if (const std::string range = range_text(spec); !range.empty()) {
       description += " (" + std::string(spec.type == Type::kIntList ? "each " : "") + range + ")";
     }
     rows.push_back(

@@ -8,7 +8,6 @@
 namespace gradsync {
 namespace {
 
-using yaml_schema::above;
 using yaml_schema::above_at_most;
 using yaml_schema::at_least;
 using yaml_schema::at_least_below;
@@ -17,6 +16,19 @@ using yaml_schema::Field;
 using yaml_schema::KeySpec;
 using yaml_schema::kUnbounded;
 using yaml_schema::Type;
+using yaml_schema::zero_or_between;
+
+// Upper bounds no real run reaches, chosen so that every product gradsync forms from them stays
+// far inside an int64: the samples a run processes, train.steps x train.batch x workers x
+// train.accumulation_steps, is at most 1e8 x 2^16 x 2^10 x 2^10 < 6.9e18 (summary.json's
+// samples/s, the progress line), and an epoch-based run's, train.epochs x data.train_samples,
+// at most 1e15. Whether such a run fits in memory is checked separately, before anything starts
+// (experiments/memory_estimate.h).
+constexpr double kMaxSteps = 1e8;       // train.steps, and the step intervals below it
+constexpr double kMaxWorkers = 1024;    // workers, sweep.workers: ranks of one run
+constexpr double kMaxBatch = 65536;     // per worker
+constexpr double kMaxSamples = 1e9;     // a synthetic split
+constexpr double kMaxWidth = 1e6;       // data.dim, each of model.hidden
 
 const std::vector<std::string>& data_kinds() {
   static const std::vector<std::string> kinds = {"fashion-mnist", "idx", "synthetic"};
@@ -59,50 +71,57 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(name), nullptr, true},
     {"strategy", Type::kChoice, kUnbounded, "gradient-synchronisation strategy",
      GRADSYNC_FIELD(strategy), strategy_names},
-    {"workers", Type::kInteger, at_least(1), "data-parallel replicas", GRADSYNC_FIELD(workers)},
+    {"workers", Type::kInteger, between(1, kMaxWorkers), "data-parallel replicas",
+     GRADSYNC_FIELD(workers)},
     {"device", Type::kChoice, kUnbounded,
      "cpu, or gpu: one GPU per worker (LOCAL_RANK); dp: one process over G GPUs",
      GRADSYNC_FIELD(device), devices},
-    {"train.steps", Type::kInteger, at_least(0), "steps to run; 0 = run train.epochs epochs",
-     GRADSYNC_FIELD(train.steps)},
-    {"train.epochs", Type::kInteger, at_least(1), "whole epochs to run when train.steps is 0",
+    {"train.steps", Type::kInteger, between(0, kMaxSteps),
+     "steps to run; 0 = run train.epochs epochs", GRADSYNC_FIELD(train.steps)},
+    {"train.epochs", Type::kInteger, between(1, 1e6), "whole epochs to run when train.steps is 0",
      GRADSYNC_FIELD(train.epochs)},
-    {"train.batch", Type::kInteger, at_least(1), "batch size per worker",
+    {"train.batch", Type::kInteger, between(1, kMaxBatch), "batch size per worker",
      GRADSYNC_FIELD(train.batch)},
-    {"train.lr", Type::kNumber, above(0), "learning rate", GRADSYNC_FIELD(train.lr)},
+    {"train.lr", Type::kNumber, above_at_most(0, 1000), "learning rate", GRADSYNC_FIELD(train.lr)},
     {"train.momentum", Type::kNumber, at_least_below(0, 1), "SGD momentum",
      GRADSYNC_FIELD(train.momentum)},
-    {"train.weight_decay", Type::kNumber, at_least(0), "L2 weight decay",
+    // Past 1, one step's decay alone would flip every weight's sign at any usual learning rate.
+    {"train.weight_decay", Type::kNumber, between(0, 1), "L2 weight decay",
      GRADSYNC_FIELD(train.weight_decay)},
-    {"train.seed", Type::kInteger, kUnbounded, "seed for weights, data order and synthetic data",
+    // Any 64-bit seed: it is only mixed (SplitMix64), never multiplied.
+    {"train.seed", Type::kInteger, at_least(0), "seed for weights, data order and synthetic data",
      GRADSYNC_FIELD(train.seed)},
-    {"train.eval_every", Type::kInteger, at_least(0), "steps between evaluations; 0 = per epoch",
-     GRADSYNC_FIELD(train.eval_every)},
+    {"train.eval_every", Type::kInteger, between(0, kMaxSteps),
+     "steps between evaluations; 0 = per epoch", GRADSYNC_FIELD(train.eval_every)},
     {"train.target_accuracy", Type::kNumber, above_at_most(0, 1),
      "test accuracy that time-to-accuracy measures", GRADSYNC_FIELD(train.target_accuracy)},
-    {"train.accumulation_steps", Type::kInteger, at_least(1),
+    {"train.accumulation_steps", Type::kInteger, between(1, 1024),
      "micro-batches per optimizer step; no communication between them (DDP's no_sync)",
      GRADSYNC_FIELD(train.accumulation_steps)},
     {"data.kind", Type::kChoice, kUnbounded, "data set", GRADSYNC_FIELD(data.kind), data_kinds},
     {"data.dir", Type::kString, kUnbounded, "data folder (idx: required; fashion-mnist: optional)",
      GRADSYNC_FIELD(data.dir)},
-    {"data.train_samples", Type::kInteger, at_least(1), "synthetic: training samples",
+    {"data.train_samples", Type::kInteger, between(1, kMaxSamples), "synthetic: training samples",
      GRADSYNC_FIELD(data.train_samples)},
-    {"data.test_samples", Type::kInteger, at_least(1), "synthetic: test samples",
+    {"data.test_samples", Type::kInteger, between(1, kMaxSamples), "synthetic: test samples",
      GRADSYNC_FIELD(data.test_samples)},
-    {"data.dim", Type::kInteger, at_least(1), "synthetic: input dimension",
+    {"data.dim", Type::kInteger, between(1, kMaxWidth), "synthetic: input dimension",
      GRADSYNC_FIELD(data.dim)},
-    {"data.classes", Type::kInteger, at_least(1), "synthetic: classes",
+    // The synthetic teacher balances its classes on 8192 samples' logits
+    // (model/synthetic_data.cpp): 10000 classes already take 650 MB and seconds to do so.
+    {"data.classes", Type::kInteger, between(1, 10000), "synthetic: classes",
      GRADSYNC_FIELD(data.classes)},
     {"model.kind", Type::kChoice, kUnbounded, "model (synthetic: chosen size and compute time)",
      GRADSYNC_FIELD(model.kind), model_kinds},
-    {"model.hidden", Type::kIntList, at_least(1), "mlp: hidden layer widths, e.g. [256, 256]",
-     GRADSYNC_FIELD(model.hidden)},
-    {"model.parameters", Type::kInteger, at_least(1), "synthetic: parameter count",
+    {"model.hidden", Type::kIntList, between(1, kMaxWidth),
+     "mlp: hidden layer widths, e.g. [256, 256]", GRADSYNC_FIELD(model.hidden)},
+    // A trillion: four times GPT-3's; the memory check refuses far less on any one host.
+    {"model.parameters", Type::kInteger, between(1, 1e12), "synthetic: parameter count",
      GRADSYNC_FIELD(model.parameters)},
-    {"model.compute_ms", Type::kNumber, at_least(0), "synthetic: forward+backward milliseconds",
-     GRADSYNC_FIELD(model.compute_ms)},
-    {"model.layers", Type::kInteger, at_least(1),
+    // An hour at most: it becomes a sleep in nanoseconds, which must not overflow a clock.
+    {"model.compute_ms", Type::kNumber, between(0, 3.6e6),
+     "synthetic: forward+backward milliseconds", GRADSYNC_FIELD(model.compute_ms)},
+    {"model.layers", Type::kInteger, between(1, 1e6),
      "synthetic: equal layers, each reported to the strategy when its gradient is ready",
      GRADSYNC_FIELD(model.layers)},
     // A millisecond at least (the waits count whole milliseconds), a week at most (a deadline
@@ -110,7 +129,9 @@ const KeySpec kRows[] = {
     {"comm.timeout_s", Type::kNumber, between(0.001, 604800),
      "seconds any wait on another rank may take",
      GRADSYNC_FIELD(comm.timeout_s)},
-    {"comm.bucket_mb", Type::kNumber, above(0),
+    // A KiB at least: smaller rounds to a bucket of a few floats, or of none (an internal check);
+    // a TiB at most (more is one bucket anyway, and the byte count must fit a size_t).
+    {"comm.bucket_mb", Type::kNumber, between(0.001, 1048576),
      "allreduce: gradient bucket size in MiB (as DDP's bucket_cap_mb)",
      GRADSYNC_FIELD(comm.bucket_mb)},
     {"comm.overlap", Type::kBool, kUnbounded,
@@ -126,11 +147,11 @@ const KeySpec kRows[] = {
     {"comm.algorithm", Type::kChoice, kUnbounded,
      "allreduce: the backend's all-reduce (default; gloo: ring, ring_chunked, halving_doubling)",
      GRADSYNC_FIELD(comm.algorithm), comm_algorithms},
-    {"ps.servers", Type::kInteger, at_least(1), "ps: server shards, each owning a key range",
+    {"ps.servers", Type::kInteger, between(1, 256), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
     {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",
      GRADSYNC_FIELD(ps.mode), ps_modes},
-    {"ps.staleness", Type::kInteger, at_least(0),
+    {"ps.staleness", Type::kInteger, between(0, 1e6),
      "ps ssp: steps a worker may run ahead of the slowest", GRADSYNC_FIELD(ps.staleness)},
     {"ps.continue_without_dead_workers", Type::kBool, kUnbounded,
      "ps async and ssp: drop a silent worker and carry on",
@@ -142,16 +163,18 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(ps.curve_keys)},
     {"ps.heartbeat_s", Type::kNumber, between(0.001, 3600), "ps: seconds between worker heartbeats",
      GRADSYNC_FIELD(ps.heartbeat_s)},
-    {"network.link_gbps", Type::kNumber, at_least(0),
+    // 1 Mbit/s at least, 10 Tbit/s at most: nobody emulates links outside that, and one of
+    // 1e-300 Gbit/s would make a message's pacing delay a duration no clock holds.
+    {"network.link_gbps", Type::kNumber, zero_or_between(0.001, 10000),
      "emulated link: Gbit/s each process may send, and receive, through the transports; 0: no cap",
      GRADSYNC_FIELD(network.link_gbps)},
     {"network.namespaces", Type::kBool, kUnbounded,
      "root: each process of a multi-process run in its own network namespace, tbf at link_gbps",
      GRADSYNC_FIELD(network.namespaces)},
-    {"sweep.workers", Type::kIntList, at_least(1), "gradsync sweep: worker counts for every run",
-     GRADSYNC_FIELD(sweep.workers)},
-    {"checkpoint.every", Type::kInteger, at_least(0), "steps between checkpoints; 0: none",
-     GRADSYNC_FIELD(checkpoint.every)},
+    {"sweep.workers", Type::kIntList, between(1, kMaxWorkers),
+     "gradsync sweep: worker counts for every run", GRADSYNC_FIELD(sweep.workers)},
+    {"checkpoint.every", Type::kInteger, between(0, kMaxSteps),
+     "steps between checkpoints; 0: none", GRADSYNC_FIELD(checkpoint.every)},
     {"checkpoint.dir", Type::kString, kUnbounded,
      "checkpoint folder; empty: <run folder>/checkpoints", GRADSYNC_FIELD(checkpoint.dir)},
     {"checkpoint.resume", Type::kString, kUnbounded,
@@ -159,8 +182,10 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(checkpoint.resume)},
     {"output.dir", Type::kString, kUnbounded, "results root: <dir>/<preset>-<timestamp>/<run>/",
      GRADSYNC_FIELD(output.dir), nullptr, false, true},
-    {"output.trace_steps", Type::kInteger, at_least(0), "steps recorded in trace.json per rank",
-     GRADSYNC_FIELD(output.trace_steps)},
+    // Five spans a step per rank are kept in memory until the run ends: a million steps is
+    // already about half a GB of trace.json per rank.
+    {"output.trace_steps", Type::kInteger, between(0, 1e6),
+     "steps recorded in trace.json per rank", GRADSYNC_FIELD(output.trace_steps)},
     {"output.progress", Type::kChoice, kUnbounded, "progress display",
      GRADSYNC_FIELD(output.progress), progress_modes},
 };

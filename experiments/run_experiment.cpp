@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <optional>
 
 #include "allreduce/make_communicator.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/progress.h"
+#include "experiments/memory_estimate.h"
 #include "launch/launcher.h"
 #include "launch/local_port.h"
 #include "launch/mpirun_command.h"
@@ -115,6 +117,26 @@ void check_backend_available(const Config& config) {
   }
 }
 
+// network.namespaces needs root (launch/namespace_network.cpp refuses otherwise): known before
+// the results folder exists, so refused then, in the same words.
+void check_namespaces_allowed(const Config& config) {
+  if (!config.network.namespaces || !runs_as_processes(config) || ::geteuid() == 0) return;
+  throw ConfigError(config.name, "network.namespaces",
+                    "needs root (network namespaces, veth and tc); run as root or leave it "
+                    "false and use network.link_gbps alone");
+}
+
+// A std::bad_alloc the memory check did not foresee ends as one line naming the run.
+template <typename F>
+auto naming_the_run(const Config& config, const DataShape& data, std::optional<double> available,
+                    F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory(config, data, available);
+  }
+}
+
 }  // namespace
 
 RunOutcome run_multi_process(const Config& config, const std::string& run_dir, int max_restarts) {
@@ -188,7 +210,10 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
     for (int restart = 1;; ++restart) {
       try {
         LaunchOptions launch_options;
-        launch_options.failure_dir = (fs::path(run_dir) / "failures").string();
+        // Outside the results: a full results disk must not silence the notes that name it.
+        launch_options.failure_dir =
+            (fs::temp_directory_path() / ("gradsync-failures-" + std::to_string(::getpid())))
+                .string();
         launch(processes, launch_options);
         break;
       } catch (const Interrupted&) {
@@ -263,12 +288,18 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, in
   // Checkpoints are found (and named checkpoint folders checked) before the new results folder
   // exists: `--resume results/latest` means the run before this one, not this one.
   std::vector<Config> configs;
+  // One reading for every run: they run one after the other, each freeing what it took.
+  const std::optional<double> available = available_memory();
   for (const Config& given : preset.runs) {
     configs.push_back(with_resolved_checkpoint(given));
     claim_checkpoint_root(configs.back());
     // A run this machine cannot start is refused before the results folder exists.
     check_device_available(configs.back());
     check_backend_available(configs.back());
+    check_namespaces_allowed(configs.back());
+    // Before its data is made: synthetic data is counted from its keys, a data set of files as
+    // empty (it is checked again below, once loaded), so the model alone can be refused here.
+    check_memory(configs.back(), data_shape(configs.back().data), available);
     // checkpoint.resume is the resolved step folder now.
     if (!configs.back().checkpoint.resume.empty()) {
       note_changed_settings(configs.back(), configs.back().checkpoint.resume);
@@ -285,33 +316,38 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, in
     }
     return cached;
   };
-  // Every run's plan (batch against the data, steps per epoch) before any run starts: a
-  // mistake in the last run must not surface after the first one trained for an hour.
-  for (const Config& config : configs) plan_run(config, data_for(config));
+  // Every run's plan (batch against the data, steps per epoch), its memory against the data's
+  // real shape, and the checkpoint it resumes, before any run starts: a mistake in the last run
+  // must not surface after the first one trained for an hour, nor leave a results folder.
+  std::vector<DataShape> shapes;
+  for (const Config& config : configs) {
+    naming_the_run(config, data_shape(config.data), available, [&] {
+      const RunPlan plan = plan_run(config, data_for(config));
+      shapes.push_back(data_shape(data_for(config)));
+      check_memory(config, shapes.back(), available);
+      if (!config.checkpoint.resume.empty()) {
+        prepare_checkpoints(config, plan.widths, plan.steps, "", -1);
+      }
+    });
+  }
 
   const fs::path dir = fresh_results_folder(root.string(), preset.name);
   point_latest_at(root.string(), dir.string());
   PresetOutcome outcome{dir.string(), {}};
 
-  for (const Config& config : configs) {
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const Config& config = configs[i];
     std::cerr << "gradsync: run " << config.name << " (" << config.strategy << ", "
               << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
               << config.train.batch << " per worker)\n";
     const std::string run_dir = (dir / config.name).string();
-    if (runs_as_processes(config)) {
-      // The processes check the checkpoint too, but a refusal reads best before any started.
-      if (!config.checkpoint.resume.empty()) {
-        const RunPlan plan = plan_run(config, data_for(config));
-        prepare_checkpoints(config, plan.widths, plan.steps, run_dir, -1);
-      }
+    outcome.runs.push_back(naming_the_run(config, shapes[i], available, [&] {
+      if (!runs_as_processes(config)) return run_experiment(config, data_for(config), run_dir);
       // The worker processes load their own copy: this one's memory goes back meanwhile.
       cached = TrainTest{};
       cached_for.reset();
-      outcome.runs.push_back(run_multi_process(config, run_dir, max_restarts));
-      report(outcome.runs.back());
-      continue;
-    }
-    outcome.runs.push_back(run_experiment(config, data_for(config), run_dir));
+      return run_multi_process(config, run_dir, max_restarts);
+    }));
     report(outcome.runs.back());
   }
   std::vector<RunSummary> summaries;
