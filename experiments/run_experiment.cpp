@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "allreduce/make_communicator.h"
+#include "allreduce/tcp/socket.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/progress.h"
@@ -161,7 +162,13 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
     return network ? network->address(process) : std::string("127.0.0.1");
   };
   auto port_for = [&](int fixed) { return std::to_string(network ? fixed : free_local_port()); };
-  const std::string port = port_for(29500);
+  // Rank 0's store socket, bound here and kept bound until the run ends: no other process can
+  // take its port before rank 0 serves on it (handed down as kStoreFdEnv). In namespaces each
+  // process has a port space of its own, and mpirun does not pass descriptors on.
+  std::optional<tcp::Socket> store_socket;
+  if (!network && !starts_under_mpirun(config)) store_socket = tcp::listen_on("127.0.0.1", 0);
+  const std::string port =
+      store_socket ? std::to_string(tcp::local_port(*store_socket)) : port_for(29500);
   const auto origin_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   std::vector<ProcessSpec> processes;
@@ -197,6 +204,10 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
       // The shards drop a worker that dies or stops, and serve the others (async and ssp).
       processes.back().expendable =
           config.strategy == "ps" && config.ps.continue_without_dead_workers;
+      if (r == 0 && store_socket) {
+        processes.back().env.emplace_back(kStoreFdEnv, std::to_string(store_socket->fd()));
+        processes.back().keep_fds = {store_socket->fd()};
+      }
     }
   }
   if (network) {

@@ -13,7 +13,7 @@
 namespace gradsync {
 
 ChildOutput spawn_with_output(char* const* argv, char* const* envp,
-                              const std::string& cannot_start) {
+                              const std::string& cannot_start, const std::vector<int>& keep_fds) {
   const std::string name = argv[0];
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
@@ -33,6 +33,7 @@ ChildOutput spawn_with_output(char* const* argv, char* const* envp,
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
     ::dup2(fds[1], STDOUT_FILENO);
     ::dup2(fds[1], STDERR_FILENO);
+    for (const int fd : keep_fds) ::fcntl(fd, F_SETFD, 0);  // reads the vector: no allocation
     if (envp != nullptr) {
       ::execve(argv[0], argv, envp);
     } else {

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace gradsync {
 
@@ -21,8 +22,11 @@ struct ChildOutput {
 
 // argv[0] is the executable; `envp` null: this process's environment and a PATH search for
 // argv[0]. When exec fails, the child writes `cannot_start` to the pipe and exits 127. Throws
-// Error naming argv[0] when no pipe or process can be made.
+// Error naming argv[0] when no pipe or process can be made. `keep_fds` stay open across the
+// exec, at the same numbers, in this child only (their close-on-exec flag is cleared after the
+// fork): a listening socket the parent bound for it.
 ChildOutput spawn_with_output(char* const* argv, char* const* envp,
-                              const std::string& cannot_start);
+                              const std::string& cannot_start,
+                              const std::vector<int>& keep_fds = {});
 
 }  // namespace gradsync

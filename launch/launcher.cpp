@@ -105,7 +105,8 @@ ExecImage exec_image(const ProcessSpec& spec) {
 Child start(const ProcessSpec& spec) {
   ExecImage image = exec_image(spec);
   const ChildOutput child = spawn_with_output(image.argv.data(), image.envp.data(),
-                                              "cannot start the gradsync executable\n");
+                                              "cannot start the gradsync executable\n",
+                                              spec.keep_fds);
   fcntl(child.output, F_SETFL, O_NONBLOCK);
   // Polled beside the outputs, so the loop wakes the moment a process exits and the first to
   // fail is named, not the lowest rank among those found dead at the next sweep. Without

@@ -39,6 +39,10 @@ struct ProcessSpec {
   // expendable one still running after `grace` (stopped, hung, or dropped while it slept) is
   // killed and said to be, and launch() returns normally.
   bool expendable = false;
+  // Descriptors it inherits, at the same numbers: a listening socket the launcher bound for it
+  // and kept bound, so that no other process can take the port between choosing and listening
+  // (rank 0's store: GRADSYNC_STORE_FD).
+  std::vector<int> keep_fds{};
 };
 
 struct LaunchOptions {

@@ -35,7 +35,10 @@ std::string encode_keys(tcp::StoreRequest type, const std::vector<std::string>& 
 class TcpStore final : public Store {
  public:
   explicit TcpStore(const TcpStoreOptions& options) : options_(options) {
-    if (options.is_server) {
+    if (options.is_server && options.listen_fd >= 0) {
+      server_ = std::make_unique<tcp::TcpStoreServer>(tcp::Socket(options.listen_fd));
+      options_.port = server_->port();
+    } else if (options.is_server) {
       server_ = std::make_unique<tcp::TcpStoreServer>(options.host, options.port);
       options_.port = server_->port();  // port 0 asked for an ephemeral one
     }

@@ -19,6 +19,9 @@ struct TcpStoreOptions {
   int port = 29500;
   bool is_server = false;  // rank 0
   std::chrono::milliseconds timeout{60000};
+  // The server's: a socket already listening on `port`, handed down by the launcher, served
+  // instead of binding host:port (the store takes it over); -1: bind.
+  int listen_fd = -1;
 };
 
 std::unique_ptr<Store> make_tcp_store(const TcpStoreOptions& options);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "allreduce/tcp/store_protocol.h"
 #include "common/error.h"
@@ -14,7 +15,10 @@
 namespace gradsync::tcp {
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port)
-    : listener_(listen_on(host, port)), port_(local_port(listener_)) {
+    : TcpStoreServer(listen_on(host, port)) {}
+
+TcpStoreServer::TcpStoreServer(Socket listener)
+    : listener_(std::move(listener)), port_(local_port(listener_)) {
   set_nonblocking(listener_.fd());
   // A self-pipe wakes the server's poll() when the destructor wants it to stop.
   int fds[2];

@@ -22,6 +22,9 @@ class TcpStoreServer {
  public:
   // Binds host:port at once (throws gradsync::Error naming the address if it cannot).
   TcpStoreServer(const std::string& host, int port);
+  // Serves on a socket already listening (bound by a launcher and handed down): no window in
+  // which another process could take the port.
+  explicit TcpStoreServer(Socket listener);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;

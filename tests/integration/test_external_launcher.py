@@ -4,7 +4,8 @@ train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
 same summary.json and trace.json as `gradsync run` would; the ranks' clocks share time zero
 (the end of the initial broadcast, or of the first exchange with the shards) though they
-started apart."""
+started apart. A GRADSYNC_STORE_FD that is not a listening socket is refused in one line.
+"""
 import csv
 import json
 import os
@@ -107,5 +108,20 @@ def run_by_hand(config_text, label, late):
 # first exchange (its shards answer nothing until every worker said HELLO).
 run_by_hand(CONFIG, "allreduce", late=0)
 run_by_hand(PS_CONFIG, "ps", late=1)
+
+# gradsync run hands rank 0 its store socket already listening (GRADSYNC_STORE_FD); anything
+# else in that variable is refused in one line naming it.
+with tempfile.TemporaryDirectory() as run_dir:
+    config = os.path.join(run_dir, "config.yaml")
+    with open(config, "w") as f:
+        f.write(CONFIG)
+    for value in ("abc", "1"):
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()), GRADSYNC_STORE_FD=value)
+        done = subprocess.run([gradsync, "worker", "--config", config, "--run-dir", run_dir],
+                              env=env, capture_output=True, text=True, timeout=60)
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+        check(done.returncode != 0 and "GRADSYNC_STORE_FD" in last and value in last,
+              f"GRADSYNC_STORE_FD={value}: refused naming the variable: {last!r}")
 
 check.finish()

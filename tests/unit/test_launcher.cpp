@@ -3,6 +3,7 @@
 // after the grace; a background job that keeps a process's output open does not hold the launcher;
 // SIGINT stops them all; an expendable process (a droppable ps worker) stops nothing.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -244,6 +245,20 @@ TEST_CASE("launcher: a stopped process ends at the teardown's SIGTERM, not at th
       {shell("rank 0", "kill -STOP $$; exit 0"), shell("rank 1", "sleep 0.3; exit 1")}, 5000ms);
   CHECK(error.starts_with("rank 1 (pid "));
   CHECK(took < 3.0);  // SIGCONT delivers the SIGTERM at once: not the 5 s grace's SIGKILL
+}
+
+TEST_CASE("launcher: a process inherits the descriptors it keeps, and no others") {
+  int kept[2], other[2];
+  REQUIRE(::pipe2(kept, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(other, O_CLOEXEC) == 0);
+  ProcessSpec spec = shell("rank 0", "test -e /proc/$$/fd/" + std::to_string(kept[0]) +
+                                         " && ! test -e /proc/$$/fd/" + std::to_string(other[0]));
+  spec.keep_fds = {kept[0]};
+  const auto [error, took] = timed_launch({spec}, 3000ms);
+  CHECK(error == "");
+  // Still close-on-exec here: only that child had the flag cleared.
+  CHECK((::fcntl(kept[0], F_GETFD) & FD_CLOEXEC) != 0);
+  for (const int fd : {kept[0], kept[1], other[0], other[1]}) ::close(fd);
 }
 
 }  // namespace gradsync
