@@ -192,42 +192,44 @@ std::string note_then(const std::string& message) {
          "' > \"$GRADSYNC_FAILURE_DIR/$GRADSYNC_PROCESS_NAME.txt\"; ";
 }
 
+// launch() with failure notes in `notes` (a folder of a TempDir); returns its error.
+std::string launch_with_notes(const std::vector<ProcessSpec>& processes,
+                              const std::string& notes) {
+  LaunchOptions options{3000ms};
+  options.failure_dir = notes;
+  try {
+    launch(processes, options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST_CASE("launcher: the earliest failure note is named, not the first process to exit") {
   // rank 0 fills its disk first but takes 0.6 s to exit (writing its trace); rank 1 loses its
   // connection 0.2 s later and exits at once: the first exit is a consequence.
   TempDir dir;
-  LaunchOptions options{3000ms};
-  options.failure_dir = dir.file("failures");
-  std::string error;
-  try {
-    launch({shell("rank 0", note_then("rank 0: No space left on device") +
-                                "echo 'gradsync: error: disk full' >&2; sleep 0.6; exit 1"),
-            shell("rank 1", "sleep 0.2; " + note_then("rank 0 closed the connection") +
-                                "echo 'gradsync: error: lost rank 0' >&2; exit 1")},
-           options);
-  } catch (const Error& e) {
-    error = e.what();
-  }
+  const std::string notes = dir.file("failures");
+  const std::string error = launch_with_notes(
+      {shell("rank 0", note_then("rank 0: No space left on device") +
+                           "echo 'gradsync: error: disk full' >&2; sleep 0.6; exit 1"),
+       shell("rank 1", "sleep 0.2; " + note_then("rank 0 closed the connection") +
+                           "echo 'gradsync: error: lost rank 0' >&2; exit 1")},
+      notes);
   // The teardown's SIGTERM ended rank 0 while it slept: its note says why it failed.
   CHECK(error.starts_with("rank 0 (pid "));
   CHECK(error.find(") failed first: rank 0: No space left on device (then was killed by signal "
                    "15 (Terminated)); then rank 1 (+") != std::string::npos);
   CHECK(error.ends_with(" failed after it; stopped the other 1 process(es)"));
-  CHECK(!std::filesystem::exists(options.failure_dir));  // read, then removed
+  CHECK(!std::filesystem::exists(notes));  // read, then removed
 }
 
 TEST_CASE("launcher: a process killed without a word is first when its peers fail after it") {
   TempDir dir;
-  LaunchOptions options{3000ms};
-  options.failure_dir = dir.file("failures");
-  std::string error;
-  try {
-    launch({shell("rank 0", "sleep 0.3; " + note_then("rank 1 closed the connection") + "exit 1"),
-            shell("rank 1", "sleep 0.1; kill -9 $$")},
-           options);
-  } catch (const Error& e) {
-    error = e.what();
-  }
+  const std::string error = launch_with_notes(
+      {shell("rank 0", "sleep 0.3; " + note_then("rank 1 closed the connection") + "exit 1"),
+       shell("rank 1", "sleep 0.1; kill -9 $$")},
+      dir.file("failures"));
   CHECK(error.starts_with("rank 1 (pid "));
   CHECK(error.find("was killed by signal 9") != std::string::npos);
 }
