@@ -13,6 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/progress.h"
+#include "experiments/kept_results.h"
 #include "experiments/memory_estimate.h"
 #include "launch/launcher.h"
 #include "launch/local_port.h"
@@ -352,13 +353,22 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, in
               << config.workers << " worker" << (config.workers == 1 ? "" : "s") << ", batch "
               << config.train.batch << " per worker)\n";
     const std::string run_dir = (dir / config.name).string();
-    outcome.runs.push_back(naming_the_run(config, shapes[i], available, [&] {
-      if (!runs_as_processes(config)) return run_experiment(config, data_for(config), run_dir);
-      // The worker processes load their own copy: this one's memory goes back meanwhile.
-      cached = TrainTest{};
-      cached_for.reset();
-      return run_multi_process(config, run_dir, max_restarts);
-    }));
+    try {
+      outcome.runs.push_back(naming_the_run(config, shapes[i], available, [&] {
+        if (!runs_as_processes(config)) return run_experiment(config, data_for(config), run_dir);
+        // The worker processes load their own copy: this one's memory goes back meanwhile.
+        cached = TrainTest{};
+        cached_for.reset();
+        return run_multi_process(config, run_dir, max_restarts);
+      }));
+    } catch (const Interrupted&) {
+      throw;  // the user stopped it: its own line says what was kept
+    } catch (const std::exception&) {
+      // Before the failure's own line, which stays the last: what of this run can be used.
+      std::cerr << "gradsync: run " << config.name << " failed; " << kept_results(config, run_dir)
+                << "\n";
+      throw;
+    }
     report(outcome.runs.back());
   }
   std::vector<RunSummary> summaries;

@@ -1,6 +1,7 @@
 """The fault matrix: each strategy run by `gradsync run` under each fault a user meets, with
 comm.timeout_s 3. Every cell must end within three times its timeout after the fault, with the
-last line naming the process at fault (or the disk), and leave no process behind. Prints the
+last line naming the process at fault (or the disk), say before it which of the run's files are
+complete, and leave no process behind. Prints the
 table: fault, strategy, expected name, named, seconds to end, orphans left.
 
 Faults: a worker killed with SIGKILL; a worker stopped with SIGSTOP (alive, silent), rank 0
@@ -112,6 +113,8 @@ for fault, run, expected, cell in cells:
     check(named, f"{fault} / {run}: the last line names {expected!r}: {last!r}")
     check(took < bound, f"{fault} / {run}: ended {took:.1f} s after the fault (bound {bound} s)")
     check(not left, f"{fault} / {run}: no process left behind: {left}")
+    check(f"gradsync: run {run} failed; kept in " in err,
+          f"{fault} / {run}: the run says which of its files are complete")
     if not named:
         print(err[-3000:])
 
