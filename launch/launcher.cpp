@@ -184,65 +184,6 @@ struct ExitFdCloser {
   }
 };
 
-// An empty folder for this launch's notes: a restart's must not read the attempt before's.
-void prepare_failure_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(dir + ": cannot create the failure notes' folder: " + ec.message());
-}
-
-// The notes are read once every process has ended; then their folder goes, however launch()
-// ends.
-struct FailureDirRemover {
-  const std::string& dir;
-  ~FailureDirRemover() {
-    std::error_code ec;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-  }
-};
-
-struct FailureOrder {
-  const Child* first;  // the process that failed first
-  std::string note;    // its note's message, if it left one
-  std::string after;   // "; then rank 0 (+0.31 s), rank 2 (+0.4 s) failed after it" or ""
-};
-
-// Orders the failed processes by when they failed: a note's time, or for a process that left
-// none (killed by a signal, crashed) the moment its exit was seen. Those that failed because
-// the launcher stopped them (its SIGTERM: they exit "interrupted", which leaves no note) are not
-// listed; the others are, by how long after the first they failed.
-FailureOrder order_failures(const std::vector<Child>& children, const Child& exit_first,
-                            const std::string& dir) {
-  const std::vector<FailureNote> notes = read_failure_notes(dir);
-  struct Failure {
-    const Child* child;
-    std::int64_t ns;
-    std::string note;
-  };
-  std::vector<Failure> failures;
-  for (const Child& c : children) {
-    if (!c.status || !failed(*c.status)) continue;
-    const auto note = std::find_if(notes.begin(), notes.end(),
-                                   [&](const FailureNote& n) { return n.name == c.spec->name; });
-    if (note != notes.end()) {
-      failures.push_back({&c, note->unix_ns, note->message});
-    } else if (&c == &exit_first) {
-      failures.push_back({&c, c.exited_ns, ""});  // said nothing: its exit is its failure
-    }
-  }
-  std::sort(failures.begin(), failures.end(),
-            [](const Failure& a, const Failure& b) { return a.ns < b.ns; });
-  if (failures.empty()) return {&exit_first, "", ""};
-  std::string after;
-  for (std::size_t i = 1; i < failures.size(); ++i) {
-    after += (after.empty() ? "; then " : ", ") + failures[i].child->spec->name + " (+" +
-             seconds_text(std::chrono::nanoseconds(failures[i].ns - failures[0].ns)) + ")";
-  }
-  if (!after.empty()) after += " failed after it";
-  return {failures[0].child, failures[0].note, after};
-}
-
 // SIGTERM goes with a SIGCONT, as service managers send it: a stopped process (SIGSTOP, a
 // debugger's) would otherwise hold its SIGTERM pending until the grace's SIGKILL.
 void signal_all(std::vector<Child>& children, int sig) {
@@ -272,9 +213,8 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
   const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below
   // The children's specs, with where to leave a failure note and under which name.
   std::vector<ProcessSpec> processes = given;
-  const FailureDirRemover remover{options.failure_dir};
+  const FailureNotesFolder notes_folder(options.failure_dir);
   if (!options.failure_dir.empty()) {
-    prepare_failure_dir(options.failure_dir);
     for (ProcessSpec& spec : processes) {
       spec.env.emplace_back(kFailureDirEnv, options.failure_dir);
       spec.env.emplace_back(kProcessNameEnv, spec.name);
@@ -419,8 +359,13 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
   if (culprit != nullptr) {
     std::string after;
     if (!options.failure_dir.empty()) {
-      const FailureOrder order = order_failures(children, *culprit, options.failure_dir);
-      culprit = order.first;
+      std::vector<ExitedProcess> exited;
+      for (const Child& c : children) {
+        exited.push_back({c.spec->name, c.status && failed(*c.status), c.exited_ns});
+      }
+      const FailureOrder order = order_failures(
+          exited, std::size_t(culprit - children.data()), read_failure_notes(options.failure_dir));
+      culprit = &children[order.first];
       culprit_note = order.note;
       after = order.after;
     }

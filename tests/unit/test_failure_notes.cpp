@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <vector>
 #include <string>
 
 #include "launch/failure_notes.h"
@@ -27,4 +28,24 @@ TEST_CASE("failure notes: a process's first failure is kept with its time, earli
   CHECK(notes[1].message == "rank 0: No space left on device");
   CHECK(notes[1].unix_ns >= before);
   CHECK(gradsync::read_failure_notes(dir.file("missing")).empty());
+}
+
+TEST_CASE("failure notes: the earliest failure is first, the exit of a silent one counts too") {
+  using gradsync::ExitedProcess;
+  const std::vector<ExitedProcess> processes = {{"rank 0", true, 900'000'000},
+                                                {"rank 1", true, 950'000'000},
+                                                {"rank 2", true, 700'000'000},  // killed, silent
+                                                {"rank 3", false, 990'000'000}};
+  const std::vector<gradsync::FailureNote> notes = {{"rank 1", 500'000'000, "disk full"},
+                                                    {"rank 0", 800'000'000, "lost rank 1"}};
+  // rank 2 exited first, but rank 1 noted its failure before that.
+  auto order = gradsync::order_failures(processes, 2, notes);
+  CHECK(order.first == 1);
+  CHECK(order.note == "disk full");
+  CHECK(order.after == "; then rank 2 (+0.2 s), rank 0 (+0.3 s) failed after it");
+  // Without notes, the first exit is the failure, and nothing is listed after it.
+  order = gradsync::order_failures(processes, 2, {});
+  CHECK(order.first == 2);
+  CHECK(order.note.empty());
+  CHECK(order.after.empty());
 }
