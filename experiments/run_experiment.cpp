@@ -15,6 +15,7 @@
 #include "common/progress.h"
 #include "experiments/kept_results.h"
 #include "experiments/memory_estimate.h"
+#include "launch/inherited_socket.h"
 #include "launch/launcher.h"
 #include "launch/local_port.h"
 #include "launch/mpirun_command.h"
@@ -167,6 +168,7 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   // take its port before rank 0 serves on it (handed down as kStoreFdEnv). In namespaces each
   // process has a port space of its own, and mpirun does not pass descriptors on.
   std::optional<tcp::Socket> store_socket;
+  std::vector<tcp::Socket> shard_sockets;  // likewise, each ps shard's
   if (!network && !starts_under_mpirun(config)) store_socket = tcp::listen_on("127.0.0.1", 0);
   const std::string port =
       store_socket ? std::to_string(tcp::local_port(*store_socket)) : port_for(29500);
@@ -179,7 +181,10 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
     // Shards first: workers connect to them (ZeroMQ retries until they listen).
     std::string endpoints;
     for (int k = 0; k < shards; ++k) {
-      const std::string shard_port = port_for(29600);
+      // Bound here and handed down, as rank 0's store socket is (not in namespaces).
+      if (!network) shard_sockets.push_back(tcp::listen_on("127.0.0.1", 0));
+      const std::string shard_port =
+          network ? port_for(29600) : std::to_string(tcp::local_port(shard_sockets.back()));
       if (k > 0) endpoints += ",";
       endpoints += "tcp://" + host_of(k) + ":" + shard_port;
       std::vector<std::string> argv = {exe,         "server",  "--config", config_path,
@@ -187,6 +192,11 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
                                        "--port",    shard_port};
       if (network) argv.insert(argv.end(), {"--bind", host_of(k)});
       processes.push_back({"server " + std::to_string(k), argv, {}});
+      if (!network) {
+        const int fd = shard_sockets.back().fd();
+        processes.back().env.emplace_back(kShardFdEnv, std::to_string(fd));
+        processes.back().keep_fds = {fd};
+      }
     }
     worker_args.insert(worker_args.end(), {"--ps-endpoints", endpoints});
   }

@@ -96,6 +96,12 @@ class PsShard::Impl {
     const std::string host = ipv6 ? "[" + options_.bind_host + "]" : options_.bind_host;
     const std::string address =
         "tcp://" + host + ":" + (options_.port == 0 ? "*" : std::to_string(options_.port));
+    if (options_.listen_fd >= 0 &&
+        zmq_setsockopt(router_.handle(), ZMQ_USE_FD, &options_.listen_fd,
+                       sizeof options_.listen_fd) != 0) {
+      throw Error(name_ + ": cannot serve on the socket handed down: " +
+                  zmq_strerror(zmq_errno()));
+    }
     try {
       router_.bind(address);
     } catch (const zmq::error_t& e) {

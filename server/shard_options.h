@@ -28,6 +28,9 @@ struct PsShardOptions {
   std::uint64_t model_size = 0;  // floats in the whole model; this shard serves its range
   std::string bind_host = "127.0.0.1";
   int port = 0;  // 0: an ephemeral port, see PsShard::endpoint()
+  // A socket already listening on bind_host:port, handed down by the launcher, which ZeroMQ
+  // serves on instead of binding its own (ZMQ_USE_FD); -1: bind.
+  int listen_fd = -1;
   Mode mode = Mode::kSync;
   int staleness = 0;  // kSsp only: the bound s
   SgdOptions sgd;

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "common/error.h"
+#include "launch/inherited_socket.h"
 #include "model/data_loader.h"
 #include "server/key_range.h"
 #include "server/ps_shard.h"
@@ -59,6 +60,8 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   options.model_size = static_cast<std::uint64_t>(model_parameters(config, plan.widths));
   options.bind_host = bind.empty() ? config.ps.bind : bind;
   options.port = port;
+  // gradsync run binds the shard's socket itself and hands it down (launch/inherited_socket.h).
+  options.listen_fd = inherited_listening_socket(kShardFdEnv, port);
   options.mode = parse_mode(config.ps.mode);
   // The bound means something only to ssp; the shard refuses it elsewhere.
   options.staleness = options.mode == PsShardOptions::Mode::kSsp ? config.ps.staleness : 0;

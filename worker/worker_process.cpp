@@ -19,6 +19,7 @@
 #include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "common/progress.h"
+#include "launch/inherited_socket.h"
 #include "launch/rendezvous_env.h"
 #include "model/data_loader.h"
 #include "model/sampler.h"
@@ -68,34 +69,6 @@ std::string local_address_towards(const std::string& host, int port) {
   return text;
 }
 
-// The listening socket `gradsync run` handed rank 0 for its store (kStoreFdEnv), checked to
-// listen on the store's port; -1 when none was handed down (other launchers: rank 0 binds).
-int inherited_store_socket(int store_port) {
-  const char* text = std::getenv(kStoreFdEnv);
-  if (text == nullptr) return -1;
-  char* end = nullptr;
-  const long fd = std::strtol(text, &end, 10);
-  sockaddr_in address{};
-  socklen_t length = sizeof address;
-  int listening = 0;
-  socklen_t flag_length = sizeof listening;
-  const bool socket_listening =
-      end != text && *end == '\0' && fd >= 3 && fd <= 65535 &&
-      getsockname(int(fd), reinterpret_cast<sockaddr*>(&address), &length) == 0 &&
-      getsockopt(int(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_length) == 0 && listening;
-  if (!socket_listening) {
-    throw ConfigError("environment", kStoreFdEnv,
-                      std::string("'") + text + "' is not a listening socket of this process");
-  }
-  if (ntohs(address.sin_port) != store_port) {
-    throw ConfigError("environment", kStoreFdEnv,
-                      "its socket listens on port " + std::to_string(ntohs(address.sin_port)) +
-                          ", the store's port is " + std::to_string(store_port));
-  }
-  fcntl(int(fd), F_SETFD, FD_CLOEXEC);  // this process's own now: not for its children
-  return int(fd);
-}
-
 // The job's rendezvous store, hosted by rank 0 at MASTER_ADDR, on the port
 // launch/rendezvous_env.h says (MASTER_PORT, or the next one under torchrun, whose agent serves
 // its own store on MASTER_PORT): the others connect, waiting up to `timeout` for rank 0.
@@ -105,7 +78,10 @@ std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::mill
   store_options.port = env.store_port;
   store_options.is_server = env.rank == 0;
   store_options.timeout = timeout;
-  if (env.rank == 0) store_options.listen_fd = inherited_store_socket(env.store_port);
+  // gradsync run binds rank 0's socket itself and hands it down (launch/inherited_socket.h).
+  if (env.rank == 0) {
+    store_options.listen_fd = inherited_listening_socket(kStoreFdEnv, env.store_port);
+  }
   return make_tcp_store(store_options);
 }
 

@@ -52,8 +52,6 @@ int ps_workers(const Config& config, int launched);
 // The environment variable with the launcher's clock origin (steady_clock nanoseconds), so the
 // ranks' traces share one time axis.
 inline constexpr const char* kOriginEnv = "GRADSYNC_ORIGIN_NS";
-// Rank 0's store socket, bound and listening already: `gradsync run` binds it and hands it
-// down, so the port cannot be taken between its choice and rank 0's start.
-inline constexpr const char* kStoreFdEnv = "GRADSYNC_STORE_FD";
+
 
 }  // namespace gradsync

@@ -4,7 +4,8 @@ train together, over the ring and over a parameter server; metrics.csv holds
 one header and one row per rank per step, whichever rank writes first; and rank 0 leaves the
 same summary.json and trace.json as `gradsync run` would; the ranks' clocks share time zero
 (the end of the initial broadcast, or of the first exchange with the shards) though they
-started apart. A GRADSYNC_STORE_FD that is not a listening socket is refused in one line.
+started apart. A GRADSYNC_STORE_FD or GRADSYNC_SHARD_FD that is not a listening socket is refused in
+one line.
 """
 import csv
 import json
@@ -123,5 +124,15 @@ with tempfile.TemporaryDirectory() as run_dir:
         last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
         check(done.returncode != 0 and "GRADSYNC_STORE_FD" in last and value in last,
               f"GRADSYNC_STORE_FD={value}: refused naming the variable: {last!r}")
+    # And a shard's, GRADSYNC_SHARD_FD.
+    with open(config, "w") as f:
+        f.write(PS_CONFIG)
+    env = dict(os.environ, GRADSYNC_SHARD_FD="abc")
+    done = subprocess.run([gradsync, "server", "--config", config, "--run-dir", run_dir,
+                           "--shard", "0", "--port", str(free_port())],
+                          env=env, capture_output=True, text=True, timeout=60)
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    check(done.returncode != 0 and "GRADSYNC_SHARD_FD" in last,
+          f"GRADSYNC_SHARD_FD=abc: refused naming the variable: {last!r}")
 
 check.finish()
