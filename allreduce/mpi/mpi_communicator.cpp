@@ -53,10 +53,17 @@ class MpiCommunicator final : public Communicator {
     return issue(h, moved, moved, [this, data, avg, moved](RingWork& work, const Header& mine) {
       if (size_ == 1) return;
       if (data.empty()) return headers_only(work, mine);
-      runner_.run(work, mine, moved, "MPI_Iallreduce", [&](MPI_Request* request) {
-        return MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), MPI_FLOAT, MPI_SUM,
-                              runner_.comm(), request);
-      });
+      float* const buffer = data.data();
+      const int n = int(data.size());
+      const MPI_Comm comm = runner_.comm();
+      runner_.run(work, mine, moved,
+                  {"MPI_Allreduce",
+                   [&] { return MPI_Allreduce(MPI_IN_PLACE, buffer, n, MPI_FLOAT, MPI_SUM, comm); },
+                   "MPI_Iallreduce",
+                   [&](MPI_Request* request) {
+                     return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, MPI_FLOAT, MPI_SUM, comm,
+                                           request);
+                   }});
       if (avg) divide(data);
     });
   }
@@ -69,10 +76,16 @@ class MpiCommunicator final : public Communicator {
                  [this, data, root, bytes](RingWork& work, const Header& mine) {
                    if (size_ == 1) return;
                    if (data.empty()) return headers_only(work, mine);
-                   runner_.run(work, mine, bytes, "MPI_Ibcast", [&](MPI_Request* request) {
-                     return MPI_Ibcast(data.data(), int(data.size()), MPI_FLOAT, root,
-                                       runner_.comm(), request);
-                   });
+                   float* const buffer = data.data();
+                   const int n = int(data.size());
+                   const MPI_Comm comm = runner_.comm();
+                   runner_.run(
+                       work, mine, bytes,
+                       {"MPI_Bcast", [&] { return MPI_Bcast(buffer, n, MPI_FLOAT, root, comm); },
+                        "MPI_Ibcast",
+                        [&](MPI_Request* request) {
+                          return MPI_Ibcast(buffer, n, MPI_FLOAT, root, comm, request);
+                        }});
                  });
   }
 
@@ -95,10 +108,18 @@ class MpiCommunicator final : public Communicator {
                                           ? std::vector<float>(in.begin(), in.end())
                                           : std::vector<float>();
       const void* send = in_place ? MPI_IN_PLACE : copy.empty() ? in.data() : copy.data();
-      runner_.run(work, mine, moved, "MPI_Iallgather", [&](MPI_Request* request) {
-        return MPI_Iallgather(send, int(m), MPI_FLOAT, out.data(), int(m), MPI_FLOAT,
-                              runner_.comm(), request);
-      });
+      const MPI_Comm comm = runner_.comm();
+      runner_.run(work, mine, moved,
+                  {"MPI_Allgather",
+                   [&] {
+                     return MPI_Allgather(send, int(m), MPI_FLOAT, out.data(), int(m), MPI_FLOAT,
+                                          comm);
+                   },
+                   "MPI_Iallgather",
+                   [&](MPI_Request* request) {
+                     return MPI_Iallgather(send, int(m), MPI_FLOAT, out.data(), int(m), MPI_FLOAT,
+                                           comm, request);
+                   }});
     });
   }
 
@@ -122,21 +143,32 @@ class MpiCommunicator final : public Communicator {
       const std::vector<float> copy =
           overlaps(in, out) ? std::vector<float>(in.begin(), in.end()) : std::vector<float>();
       const float* send = copy.empty() ? in.data() : copy.data();
-      runner_.run(work, mine, moved, "MPI_Ireduce_scatter_block", [&](MPI_Request* request) {
-        return MPI_Ireduce_scatter_block(send, out.data(), int(out.size()), MPI_FLOAT, MPI_SUM,
-                                         runner_.comm(), request);
-      });
+      const int block = int(out.size());
+      const MPI_Comm comm = runner_.comm();
+      runner_.run(work, mine, moved,
+                  {"MPI_Reduce_scatter_block",
+                   [&] {
+                     return MPI_Reduce_scatter_block(send, out.data(), block, MPI_FLOAT, MPI_SUM,
+                                                     comm);
+                   },
+                   "MPI_Ireduce_scatter_block",
+                   [&](MPI_Request* request) {
+                     return MPI_Ireduce_scatter_block(send, out.data(), block, MPI_FLOAT, MPI_SUM,
+                                                      comm, request);
+                   }});
       if (avg) divide(out);
     });
   }
 
   std::shared_ptr<Work> barrier_async() override {
-    return issue(
-        Header{std::int64_t(Op::kBarrier)}, 0, 0, [this](RingWork& work, const Header& mine) {
-          if (size_ == 1) return;
-          runner_.run(work, mine, 0, "MPI_Ibarrier",
-                      [&](MPI_Request* request) { return MPI_Ibarrier(runner_.comm(), request); });
-        });
+    return issue(Header{std::int64_t(Op::kBarrier)}, 0, 0,
+                 [this](RingWork& work, const Header& mine) {
+                   if (size_ == 1) return;
+                   const MPI_Comm comm = runner_.comm();
+                   runner_.run(work, mine, 0,
+                               {"MPI_Barrier", [&] { return MPI_Barrier(comm); }, "MPI_Ibarrier",
+                                [&](MPI_Request* request) { return MPI_Ibarrier(comm, request); }});
+                 });
   }
 
   // Bytes this rank moves in a bandwidth-optimal algorithm, the formulas NcclCommunicator and
@@ -181,7 +213,7 @@ class MpiCommunicator final : public Communicator {
   // A collective of zero elements moves no payload, but its header still meets the others'
   // (check_desync), so that a rank that issued it where the others issued something else fails
   // now, in this collective, rather than pairing with their next one or timing out.
-  void headers_only(RingWork& work, const Header& mine) { runner_.run(work, mine, 0, "", nullptr); }
+  void headers_only(RingWork& work, const Header& mine) { runner_.run(work, mine, 0, {}); }
 
   // Queues `body`; a collective that does not run (size 1) still takes its turn, so
   // that it completes in issue order and fails like any other call after a failure.

@@ -1,10 +1,7 @@
 #include "allreduce/mpi/mpi_runner.h"
 
-#include <sys/prctl.h>
-
 #include <algorithm>
 #include <iostream>
-#include <thread>
 #include <vector>
 
 #include "allreduce/mpi/mpi_runtime.h"
@@ -12,52 +9,9 @@
 namespace gradsync::mpi {
 namespace {
 
-using std::chrono::microseconds;
 using std::chrono::milliseconds;
-using std::chrono::nanoseconds;
 using tcp::Clock;
 using tcp::RingWork;
-
-// Polling MPI_Test. Open MPI moves a non-blocking collective's bytes only inside MPI calls: ob1
-// reads and writes its TCP sockets in opal_progress, and libnbc starts each round of its
-// schedule in MPI_Test. So every pause between two MPI_Tests is a pause in the transfer (once
-// the kernel's socket buffers are full or empty), paid at each of the collective's 2(N-1) or
-// more rounds. The thread therefore spins (MPI_Test, then a yield, so that oversubscribed ranks
-// on the same core still run) for as long as the collective can be expected to take: kSpin,
-// plus kSpinPerByte for each byte this rank moves (2 ns: a transfer at 500 MB/s or more spins to
-// the end), and on, kSpin past any MPI_Test that took kBusyTest or more (it moved data: the
-// peers are there and the transfer is under way). The cost: one core busy for the whole of a
-// collective, as a blocking MPI_Allreduce keeps it busy, taken from whatever computes beside it
-// (backward, when buckets overlap). A collective that outlasts the spinning (a late or stopped
-// peer, or a transfer slower than 500 MB/s whose MPI_Tests find nothing to move) sleeps between
-// MPI_Tests, doubling from kFirstPause to kMaxPause, so that a long wait costs the training
-// threads almost no CPU, and each such sleep delays the transfer by up to kMaxPause; its first
-// MPI_Test that moves data brings the spinning back. The thread's timer slack is 1 ns (prctl):
-// Linux's default 50 us would come on top of every sleep. On the 2-core VM at 2 ranks over TCP
-// this took 1 MiB allreduces from 0.5 to 2.1-2.4 GB/s busbw, 4 MiB from 0.7 to 1.5-1.9, and left
-// 64 MiB where it was (docs/benchmarks.md).
-constexpr auto kSpin = microseconds(200);
-constexpr auto kSpinPerByte = nanoseconds(2);
-constexpr auto kBusyTest = microseconds(5);
-constexpr auto kFirstPause = microseconds(10);
-constexpr auto kMaxPause = microseconds(200);
-
-// How long a collective moving `bytes` polls without sleeping, at least.
-nanoseconds spin_for(std::uint64_t bytes) {
-  constexpr auto kLongest = std::chrono::duration_cast<nanoseconds>(std::chrono::seconds(10));
-  const auto limit = std::uint64_t(kLongest.count() / kSpinPerByte.count());
-  return kSpin + kSpinPerByte * std::int64_t(std::min(bytes, limit));
-}
-
-// Sleeps of a few microseconds are what the polling makes; without this each one overruns by
-// the default timer slack (50 us). For the calling thread (the communicator's own) only.
-void tighten_timer_slack() {
-  thread_local const bool done = [] {
-    ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);  // best effort: the default still works
-    return true;
-  }();
-  (void)done;
-}
 
 std::string describe(const Header& h) {
   return "collective #" + std::to_string(h.seq) + " " + describe_operation(h);
@@ -145,6 +99,7 @@ MpiRunner::MpiRunner(Store& store, int rank, int size, const MpiOptions& options
       // Within half the grace period of reaching a slow collective, every rank has said so.
       heartbeat_(std::max(milliseconds(1), std::min(grace_ / 2, milliseconds(500)))),
       me_("rank " + std::to_string(rank)),
+      blocking_(thread_multiple()),
       reports_(store, options.store_prefix, rank, size) {
   char host[MPI_MAX_PROCESSOR_NAME];
   int length = 0;
@@ -164,11 +119,22 @@ MpiRunner::MpiRunner(Store& store, int rank, int size, const MpiOptions& options
             " ms in MPI_Comm_idup, which every rank had reached");
     throw TimeoutError(rank_, "mpi", "MPI_Comm_idup", "timed out");
   }
-  auto held = lock();
-  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), me_ + ": MPI_Comm_set_errhandler");
+  {
+    auto held = lock();
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), me_ + ": MPI_Comm_set_errhandler");
+  }
+  if (blocking_) {
+    watchdog_ = std::make_unique<MpiWatchdog>(
+        heartbeat_,
+        [this] {
+          reports_.publish_progress({started_, finished_});
+        },
+        [this](MpiWatchdog::Ending ending) { return end_watched(ending); });
+  }
 }
 
 MpiRunner::~MpiRunner() {
+  watchdog_.reset();  // its hooks use the members below
   try {
     auto held = lock();
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -180,109 +146,66 @@ MpiRunner::~MpiRunner() {
 void MpiRunner::close() {
   std::lock_guard held(start_mutex_);
   closing_ = true;
+  if (watchdog_) watchdog_->close();
 }
 
-bool MpiRunner::start_unless_closing(RingWork& work, const std::string& call,
-                                     const std::function<int(MPI_Request*)>& start,
-                                     MPI_Request& request) {
-  // Under start_mutex_, so that close() either comes before (nothing starts: the collective
-  // fails, and the job goes on) or after (it is in flight: a wait that sees closing_ ends the
-  // job, as MPI may still write into its buffers).
-  std::lock_guard guard(start_mutex_);
-  if (closing_) return false;
-  auto held = lock();
-  check(start(&request), me_ + ": " + work.what() + ": " + call);
-  return true;
-}
-
-void MpiRunner::run(RingWork& work, const Header& mine, std::uint64_t bytes, const char* call,
-                    const std::function<int(MPI_Request*)>& start) {
-  tighten_timer_slack();
-  const auto destroyed = [&] {
-    return Error(me_ + ": " + work.what() + " never ran: the communicator was destroyed");
-  };
+void MpiRunner::run(RingWork& work, const Header& mine, std::uint64_t bytes, const MpiCall& call) {
   started_ = work.seq();
-  const auto began = Clock::now();
-  const auto deadline = began + options_.timeout;
-  MPI_Request request = MPI_REQUEST_NULL;
-  // Whichever MPI call comes first decides: before it, close() means this collective never ran;
-  // after it, the collective is in flight on every rank that reached it, and must finish or end
-  // the job.
-  if (options_.check_desync) {
-    std::vector<Header> all(static_cast<std::size_t>(size_));
-    const auto exchange = [&](MPI_Request* r) {
-      return MPI_Iallgather(&mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_, r);
-    };
-    if (!start_unless_closing(work, "MPI_Iallgather of the headers", exchange, request)) {
-      throw destroyed();
-    }
-    wait(work, request, began, deadline, spin_for(0), Phase::kHeaders);
-    if (std::any_of(all.begin(), all.end(), [&](const Header& h) { return !(h == mine); })) {
-      throw desync_error(all, rank_, work.what(), [&](int r) { return reports_.host_of(r); });
-    }
-    if (start) {
-      // In flight already: the others are starting the payload, so a close() now ends the job
-      // (in wait) rather than leaving them in it until their timeout.
-      auto held = lock();
-      check(start(&request), me_ + ": " + work.what() + ": " + call);
-    }
-  } else if (start && !start_unless_closing(work, call, start, request)) {
-    throw destroyed();
+  if (blocking_) {
+    run_blocking(work, mine, call);
+  } else {
+    run_polled(work, mine, bytes, call);
   }
-  if (start) wait(work, request, began, deadline, spin_for(bytes), Phase::kPayload);
   finished_ = work.seq();
 }
 
-void MpiRunner::wait(RingWork& work, MPI_Request& request, Clock::time_point began,
-                     Clock::time_point deadline, nanoseconds spin, Phase phase) {
-  auto last_beat = began;
-  const Waited waited = poll(request, deadline, spin, [&](Clock::time_point now) {
-    if (now - began < heartbeat_ || now - last_beat < heartbeat_) return;
-    reports_.publish_progress({started_, finished_});
-    last_beat = now;
-  });
-  if (waited == Waited::kTimedOut) timed_out(work, phase);
-  if (waited == Waited::kClosing) {
-    end_job(me_ + ": the communicator was destroyed while " + work.what() + " was running");
-    throw Error(me_ + ": " + work.what() + " interrupted: the communicator was destroyed");
+void MpiRunner::run_blocking(RingWork& work, const Header& mine, const MpiCall& call) {
+  if (!options_.check_desync && !call.blocking) return;  // no MPI call to make
+  const auto began = Clock::now();
+  {
+    // close() either comes first (nothing starts: the collective fails, the job goes on) or
+    // after: the collective is watched, and the watchdog ends the job (MPI may write into its
+    // buffers until it returns). The whole collective, headers and payload, is one watch: once
+    // the headers went out the others are in it, and a close() must end the job rather than
+    // leave them there until their timeout.
+    std::lock_guard guard(start_mutex_);
+    if (closing_) {
+      throw Error(me_ + ": " + work.what() + " never ran: the communicator was destroyed");
+    }
+    watched_ = &work;
+    phase_ = options_.check_desync ? Phase::kHeaders : Phase::kPayload;
+    watchdog_->watch(began, began + options_.timeout);
   }
-}
-
-MpiRunner::Waited MpiRunner::poll(MPI_Request& request, Clock::time_point deadline,
-                                  nanoseconds spin,
-                                  const std::function<void(Clock::time_point)>& beat) {
-  auto spin_until = Clock::now() + spin;
-  auto pause = kFirstPause;
-  while (true) {
-    int done = 0;
-    Clock::time_point before, after;
-    {
-      auto held = lock();
-      before = Clock::now();
-      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), me_ + ": MPI_Test");
-      after = Clock::now();
+  // No mpi::lock() around the blocking calls: MULTIPLE needs none, and end_job's MPI_Abort
+  // takes it, from this runner's watchdog or another thread, while they wait for other ranks.
+  std::vector<Header> all(options_.check_desync ? static_cast<std::size_t>(size_) : 0);
+  bool desync = false;
+  std::exception_ptr failure;
+  try {
+    if (options_.check_desync) {
+      check(MPI_Allgather(&mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, comm_),
+            me_ + ": " + work.what() + ": MPI_Allgather of the headers");
+      desync = std::any_of(all.begin(), all.end(), [&](const Header& h) { return !(h == mine); });
+      phase_ = Phase::kPayload;
     }
-    if (done) return Waited::kDone;
-    if (closing_) return Waited::kClosing;
-    if (after >= deadline) return Waited::kTimedOut;
-    if (beat) beat(after);
-    if (after - before >= kBusyTest) {
-      // This MPI_Test moved data: the transfer is under way, keep up with it.
-      spin_until = std::max(spin_until, after + kSpin);
-      pause = kFirstPause;
+    if (!desync && call.blocking) {
+      check(call.blocking(), me_ + ": " + work.what() + ": " + call.name);
     }
-    if (after < spin_until) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, kMaxPause);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // The watchdog's error first: it has ended the job for this collective. MPI is done with the
+  // buffers now, so naming a desync's ranks (Store reads) happens unwatched.
+  if (const std::exception_ptr ended = watchdog_->unwatch()) std::rethrow_exception(ended);
+  if (failure) std::rethrow_exception(failure);
+  if (desync) {
+    throw desync_error(all, rank_, work.what(), [&](int r) { return reports_.host_of(r); });
   }
 }
 
 // Names the ranks that never reached this collective (in the header exchange, those whose last
 // word is older), in one line, and ends the job.
-void MpiRunner::timed_out(RingWork& work, Phase phase) {
+TimeoutError MpiRunner::end_job_timed_out(RingWork& work, Phase phase) {
   work.mark_failing();
   const Progress mine{started_, finished_};
   reports_.publish_progress(mine);
@@ -315,7 +238,20 @@ void MpiRunner::timed_out(RingWork& work, Phase phase) {
           ? TimeoutError("a peer", -1, "mpi", work.what(), problem)
           : TimeoutError(missing.front(), reports_.host_of(missing.front()), work.what(), problem);
   end_job(error.what());
-  throw error;
+  return error;
+}
+
+Error MpiRunner::end_job_destroyed(RingWork& work) {
+  end_job(me_ + ": the communicator was destroyed while " + work.what() + " was running");
+  return Error(me_ + ": " + work.what() + " interrupted: the communicator was destroyed");
+}
+
+std::exception_ptr MpiRunner::end_watched(MpiWatchdog::Ending ending) {
+  RingWork& work = *watched_;
+  if (ending == MpiWatchdog::Ending::kClosing) {
+    return std::make_exception_ptr(end_job_destroyed(work));
+  }
+  return std::make_exception_ptr(end_job_timed_out(work, phase_));
 }
 
 void MpiRunner::abort(const std::string& reason) {

@@ -1,12 +1,25 @@
 // MpiRunner: how MpiCommunicator (mpi_communicator.h) runs one collective on its background
 // thread, and what it does when MPI cannot finish one: the header exchange that catches a desync,
-// the MPI_Test polling that watches the deadline, the progress reports that name a laggard
-// (mpi_reports.h), and the end of the job (MPI_Abort).
+// the deadline watch, the progress reports that name a laggard (mpi_reports.h), and the end of
+// the job (MPI_Abort).
 //
 //   MpiRunner runner(store, rank, size, options);   // joins: Store, then MPI_Comm_idup
-//   runner.run(work, header, bytes, "MPI_Iallreduce", [&](MPI_Request* r) {
-//     return MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM, runner.comm(), r);
-//   });                                            // returns when done; throws a desync
+//   runner.run(work, header, bytes, {"MPI_Allreduce", [&] {
+//       return MPI_Allreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM, runner.comm()); },
+//     "MPI_Iallreduce", [&](MPI_Request* r) {
+//       return MPI_Iallreduce(MPI_IN_PLACE, data, n, MPI_FLOAT, MPI_SUM, runner.comm(), r); }});
+//                                                  // returns when done; throws a desync
+//
+// Each collective comes in both forms, and the thread level MPI gave (mpi_runtime.h) picks one
+// for the life of the process. Under MPI_THREAD_MULTIPLE the blocking call runs, without
+// mpi::lock(), and the runner's watchdog thread (mpi_watchdog.h) keeps its deadline and
+// heartbeat. Why blocking: Open MPI serves blocking collectives from its `tuned` component, as a
+// program calling MPI_Allreduce gets, and non-blocking ones from libnbc, with other algorithms
+// (half the speed at some sizes, docs/benchmarks.md), and polling adds its own gaps. Under
+// MPI_THREAD_SERIALIZED alone the non-blocking call starts under the lock and run() polls
+// MPI_Test (mpi_polling.cpp says how it paces itself), watching the deadline between tests. Either
+// way a collective past its deadline, or one under way when close() comes, ends the job with the
+// same line.
 //
 // run() is for the communicator's one thread; abort(), close() and end_job() may come from any
 // thread. Internal to allreduce/mpi/ (it includes mpi.h).
@@ -17,7 +30,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,6 +40,7 @@
 #include "allreduce/collective_kind.h"
 #include "allreduce/mpi/mpi_options.h"
 #include "allreduce/mpi/mpi_reports.h"
+#include "allreduce/mpi/mpi_watchdog.h"
 #include "allreduce/tcp/work_queue.h"
 #include "common/error.h"
 
@@ -51,6 +67,16 @@ std::string describe_operation(const Header& header);
 PeerError desync_error(const std::vector<Header>& all, int me, const std::string& operation,
                        const std::function<std::string(int)>& host_of);
 
+// One collective's payload as both MPI calls, each named for errors: `blocking` runs it to the
+// end (MPI_THREAD_MULTIPLE), `start` begins the non-blocking form for polling (SERIALIZED). Both
+// empty (zero elements): the header exchange alone.
+struct MpiCall {
+  const char* name = "";  // "MPI_Allreduce"
+  std::function<int()> blocking;
+  const char* start_name = "";  // "MPI_Iallreduce"
+  std::function<int(MPI_Request*)> start;
+};
+
 class MpiRunner {
  public:
   // Collective: every rank meets in the Store (whose TimeoutError names who is missing), then in
@@ -65,18 +91,18 @@ class MpiRunner {
   std::chrono::milliseconds grace() const { return grace_; }
 
   // The header exchange (options.check_desync: desync_error's PeerError if any differ), then
-  // `start`'s non-blocking MPI call (`call` names it in errors), polled to completion; an empty
-  // `start` (zero elements) exchanges the headers alone, so that a rank that issued a 0-element
-  // collective where the others issued another is caught in this collective, not the next.
-  // Both within options.timeout of the start, else the job ends (see above). `bytes` is what
-  // this rank moves, for how long the polling may spin. After close(), a collective not yet
-  // started throws "the communicator was destroyed" and starts nothing.
-  void run(tcp::RingWork& work, const Header& mine, std::uint64_t bytes, const char* call,
-           const std::function<int(MPI_Request*)>& start);
+  // `call`'s payload, blocking or polled (see above); an empty call (zero elements) exchanges
+  // the headers alone, so that a rank that issued a 0-element collective where the others issued
+  // another is caught in this collective, not the next. Both within options.timeout of the
+  // start, else the job ends (see above). `bytes` is what this rank moves, for how long the
+  // polling may spin. After close(), a collective not yet started throws "the communicator was
+  // destroyed" and starts nothing.
+  void run(tcp::RingWork& work, const Header& mine, std::uint64_t bytes, const MpiCall& call);
 
   // From now on no collective starts, and one still running ends the job (MPI may write into
   // its buffers until it completes): for the communicator's destructor, before it joins the
-  // thread. Waits for a start already under way (an MPI_I* call, which returns at once).
+  // thread. Waits for a start already under way (a polled MPI_I* call, which returns at once;
+  // a blocking call is left to the watchdog, which ends the job on its own thread).
   void close();
   // Publishes `reason`, then ends the job.
   void abort(const std::string& reason);
@@ -88,6 +114,13 @@ class MpiRunner {
   enum class Waited { kDone, kTimedOut, kClosing };
   enum class Phase { kHeaders, kPayload };
 
+  // MPI_THREAD_MULTIPLE: blocking calls, the watchdog on the clock.
+  void run_blocking(tcp::RingWork& work, const Header& mine, const MpiCall& call);
+  // MPI_THREAD_SERIALIZED: non-blocking calls, polled (mpi_polling.cpp).
+  void run_polled(tcp::RingWork& work, const Header& mine, std::uint64_t bytes,
+                  const MpiCall& call);
+  // How long a collective moving `bytes` polls without sleeping, at least (mpi_polling.cpp).
+  static std::chrono::nanoseconds spin_for(std::uint64_t bytes);
   // Starts a non-blocking call unless close() came first (then false, and nothing started).
   bool start_unless_closing(tcp::RingWork& work, const std::string& call,
                             const std::function<int(MPI_Request*)>& start, MPI_Request& request);
@@ -95,7 +128,12 @@ class MpiRunner {
             tcp::Clock::time_point deadline, std::chrono::nanoseconds spin, Phase phase);
   Waited poll(MPI_Request& request, tcp::Clock::time_point deadline, std::chrono::nanoseconds spin,
               const std::function<void(tcp::Clock::time_point)>& beat);
-  [[noreturn]] void timed_out(tcp::RingWork& work, Phase phase);
+  // How both paths end the job for `work`, each returning the error its thread throws: past the
+  // deadline (naming the ranks that never reached the collective), or closed while it ran.
+  TimeoutError end_job_timed_out(tcp::RingWork& work, Phase phase);
+  Error end_job_destroyed(tcp::RingWork& work);
+  // The watchdog's end(): the one of the two for the collective it watches.
+  std::exception_ptr end_watched(MpiWatchdog::Ending ending);
 
   const int rank_;
   const int size_;
@@ -103,11 +141,17 @@ class MpiRunner {
   const std::chrono::milliseconds grace_;
   const std::chrono::milliseconds heartbeat_;  // how often a slow collective publishes progress
   const std::string me_;                       // "rank 3", for messages
+  const bool blocking_;                        // MPI gave MPI_THREAD_MULTIPLE
   MpiReports reports_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::mutex start_mutex_;  // close() against a start: a collective either starts or never does
   std::atomic<bool> closing_{false};
   std::atomic<std::uint64_t> started_{0}, finished_{0};
+  // What the watchdog watches (blocking_): set before watch(), read by end_watched() only while
+  // the collective's thread is inside it (unwatch() waits for an end() under way).
+  tcp::RingWork* watched_ = nullptr;
+  std::atomic<Phase> phase_{Phase::kHeaders};
+  std::unique_ptr<MpiWatchdog> watchdog_;  // blocking_ only; made last, stopped first
 };
 
 }  // namespace gradsync::mpi

@@ -1,20 +1,32 @@
 // The MPI library, once per process: what every MpiCommunicator (and the MPI test) shares.
 //
 //   const mpi::World world = mpi::init_mpi_once();   // MPI_Init_thread the first time
-//   { auto held = mpi::lock(); MPI_Test(...); }     // every MPI call holds the lock
+//   if (mpi::thread_multiple()) MPI_Allreduce(...);  // blocking, no lock: MULTIPLE allows it
+//   { auto held = mpi::lock(); MPI_Test(...); }     // every other MPI call holds the lock
 //
-// Threading: MPI is initialised at MPI_THREAD_SERIALIZED, and gradsync keeps that promise itself:
-// every MPI call it makes holds mpi::lock(). In practice the calls come from the communicators'
-// background threads (one collective at a time each) and, rarely, from a caller's thread
-// (MPI_Abort in abort(), MPI_Comm_free in a destructor). Once MPI runs, the lock is held only
-// for calls that return at once (MPI_Test, the non-blocking MPI_I* starts, MPI_Abort), never
-// across a wait for other ranks, so MPI_Abort is never held up. The two exceptions bracket the
-// communicators' lives: MPI_Init_thread (which may wait for the launcher) runs under the lock
-// before any communicator exists, and MPI_Finalize (which waits for every rank to finalise) runs
-// under it at exit, after they are gone; an MPI call that arrives meanwhile waits for it, then
-// throws. SERIALIZED is what Open MPI 4.1 gives for the asking (it offers MULTIPLE too); an MPI
-// that gives less is refused with one line, as is an MPI that this process's own code started
-// (MPI_Init before the first communicator) at a level below it.
+// Threading: MPI is initialised asking for MPI_THREAD_MULTIPLE, and accepts
+// MPI_THREAD_SERIALIZED at least. Under MULTIPLE (what Open MPI 4.1 gives), each communicator's
+// background thread runs its collectives as blocking MPI calls (MPI_Allreduce, served by Open
+// MPI's fast `tuned` component, where the non-blocking MPI_Iallreduce is served by the slower
+// libnbc) without the lock: MULTIPLE needs no serialisation, and a call that waits for other
+// ranks must not hold a lock that MPI_Abort needs. Under SERIALIZED alone, gradsync keeps the
+// promise itself: the collectives are non-blocking calls polled with MPI_Test, and every MPI
+// call holds mpi::lock(). Either way, every other MPI call gradsync makes holds the lock too (the
+// polled MPI_Comm_idup that makes a communicator, MPI_Comm_free in a destructor, MPI_Abort in
+// abort() and at a timeout), and once MPI runs the lock is held only for calls that return at
+// once, never across a wait for other ranks, so MPI_Abort is never held up. The two exceptions
+// bracket the communicators' lives: MPI_Init_thread (which may wait for the launcher) runs under
+// the lock before any communicator exists, and MPI_Finalize (which waits for every rank to
+// finalise) runs under it at exit, after they are gone; an MPI call that arrives meanwhile waits
+// for it, then throws. An MPI that gives less than SERIALIZED is refused with one line, as is an
+// MPI that this process's own code started (MPI_Init before the first communicator) below it;
+// one started at SERIALIZED gets the polled path.
+//
+// Oversubscribed hosts: Open MPI's blocking calls spin while they wait. Where mpirun left the
+// ranks unbound (--bind-to none) and this host runs more of them than the cores they may use,
+// MPI is started with OMPI_MCA_mpi_yield_when_idle=1 (unless the environment already chooses),
+// as mpirun itself does when it counts the host oversubscribed: otherwise a waiting rank spins on
+// the core its peer needs (mpi_runtime.cpp says why mpirun's own count can miss it).
 //
 // Finalising: the MPI standard wants MPI_Finalize on the thread that initialised MPI (its "main
 // thread"). The first init_mpi_once() therefore must come from the process's main thread (it
@@ -46,7 +58,12 @@ struct World {
 // MPI_THREAD_SERIALIZED (also where something else started it), and after MPI was finalised.
 World init_mpi_once();
 
-// Held around every MPI call gradsync makes (see above). Throws Error once MPI is finalised.
+// True when MPI gave MPI_THREAD_MULTIPLE: the communicators' collectives are then blocking MPI
+// calls made without the lock (see above). False before MPI starts.
+bool thread_multiple();
+
+// Held around every MPI call gradsync makes but the blocking collectives under MULTIPLE (see
+// above). Throws Error once MPI is finalised.
 std::unique_lock<std::mutex> lock();
 
 // MPI's own words for an error code ("MPI_ERR_TRUNCATE: message truncated").

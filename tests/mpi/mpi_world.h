@@ -19,6 +19,8 @@ struct MpiWorld {
 };
 
 const MpiWorld& mpi_world();
+// The job started MPI itself at MPI_THREAD_SERIALIZED (--mpi-thread=serialized, main.cpp).
+extern bool serialized_asked;
 
 // A communicator over the whole job of its own: every rank calls it, with the same `name` (its
 // Store prefix, so that test cases never read each other's reports).

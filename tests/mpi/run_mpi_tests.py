@@ -7,6 +7,11 @@
   run_mpi_tests.py abort TEST_BINARY                  3 ranks, rank 1 aborts: the job ends at once
   run_mpi_tests.py destroyed TEST_BINARY              3 ranks, rank 0 destroys its communicator
                                                       mid-collective: the job ends at once
+
+Each runs twice: once as gradsync starts MPI (MPI_THREAD_MULTIPLE: blocking collectives, watched
+by the runner's watchdog thread), once with the test binary starting MPI at
+MPI_THREAD_SERIALIZED itself (--mpi-thread=serialized: non-blocking collectives, polled), so
+that both of the backend's paths pass the same checks.
   run_mpi_tests.py worker GRADSYNC PRESET             `gradsync worker` with comm.backend mpi and
                                                       no MPI launcher: one line saying how
 
@@ -21,6 +26,10 @@ import time
 SKIP = 77
 
 
+# The thread levels the test binary runs at, and the options that make it start MPI at each.
+LEVELS = {"multiple": [], "serialized": ["--mpi-thread=serialized"]}
+
+
 def mpirun_command(ranks):
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     # --oversubscribe: more ranks than this machine's cores (2 on CI) is the point here.
@@ -28,8 +37,12 @@ def mpirun_command(ranks):
     # messages with process_vm_readv (CMA) by default, which containers without CAP_SYS_PTRACE
     # refuse ("Read -1, expected ..., errno = 1"); copying through the shared segment works
     # everywhere, and these tests check results, not speed.
-    return ["mpirun", *root, "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
-            "none", "-np", str(ranks)]
+    # --bind-to none --host localhost:N: as gradsync starts its ranks (launch/mpirun_command.h),
+    # where mpirun counts N slots and does not see the host oversubscribed; gradsync must (the
+    # MPI runtime's yield, checked by a test case).
+    return ["mpirun", *root, "--oversubscribe", "--bind-to", "none", "--host",
+            f"localhost:{ranks}", "--mca", "btl_vader_single_copy_mechanism", "none",
+            "-np", str(ranks)]
 
 
 def run(command, limit, env=None):
@@ -49,26 +62,29 @@ def fail(message, output):
 
 
 def collectives(binary):
-    for ranks in (1, 2, 3, 4):
-        code, out, seconds = run([*mpirun_command(ranks), binary], limit=60)
-        if code != 0:
-            fail(f"{ranks} ranks: exit code {code}", out)
-        print(f"{ranks} ranks: every case passed in {seconds:.1f} s")
+    for level, options in LEVELS.items():
+        for ranks in (1, 2, 3, 4):
+            code, out, seconds = run([*mpirun_command(ranks), binary, *options], limit=60)
+            if code != 0:
+                fail(f"{level}, {ranks} ranks: exit code {code}", out)
+            print(f"{level}, {ranks} ranks: every case passed in {seconds:.1f} s")
 
 
 def job_ends(binary, case, expected, limit):
-    """The job of 3 ranks running `case` ends non-zero within `limit` s, saying each of
-    `expected`."""
-    code, out, seconds = run([*mpirun_command(3), binary, "--no-skip", "-tc=" + case], limit=60)
-    if code == 0:
-        fail(f"'{case}': the job exited 0", out)
-    if seconds > limit:
-        fail(f"'{case}': the job took {seconds:.1f} s to end, over {limit} s", out)
-    for part in expected:
-        if part not in out:
-            fail(f"'{case}': the output does not say '{part}'", out)
-    print(f"'{case}': ended with exit code {code} after {seconds:.1f} s")
-    print("\n".join(line for line in out.splitlines() if line.startswith("gradsync: error")))
+    """At each thread level, the job of 3 ranks running `case` ends non-zero within `limit` s,
+    saying each of `expected`."""
+    for level, options in LEVELS.items():
+        code, out, seconds = run(
+            [*mpirun_command(3), binary, *options, "--no-skip", "-tc=" + case], limit=60)
+        if code == 0:
+            fail(f"{level}, '{case}': the job exited 0", out)
+        if seconds > limit:
+            fail(f"{level}, '{case}': the job took {seconds:.1f} s to end, over {limit} s", out)
+        for part in expected:
+            if part not in out:
+                fail(f"{level}, '{case}': the output does not say '{part}'", out)
+        print(f"{level}, '{case}': ended with exit code {code} after {seconds:.1f} s")
+        print("\n".join(line for line in out.splitlines() if line.startswith("gradsync: error")))
 
 
 def worker(gradsync, preset):

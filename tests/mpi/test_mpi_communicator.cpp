@@ -4,16 +4,14 @@
 // that end the job (a stalled rank, abort, destruction mid-collective) are skipped unless named
 // with -tc and --no-skip; run_mpi_tests.py runs them on their own and checks how the job ended.
 #include <doctest/doctest.h>
-#include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
 
-#include "allreduce/collective_kind.h"
-#include "allreduce/in_memory_store.h"
-#include "allreduce/mpi/mpi_reports.h"
-#include "allreduce/mpi/mpi_runner.h"
+#include "allreduce/mpi/mpi_runtime.h"
 #include "common/error.h"
 #include "tests/mpi/mpi_world.h"
 #include "tests/support/reduce_scatter_checks.h"
@@ -223,84 +221,43 @@ TEST_CASE("mpi: a rank with zero elements where the others have some is caught a
   CHECK(wrong_elements(some, [&](std::size_t i) { return expected_sum(n, i); }) == 0);
 }
 
-TEST_CASE("mpi: desync_error takes the majority's header and blames the others") {
-  using gradsync::mpi::Header;
-  const auto host = [](int r) { return "host" + std::to_string(r); };
-  const Header a{1, 5, 0, 3}, b{1, 6, 0, 3}, c{3, 5, 1, 3};
-  // The odd rank out is rank 2, whoever reports it: not rank 0, which differs first from it.
-  for (const int me : {0, 2}) {
-    const auto e = gradsync::mpi::desync_error({a, a, b, a}, me, "op", host);
-    CHECK(e.rank() == 2);
-    CHECK(std::string(e.what()) ==
-          "rank 2 (host2) during op: desync: rank 2 is in collective #3 allreduce of 6 floats, "
-          "but the majority (ranks 0, 1, 3) is in collective #3 allreduce of 5 floats");
-  }
-  // Two minorities: both named, both blamed.
-  const auto two = gradsync::mpi::desync_error({a, c, a, b, a}, 0, "op", host);
-  CHECK(two.rank() == 1);
-  CHECK(std::string(two.what()) ==
-        "ranks 1, 3 (host1, host3) during op: desync: rank 1 is in collective #3 broadcast of 5 "
-        "floats from rank 1, rank 3 is in collective #3 allreduce of 6 floats, but the majority "
-        "(ranks 0, 2, 4) is in collective #3 allreduce of 5 floats");
-  // A tie of three sides: every side named, the others blamed.
-  const auto tie = gradsync::mpi::desync_error({a, b, c}, 1, "op", host);
-  CHECK(tie.rank() == 0);
-  CHECK(has(tie.what(),
-            "ranks 0, 2 (host0, host2) during op: desync: no majority: rank 0 is in "
-            "collective #3 allreduce of 5 floats, rank 1 is in collective #3 "
-            "allreduce of 6 floats, rank 2 is in collective #3 broadcast"));
-}
-
-TEST_CASE("mpi: a runner closed before a collective starts fails it and starts nothing") {
-  // The communicator's destructor closes its runner, then stops its queue; the queue's thread
-  // may take one more collective in between. That one must fail, not start MPI (whose first
-  // unfinished MPI_Test would then end the job): the job goes on to the next test case.
+TEST_CASE("mpi: a collective waiting for a late rank leaves mpi::lock() free") {
+  // MPI_Abort (abort(), a timeout) takes the lock: a collective that held it while it waited
+  // for the others would hold up the end of the job by as long. Blocking or polled, with the
+  // header exchange (where the wait falls) or without (then in the payload's call), it must not.
   const MpiWorld& w = mpi_world();
-  gradsync::MpiOptions options;
-  options.store_prefix = "test/closed_runner";
-  options.timeout = 10s;
-  gradsync::mpi::MpiRunner runner(*w.store, w.rank, w.size, options);
-  runner.close();
-  gradsync::tcp::RingWork work(1, "collective #1 barrier (mpi)", w.rank, options.timeout,
-                               runner.grace());
-  bool started = false;
-  try {
-    runner.run(work, {std::int64_t(gradsync::CollectiveKind::kBarrier), 0, 0, 1}, 0, "MPI_Ibarrier",
-               [&](MPI_Request* request) {
-                 started = true;
-                 return MPI_Ibarrier(runner.comm(), request);
-               });
-    FAIL_CHECK("a closed runner ran a collective");
-  } catch (const gradsync::Error& e) {
-    CHECK(has(e.what(), "collective #1 barrier (mpi) never ran: the communicator was destroyed"));
+  if (w.size == 1) return;
+  for (const bool check_desync : {true, false}) {
+    CAPTURE(check_desync);
+    gradsync::MpiOptions options;
+    options.store_prefix =
+        std::string("test/lock_free/") + (check_desync ? "checked" : "unchecked");
+    options.check_desync = check_desync;
+    const auto comm = gradsync::make_mpi_communicator(*w.store, w.rank, w.size, options);
+    std::vector<float> data = rank_data(w.rank, 1000);
+    if (w.rank == w.size - 1) {
+      std::this_thread::sleep_for(600ms);
+      comm->allreduce(data, ReduceOp::kSum);
+    } else {
+      std::atomic<bool> done{false};
+      auto longest = std::chrono::steady_clock::duration::zero();
+      std::thread prober([&] {
+        while (!done) {
+          const auto before = std::chrono::steady_clock::now();
+          { auto held = gradsync::mpi::lock(); }
+          longest = std::max(longest, std::chrono::steady_clock::now() - before);
+          std::this_thread::sleep_for(1ms);
+        }
+      });
+      comm->allreduce(data, ReduceOp::kSum);
+      done = true;
+      prober.join();
+      MESSAGE("longest wait for mpi::lock(): "
+              << std::chrono::duration_cast<std::chrono::microseconds>(longest).count() << " us");
+      CHECK(longest < 250ms);
+    }
+    CHECK(wrong_elements(data, [&](std::size_t i) { return expected_sum(w.size, i); }) == 0);
   }
-  CHECK_FALSE(started);
-}
-
-TEST_CASE("mpi: collecting reports is bounded by the grace period, however many ranks are silent") {
-  // 200 ranks of which only 3 ever report, over an in-memory Store: a round that waited for each
-  // silent rank's key (50 ms each, as it once did) would take 10 s; asking which exist first
-  // takes no time at all.
-  gradsync::InMemoryStore store;
-  const int ranks = 200;
-  gradsync::mpi::MpiReports mine(store, "reports", 0, ranks);
-  // publish() probes the rank's joined key first.
-  for (const int r : {0, 5, 17, 199}) store.set("reports/joined/" + std::to_string(r), "h");
-  for (const int r : {5, 17, 199}) {
-    gradsync::mpi::MpiReports(store, "reports", r, ranks).publish_progress({4, r == 17 ? 4u : 3u});
-  }
-  const auto began = std::chrono::steady_clock::now();
-  const auto all = mine.collect({4, 3}, 4, 300ms);
-  const auto took = std::chrono::steady_clock::now() - began;
-  MESSAGE("collect took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
-                          << " ms");
-  CHECK(took < 1s);
-  CHECK(took >= 250ms);  // it did wait the grace period for the 196 silent ones
-  REQUIRE(all.size() == std::size_t(ranks));
-  CHECK(all[0]->started == 4);
-  CHECK(all[17]->finished == 4);
-  CHECK(all[199]->started == 4);
-  CHECK_FALSE(all[1].has_value());
 }
 
 TEST_CASE("mpi: a rank that stops issuing is named, and the job ends" * doctest::skip()) {
