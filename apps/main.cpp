@@ -17,7 +17,7 @@
 #include "apps/worker_command.h"
 #include "common/error.h"
 #include "common/malloc_policy.h"
-#include "launch/failure_notes.h"
+#include "common/failure_note.h"
 
 int main(int argc, char** argv) {
   // Before any thread starts: ZeroMQ's receive buffers reuse freed pages (malloc_policy.h).

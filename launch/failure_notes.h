@@ -1,39 +1,22 @@
-// Failure notes: how the processes of one run tell their launcher when each first failed and
-// why, so that the launcher's last line names the earliest real failure rather than the first
-// process to exit (a rank that fills a disk may still be writing its trace when a peer, which
-// only lost its connection, has already exited).
+// The launcher's side of the failure notes (common/failure_note.h writes them): reading them,
+// their folder for one launch, and the order of the failures they give.
 //
-//   // in the launcher, per child:  GRADSYNC_FAILURE_DIR=<run>/failures GRADSYNC_PROCESS_NAME=rank 2
-//   note_failure("rank 2 ...: No space left on device");   // the child's top-level catch
-//   for (const FailureNote& n : read_failure_notes(dir)) ...   // the launcher, after the exits
-//
-// One file per process, <dir>/<name>.txt: the wall-clock time in nanoseconds since the epoch
-// (CLOCK_REALTIME: comparable across the processes of a host, and across hosts as far as their
-// clocks agree), a newline, and the one-line error. Only a process's first note is kept; writing
-// is best effort (a full disk must not turn the real error into another) and never throws.
+//   for (const FailureNote& n : read_failure_notes(dir)) ...   // after every process exited
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace gradsync {
+#include "common/failure_note.h"
 
-inline constexpr const char* kFailureDirEnv = "GRADSYNC_FAILURE_DIR";
-inline constexpr const char* kProcessNameEnv = "GRADSYNC_PROCESS_NAME";
+namespace gradsync {
 
 struct FailureNote {
   std::string name;     // "rank 2", "server 0": the launcher's name for the process
   std::int64_t unix_ns = 0;
   std::string message;  // the error line, without "gradsync: error: "
 };
-
-// Nanoseconds since the epoch, now (the notes' clock).
-std::int64_t unix_now_ns();
-
-// Writes this process's note when the launcher asked for notes (kFailureDirEnv set) and none
-// was written yet. Never throws.
-void note_failure(const std::string& message);
 
 // Every note in `dir`, earliest first; a missing folder or an unreadable note is skipped.
 std::vector<FailureNote> read_failure_notes(const std::string& dir);

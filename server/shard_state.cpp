@@ -1,5 +1,6 @@
 #include "server/shard_state.h"
 
+#include "common/failure_note.h"
 #include "server/consistency/async_policy.h"
 #include "server/consistency/ssp_policy.h"
 #include "server/consistency/sync_policy.h"
@@ -219,6 +220,9 @@ void ShardState::on_stop(const std::string& reason, const Sink& send) {
 bool ShardState::finished() const { return !failure_ && sessions_.finished(); }
 
 void ShardState::fail(ShardFailure failure) {
+  // Before the workers hear it: the launcher orders failures by these notes (the workers'
+  // own notes, of what they hear next, are consequences of this one).
+  note_failure(out_.name() + ": " + failure.problem);
   out_.log(out_.name() + ": " + failure.problem);
   // Every connected worker hears why, so none of them waits out its own timeout.
   on_stop(failure.problem, out_.sink());

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "launch/failure_notes.h"
+#include "common/failure_note.h"
 
 namespace gradsync {
 namespace {
