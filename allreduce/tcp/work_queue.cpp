@@ -27,9 +27,15 @@ void RingWork::wait(std::chrono::milliseconds timeout) {
   if (!done_.wait_until(lock, deadline, done)) {
     // Prefer the collective's own error (it names the rank waited for and every rank's
     // progress) when it is due about now; it arrives within its deadline plus the report grace.
+    // A wait as long as the communicator's timeout (the strategies') wants the collective's own
+    // verdict even when it started late, queued behind another: its deadline then falls after
+    // the wait's, and the earlier collective's failure, which fails this one, is due first.
+    const bool whole_timeout = timeout >= comm_timeout_;
     const bool own_error_due =
         state_ == State::kFailing ||
-        (state_ == State::kRunning && started_ + comm_timeout_ <= deadline + kOwnDeadlineSlack);
+        (state_ == State::kRunning &&
+         (whole_timeout || started_ + comm_timeout_ <= deadline + kOwnDeadlineSlack)) ||
+        (state_ == State::kQueued && whole_timeout);
     // The slack: for the failing rank's own last steps (closing, publishing); a quarter of the
     // timeout at most, so that short timeouts stay short.
     const auto slack = std::min<Clock::duration>(std::chrono::seconds(1), comm_timeout_ / 4);
