@@ -6,6 +6,7 @@
 #include <string>
 
 #include "experiments/preset.h"
+#include "common/run_id.h"
 #include "server/curve_keys.h"
 #include "worker/server_process.h"
 
@@ -44,8 +45,9 @@ Command add_server_command(CLI::App& parent) {
             if (options->config.empty() || options->run_dir.empty()) {
               throw UsageError("--config and --run-dir are required (or --gen-keys FILE)");
             }
-            run_server_process(load_run_config(options->config), options->run_dir, options->shard,
-                               options->port, options->bind);
+            const Config config = load_run_config(options->config);
+            run_server_process(config, options->run_dir, options->shard, options->port,
+                               run_id_for(to_yaml(config)), options->bind);
             return 0;
           }};
 }

@@ -8,7 +8,8 @@
 //        6    2 type          MessageType
 //        8    4 sender        rank of a worker, or shard index of a server
 //       12    4 aux           per type: HELLO world size; REPLY staleness; else 0
-//       16    8 step          the worker's step (PUSH, PULL), the server's version (REPLY)
+//       16    8 step          the worker's step (PUSH, PULL), the server's version (REPLY),
+//                              the run's id (HELLO, HEARTBEAT: common/run_id.h)
 //       24    8 key_begin     first parameter index of the range
 //       32    8 key_end       one past the last
 //       40    8 payload_bytes bytes in the payload frame: 4 * (key_end - key_begin) for floats
@@ -42,19 +43,20 @@ namespace gradsync::wire {
 
 inline constexpr std::uint32_t kMagic = 0x53505347;  // "GSPS" in memory order
 // 2: gradients are pushed chunk by chunk (version 1 pushed a shard's whole range at once).
-inline constexpr std::uint16_t kWireVersion = 2;
+// 3: HELLO and HEARTBEAT carry the run's id, and a shard refuses those of another run.
+inline constexpr std::uint16_t kWireVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 48;
 inline constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 33;  // 8 GiB
 inline constexpr std::uint64_t kChunkKeys = std::uint64_t{1} << 17;       // 512 KiB of floats
 
 enum class MessageType : std::uint16_t {
-  kHello = 1,      // worker -> shard: rank, world size (aux), model size (key_end); no payload
+  kHello = 1,      // worker -> shard: rank, world size (aux), model size (key_end), run id (step)
   kHelloAck = 2,   // shard -> worker: the shard's key range, its version (step); no payload
   kPushPull = 3,   // worker -> shard: gradient of one chunk for `step`; reply: that chunk's params
   kPull = 4,       // worker -> shard: no payload; reply: params of the range
   kReply = 5,      // shard -> worker: params of the range (payload), staleness in aux
   kError = 6,      // either way: UTF-8 reason in the payload; the receiver fails naming it
-  kHeartbeat = 7,  // worker -> shard: liveness; no payload, no reply
+  kHeartbeat = 7,  // worker -> shard: liveness, run id (step); no payload, no reply
   kBye = 8,        // worker -> shard: leaving cleanly; no payload, no reply
   kInit = 9,       // rank 0 -> shard: initial params of the range (payload); reply: kReply
 };

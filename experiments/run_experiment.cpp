@@ -13,6 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/progress.h"
+#include "common/run_id.h"
 #include "experiments/kept_results.h"
 #include "experiments/memory_estimate.h"
 #include "launch/inherited_socket.h"
@@ -73,7 +74,7 @@ bool starts_under_mpirun(const Config& config) {
 // own summary, as under any outer launcher).
 ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>& worker_args,
                            const std::string& master, const std::string& port,
-                           long long origin_ns) {
+                           long long origin_ns, const std::string& run_id) {
   MpirunOptions options;
   options.ranks = config.workers;
   options.as_root = ::geteuid() == 0;
@@ -82,6 +83,7 @@ ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>&
   std::cerr << "gradsync: run " << config.name << ": "
             << shell_line(mpirun_command(mpirun, options, worker_args)) << "\n";
   options.exported.emplace_back(kOriginEnv, std::to_string(origin_ns));
+  options.exported.emplace_back(kRunIdEnv, run_id);
   ProcessSpec spec;
   spec.name = "mpirun";
   spec.argv = mpirun_command(mpirun, options, worker_args);
@@ -174,6 +176,7 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
       store_socket ? std::to_string(tcp::local_port(*store_socket)) : port_for(29500);
   const auto origin_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  const std::string run_id = run_id_text(draw_run_id());  // common/run_id.h
   std::vector<ProcessSpec> processes;
   std::vector<std::string> worker_args = {exe,         "worker",    "--config",
                                           config_path, "--run-dir", run_dir};
@@ -201,7 +204,8 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
     worker_args.insert(worker_args.end(), {"--ps-endpoints", endpoints});
   }
   if (starts_under_mpirun(config)) {
-    processes.push_back(mpirun_process(config, worker_args, host_of(shards), port, origin_ns));
+    processes.push_back(
+        mpirun_process(config, worker_args, host_of(shards), port, origin_ns, run_id));
   } else {
     for (int r = 0; r < config.workers; ++r) {
       processes.push_back({"rank " + std::to_string(r),
@@ -221,6 +225,8 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
       }
     }
   }
+  // Every process of this run presents the same id, which no other run's process has.
+  for (ProcessSpec& process : processes) process.env.emplace_back(kRunIdEnv, run_id);
   if (network) {
     for (std::size_t i = 0; i < processes.size(); ++i) {
       processes[i].argv = network->wrap(static_cast<int>(i), processes[i].argv);

@@ -46,6 +46,9 @@ struct PsShardOptions {
   // paced at its rate, full duplex (PsShard's send and receive queues); heartbeats and ERRORs
   // are not queued. Null: no cap.
   std::shared_ptr<Link> link;
+  // The run's id (common/run_id.h): a HELLO or heartbeat carrying another is refused and
+  // logged, and blames no one.
+  std::uint64_t run_id = 0;
 
   // Checkpoints (sync mode only): after step t when t is a multiple of checkpoint_every or is
   // checkpoint_last_step, the shard writes its range with its optimizer state to

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/run_id.h"
 
 namespace gradsync {
 
@@ -11,6 +12,7 @@ using wire::MessageType;
 ShardSessions::ShardSessions(const PsShardOptions& options, Clock::time_point now,
                              const ShardOutput& out)
     : model_size_(options.model_size),
+      run_id_(options.run_id),
       timeout_(options.timeout),
       continue_without_dead_workers_(options.continue_without_dead_workers),
       out_(out),
@@ -23,7 +25,11 @@ std::string ShardSessions::join(const std::string& peer, const wire::Header& hel
   const std::uint32_t n = workers_.size();
   const std::string who = "worker " + std::to_string(rank);
   std::string why;
-  if (const auto it = rank_of_peer_.find(peer); it != rank_of_peer_.end()) {
+  if (hello.step != run_id_) {
+    // Checked first: whatever else it says, a process of another run is no one's fault here.
+    why = who + ": of another run (run id " + run_id_text(hello.step) + ", this shard serves run " +
+          run_id_text(run_id_) + ")";
+  } else if (const auto it = rank_of_peer_.find(peer); it != rank_of_peer_.end()) {
     why = who + ": this connection already said HELLO as worker " + std::to_string(it->second);
   } else if (rank >= n) {
     why = who + ": rank out of range, this shard serves world size " + std::to_string(n) +
@@ -51,13 +57,19 @@ std::string ShardSessions::join(const std::string& peer, const wire::Header& hel
   return "";
 }
 
-bool ShardSessions::heartbeat(std::uint32_t sender, Clock::time_point now) {
+std::string ShardSessions::heartbeat(const wire::Header& beat, Clock::time_point now) {
   // Heartbeats come on the client's own heartbeat connection, never the one that said HELLO,
-  // so they are matched by rank.
-  if (sender >= workers_.size()) return false;
+  // so they are matched by rank, and by run: another run's must not keep a dead worker alive.
+  if (beat.step != run_id_) {
+    return "of another run (run id " + run_id_text(beat.step) + ", this shard serves run " +
+           run_id_text(run_id_) + ")";
+  }
+  const std::uint32_t sender = beat.sender;
+  if (sender >= workers_.size()) return "no worker of that rank has said HELLO";
   Session& w = workers_[sender];
   if (w.presence == Presence::kConnected) w.last_seen = now;
-  return w.presence != Presence::kAbsent;  // a late one after BYE is harmless
+  // A late one after BYE is harmless.
+  return w.presence == Presence::kAbsent ? "no worker of that rank has said HELLO" : "";
 }
 
 ShardSessions::Admission ShardSessions::admit(const std::string& peer, const wire::Header& header,

@@ -48,9 +48,9 @@ class ShardSessions {
   // once joined.
   std::string join(const std::string& peer, const wire::Header& hello, Clock::time_point now,
                    const std::string& address);
-  // A HEARTBEAT from rank `sender`: marks it alive. False when no worker of that rank has said
-  // HELLO (the message is then rejected); a late one after BYE is harmless.
-  bool heartbeat(std::uint32_t sender, Clock::time_point now);
+  // A HEARTBEAT: marks its sender alive. Returns why it is rejected (another run's id, or no
+  // worker of that rank has said HELLO), or "" once counted; a late one after BYE is harmless.
+  std::string heartbeat(const wire::Header& beat, Clock::time_point now);
 
   // Who sent a message (other than HELLO and HEARTBEAT) on connection `peer`. A connected
   // worker is marked as heard from (and as having pushed, for a PUSHPULL) and its rank
@@ -109,6 +109,7 @@ class ShardSessions {
   };
 
   std::uint64_t model_size_;
+  std::uint64_t run_id_;  // a HELLO or heartbeat of another is refused
   std::chrono::milliseconds timeout_;
   bool continue_without_dead_workers_;
   const ShardOutput& out_;

@@ -159,9 +159,8 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     chunk = *found;
   }
   if (type == MessageType::kHeartbeat) {
-    if (!sessions_.heartbeat(header.sender, now)) {
-      reject(peer, header.to_string() + ": no worker of that rank has said HELLO");
-    }
+    const std::string why = sessions_.heartbeat(header, now);
+    if (!why.empty()) reject(peer, header.to_string() + ": " + why);
     return;
   }
   const ShardSessions::Admission who = sessions_.admit(peer, header, now);

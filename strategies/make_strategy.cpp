@@ -36,6 +36,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     client.heartbeat = options.ps_heartbeat;
     client.curve = options.ps_curve;
     client.link = options.link;
+    client.run_id = options.ps_run_id;
     // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
     return adapt_to_model_device(std::make_unique<PsStrategy>(client, process.first_step),
                                  *process.model);

@@ -49,6 +49,7 @@ struct StrategyOptions {
   std::vector<std::string> ps_endpoints;
   std::optional<CurveKeys> ps_curve;
   std::chrono::milliseconds ps_heartbeat{1000};
+  std::uint64_t ps_run_id = 0;  // the run's id, which the shards check (common/run_id.h)
 };
 
 // A worker process's place, for the strategies that run one process per rank.

@@ -42,7 +42,7 @@ void add_checkpointing(PsShardOptions& options, const Config& config, const RunP
 }  // namespace
 
 void run_server_process(const Config& config, const std::string& run_dir, int shard, int port,
-                        const std::string& bind,
+                        std::uint64_t run_id, const std::string& bind,
                         const std::function<void(const std::string&)>& on_listening) {
   if (shard >= config.ps.servers) {
     throw ConfigError(
@@ -60,6 +60,7 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   options.model_size = static_cast<std::uint64_t>(model_parameters(config, plan.widths));
   options.bind_host = bind.empty() ? config.ps.bind : bind;
   options.port = port;
+  options.run_id = run_id;
   // gradsync run binds the shard's socket itself and hands it down (launch/inherited_socket.h).
   options.listen_fd = inherited_listening_socket(kShardFdEnv, port);
   options.mode = parse_mode(config.ps.mode);

@@ -19,6 +19,7 @@
 #include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "common/progress.h"
+#include "common/run_id.h"
 #include "launch/inherited_socket.h"
 #include "launch/rendezvous_env.h"
 #include "model/data_loader.h"
@@ -161,11 +162,23 @@ std::string shard_key(int shard) { return "gradsync/ps/shard/" + std::to_string(
 // A launch rank past the workers: shard (rank - workers), listening on an ephemeral port of the
 // address this host reaches rank 0 from, which it posts in the store for the workers.
 void serve_as_shard(const Config& config, const RendezvousEnv& env, Store& store,
-                    const std::string& run_dir) {
+                    const std::string& run_dir, std::uint64_t run_id) {
   const int shard = env.rank - env.world_size;
-  run_server_process(config, run_dir, shard, 0,
+  run_server_process(config, run_dir, shard, 0, run_id,
                      local_address_towards(env.master_addr, env.master_port),
                      [&](const std::string& endpoint) { store.set(shard_key(shard), endpoint); });
+}
+
+// The run's id under ps roles, where shards and workers are ranks of one launch: kRunIdEnv's,
+// else drawn by rank 0 and shared through the store (common/run_id.h).
+std::uint64_t shared_run_id(Store& store, int rank, std::chrono::milliseconds timeout) {
+  const std::string key = "gradsync/run_id";
+  if (rank == 0) {
+    const std::uint64_t id = run_id_from_env().value_or(draw_run_id());
+    store.set(key, run_id_text(id));
+    return id;
+  }
+  return std::stoull(store.get(key, timeout), nullptr, 16);
 }
 
 // The shards' endpoints, in shard order, as they post them.
@@ -275,9 +288,15 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
       agree_on_run_folder(*store, env, config, options, launched_by_gradsync, timeout);
   const std::string& run_dir = folder.dir;
   if (folder.restarted) config.checkpoint.resume = folder.resume;
+  // What this run's ps workers show their shards: shards started apart (--ps-endpoints) share
+  // the configuration file with them, or GRADSYNC_RUN_ID; ps roles share the store.
+  std::uint64_t run_id = 0;
   if (ps_roles) {
-    if (env.rank >= env.world_size) return serve_as_shard(config, env, *store, run_dir);
+    run_id = shared_run_id(*store, launch.rank, timeout);
+    if (env.rank >= env.world_size) return serve_as_shard(config, env, *store, run_dir, run_id);
     ps_endpoints = shard_endpoints(*store, config.ps.servers, timeout);
+  } else if (config.strategy == "ps") {
+    run_id = run_id_for(options.config_yaml);
   }
 
   const Clock::time_point origin = launcher_origin();
@@ -322,7 +341,8 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
     }
   }
 
-  const StrategyOptions strategy_settings = strategy_options(config, ps_endpoints);
+  StrategyOptions strategy_settings = strategy_options(config, ps_endpoints);
+  strategy_settings.ps_run_id = run_id;
   std::shared_ptr<Communicator> comm;  // allreduce only
   if (config.strategy == "allreduce")
     comm = connect_ranks(config, strategy_settings, env, *model, *store);

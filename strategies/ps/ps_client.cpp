@@ -50,14 +50,16 @@ class PsClient::Impl {
         links_.emplace_back(context_, k, options_.endpoints[k], expected_[k], options_.curve,
                             max_frame);
       }
-      say_hello(links_, options_.rank, options_.world_size, options_.model_size, options_.timeout);
+      say_hello(links_, options_.rank, options_.world_size, options_.model_size, options_.run_id,
+                options_.timeout);
     } catch (const std::exception& e) {
       shut_down(e.what(), std::chrono::milliseconds(0));
       throw;
     }
     if (options_.heartbeat.count() > 0) {
       heartbeat_ = std::make_unique<HeartbeatSender>(context_, options_.endpoints, options_.rank,
-                                                     options_.heartbeat, options_.curve);
+                                                     options_.run_id, options_.heartbeat,
+                                                     options_.curve);
     }
   }
 

@@ -75,6 +75,9 @@ struct PsClientOptions {
   // The worker's emulated NIC (network.link_gbps): payload bytes sent and received are each
   // capped at its rate, full duplex. Null: no cap.
   std::shared_ptr<Link> link;
+  // The run's id (common/run_id.h), in the HELLO and every heartbeat: a shard of another run
+  // refuses them. 0 only where no shard checks (tests, benchmarks).
+  std::uint64_t run_id = 0;
 };
 
 struct PushPullStats {

@@ -74,9 +74,9 @@ void ShardLink::close(std::chrono::milliseconds linger) {
 }
 
 void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint64_t model_size,
-               std::chrono::milliseconds timeout) {
+               std::uint64_t run_id, std::chrono::milliseconds timeout) {
   const auto hello =
-      wire::make_header(wire::MessageType::kHello, rank, 0, 0, model_size, 0, world_size);
+      wire::make_header(wire::MessageType::kHello, rank, run_id, 0, model_size, 0, world_size);
   const std::string operation = "the HELLO handshake";
   for (ShardLink& link : links) link.send(hello, {}, operation);
   std::vector<ShardLink*> waiting;
@@ -118,9 +118,13 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
 }
 
 HeartbeatSender::HeartbeatSender(zmq::context_t& context, std::vector<std::string> endpoints,
-                                 std::uint32_t rank, std::chrono::milliseconds interval,
-                                 std::optional<CurveKeys> curve)
-    : endpoints_(std::move(endpoints)), rank_(rank), interval_(interval), curve_(std::move(curve)) {
+                                 std::uint32_t rank, std::uint64_t run_id,
+                                 std::chrono::milliseconds interval, std::optional<CurveKeys> curve)
+    : endpoints_(std::move(endpoints)),
+      rank_(rank),
+      run_id_(run_id),
+      interval_(interval),
+      curve_(std::move(curve)) {
   thread_ = std::thread([this, &context] { run(context); });
 }
 
@@ -145,7 +149,7 @@ void HeartbeatSender::run(zmq::context_t& context) {
       socket.connect(endpoint);
       sockets.push_back(std::move(socket));
     }
-    const auto beat = wire::make_header(wire::MessageType::kHeartbeat, rank_, 0, 0, 0, 0);
+    const auto beat = wire::make_header(wire::MessageType::kHeartbeat, rank_, run_id_, 0, 0, 0);
     std::unique_lock<std::mutex> lock(mutex_);
     while (!wake_.wait_for(lock, interval_, [&] { return stopping_; })) {
       for (zmq::socket_t& socket : sockets) send_message(socket, nullptr, beat, {});

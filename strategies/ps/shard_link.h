@@ -63,16 +63,17 @@ class ShardLink {
   zmq::socket_t socket_;
 };
 
-// The HELLO handshake over every link: HELLO (rank, world size, model size) to each shard, then
+// The HELLO handshake over every link: HELLO (rank, world size, model size, the run's id:
+// common/run_id.h) to each shard, then
 // each one's HELLO_ACK, all within `timeout`. An ack must come from the link's shard and name
 // the link's range: a shard started with another shard count, or at another position in the
 // endpoint list, would otherwise receive the wrong keys. Throws PeerError with the shard's
 // reason when it refuses (or acks the wrong range), TimeoutError naming the first shard that did
 // not answer (not running, or a CURVE key that does not match: both look the same to ZeroMQ).
 void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint64_t model_size,
-               std::chrono::milliseconds timeout);
+               std::uint64_t run_id, std::chrono::milliseconds timeout);
 
-// HeartbeatSender: HEARTBEAT to every shard every `interval`, from its own thread and its own
+// HeartbeatSender: HEARTBEAT (rank, run id) to every shard every `interval`, from its own thread and its own
 // DEALERs (ZeroMQ sockets are not thread-safe), so a worker busy computing still looks alive.
 // A beat that cannot be queued is dropped, never waited for. The destructor stops and joins
 // the thread (within one interval's wake-up); it must run before the context closes.
@@ -81,7 +82,8 @@ void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint
 class HeartbeatSender {
  public:
   HeartbeatSender(zmq::context_t& context, std::vector<std::string> endpoints, std::uint32_t rank,
-                  std::chrono::milliseconds interval, std::optional<CurveKeys> curve);
+                  std::uint64_t run_id, std::chrono::milliseconds interval,
+                  std::optional<CurveKeys> curve);
   ~HeartbeatSender();
   HeartbeatSender(const HeartbeatSender&) = delete;
   HeartbeatSender& operator=(const HeartbeatSender&) = delete;
@@ -95,6 +97,7 @@ class HeartbeatSender {
 
   std::vector<std::string> endpoints_;
   std::uint32_t rank_;
+  std::uint64_t run_id_;
   std::chrono::milliseconds interval_;
   std::optional<CurveKeys> curve_;
   mutable std::mutex mutex_;

@@ -1,7 +1,9 @@
 """Strangers on a run's ports while it trains: a parameter-server shard's endpoint and rank 0's
 rendezvous store each get a connection that sends garbage, one that sends a ZeroMQ greeting of
-another version, and one that connects and says nothing. The run must finish as if they were
-not there (exit 0, every step, summary.json), with no rank blamed."""
+another version, and one that connects and says nothing; the shard also gets a real worker of
+another run (`gradsync worker` from a copy of the run's configuration, so the same world and
+model, but without this run's id), which must be refused with one line saying so. The run must
+finish as if they were not there (exit 0, every step, summary.json), with no rank blamed."""
 import json
 import os
 import re
@@ -12,7 +14,7 @@ import tempfile
 import threading
 import time
 
-from checks import Checks, children_of, process_name
+from checks import Checks, children_of, free_port, process_name
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
@@ -38,6 +40,24 @@ def strays(host, port, held):
     except OSError:
         pass
     return connected
+
+
+def worker_of_another_run(out, run, endpoint):
+    """A `gradsync worker` of another run at the shard `endpoint`; returns (exit code, its last
+    line). Same configuration text, another folder: only the run's id tells it apart."""
+    config = os.path.join(os.path.realpath(os.path.join(out, "latest")), run, "config.yaml")
+    with tempfile.TemporaryDirectory() as other:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSYNC_")}
+        env.update(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()))
+        try:
+            done = subprocess.run([gradsync, "worker", "--config", config, "--run-dir", other,
+                                   "--ps-endpoints", endpoint], env=env, capture_output=True,
+                                  text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return None, "still running after 60 s"
+        lines = done.stderr.strip().splitlines()
+        return done.returncode, lines[-1] if lines else ""
 
 
 def run_with_strays(run, target):
@@ -76,6 +96,11 @@ def run_with_strays(run, target):
             # While it trains: a run already over would refuse them, and prove nothing.
             check(connected == 3 and launcher.poll() is None,
                   f"{run}: the strays reached the {target} while it trained ({connected} of 3)")
+            if target == "shard":
+                code, last = worker_of_another_run(out, run, "tcp://%s:%d" % where)
+                check(code not in (0, None) and "of another run" in last and "shard 0" in last,
+                      f"{run}: a worker of another run is refused, naming why: {code} {last!r}")
+                check(launcher.poll() is None, f"{run}: still training after that worker")
         try:
             launcher.wait(timeout=120)
         except subprocess.TimeoutExpired:
@@ -93,5 +118,8 @@ for run, target in (("ps-sync", "shard"), ("allreduce-tcp", "store")):
     check(code == 0, f"{run} with strays on its {target}: exit {code}: {err[-2000:]}")
     check(summary.get("steps") == STEPS, f"{run}: every step trained: {summary.get('steps')}")
     check("gradsync: error" not in err, f"{run}: no rank blamed")
+    if target == "shard":
+        check("refused HELLO" in err and "of another run" in err,
+              f"{run}: the shard logged the other run's worker it refused")
 
 check.finish()

@@ -254,7 +254,7 @@ TEST_CASE("ps link: a heartbeat thread that fails says why instead of stopping s
   zmq::context_t context(1);
   std::string why;
   {
-    HeartbeatSender beats(context, {"tcp://no-such-host-syntax"}, 3, 10ms, std::nullopt);
+    HeartbeatSender beats(context, {"tcp://no-such-host-syntax"}, 3, 0, 10ms, std::nullopt);
     for (int i = 0; i < 2000 && why.empty(); ++i) {
       std::this_thread::sleep_for(1ms);
       why = beats.failure();
@@ -266,7 +266,7 @@ TEST_CASE("ps link: a heartbeat thread that fails says why instead of stopping s
   // A context shutting down under it is the owner leaving (ETERM on the next beat): not a
   // failure.
   zmq::context_t closing(1);
-  HeartbeatSender beats(closing, {"tcp://127.0.0.1:1"}, 0, 10ms, std::nullopt);
+  HeartbeatSender beats(closing, {"tcp://127.0.0.1:1"}, 0, 0, 10ms, std::nullopt);
   std::this_thread::sleep_for(20ms);
   closing.shutdown();
   std::this_thread::sleep_for(30ms);  // three beats' time: each would have thrown ETERM

@@ -43,7 +43,42 @@ TEST_CASE("ps shard: HELLO is acknowledged with the range, mismatches refused wi
   // Another wire version (a version-1 worker, which pushed whole ranges): decode_header refuses
   // it, yet the worker hears why.
   h.version = 1;
-  CHECK(error_text(d.send(3, h)[0]) == "HELLO in wire version 1, this shard speaks version 2");
+  CHECK(error_text(d.send(3, h)[0]) == "HELLO in wire version 1, this shard speaks version 3");
+}
+
+TEST_CASE("ps shard: a worker of another run is refused and logged; its heartbeats count for none") {
+  Log log;
+  PsShardOptions o = options_for(2, 16, Mode::kAsync, log);
+  o.run_id = 0x1234abcd5678ef00;
+  o.timeout = 1000ms;
+  const auto t0 = Clock::now();
+  ShardState state(o, t0);
+  Driver d{state, 16, t0};
+  auto hello = [&](int rank, std::uint64_t run_id) {
+    return d.send(rank, wire::make_header(MessageType::kHello, rank, run_id, 0, 16, 0, 2));
+  };
+  // Another run's worker 1 (same world and model, the id alone differs): refused with the
+  // reason, logged, and nothing else; the shard neither fails nor counts it as joined.
+  auto out = hello(1, 0x1111);
+  REQUIRE(out.size() == 1);
+  CHECK(error_text(out[0]) ==
+        "worker 1: of another run (run id 0000000000001111, this shard serves run "
+        "1234abcd5678ef00)");
+  CHECK(log.has("refused HELLO from 7731: worker 1: of another run"));
+  CHECK(!state.failure());
+  // This run's workers then join as if nothing had happened, worker 1 included.
+  CHECK(hello(0, o.run_id).size() == 1);
+  CHECK(hello(1, o.run_id).size() == 1);
+  // A stranger's heartbeats under rank 1 do not keep this run's silent worker 1 alive.
+  for (auto at : {t0 + 300ms, t0 + 600ms, t0 + 900ms, t0 + 1200ms}) {
+    d.now = at;
+    CHECK(d.send(0, wire::make_header(MessageType::kHeartbeat, 0, o.run_id, 0, 0, 0)).empty());
+    CHECK(d.send(1, wire::make_header(MessageType::kHeartbeat, 1, 0x1111, 0, 0, 0)).empty());
+  }
+  CHECK(log.has("HEARTBEAT from 1 step 4369 keys [0, 0) payload 0 B aux 0: of another run"));
+  state.on_tick(t0 + 1300ms);
+  REQUIRE(state.failure());
+  CHECK(state.failure()->rank == 1);
 }
 
 TEST_CASE("ps shard: misaligned chunk ranges and duplicate chunks are refused, the shard goes on") {

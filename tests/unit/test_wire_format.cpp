@@ -96,7 +96,7 @@ TEST_CASE("wire format: byte-exact little-endian layout at the documented offset
   // Written out by hand from the table in wire_format.h, least significant byte first.
   const std::array<std::uint8_t, kHeaderBytes> expected = {
       0x47, 0x53, 0x50, 0x53,                          //  0 magic "GSPS"
-      0x02, 0x00,                                      //  4 version 2
+      0x03, 0x00,                                      //  4 version 3
       0x03, 0x00,                                      //  6 type PUSHPULL
       0x0D, 0x0C, 0x0B, 0x0A,                          //  8 sender 0x0A0B0C0D
       0xD4, 0xC3, 0xB2, 0xA1,                          // 12 aux 0xA1B2C3D4
@@ -170,7 +170,7 @@ TEST_CASE("wire format: each invalid field is rejected with a message naming it"
   SUBCASE("version") {
     Header header = valid;
     header.version = 7;
-    CHECK_REJECTED(encode(header), "version: 7, this build speaks 2");
+    CHECK_REJECTED(encode(header), "version: 7, this build speaks 3");
   }
   SUBCASE("unknown types") {
     for (std::uint16_t raw : {std::uint16_t{0}, std::uint16_t{10}, std::uint16_t{0xFFFF}}) {
