@@ -18,7 +18,6 @@
 #include "experiments/memory_estimate.h"
 #include "launch/inherited_socket.h"
 #include "launch/launcher.h"
-#include "launch/local_port.h"
 #include "launch/mpirun_command.h"
 #include "launch/namespace_network.h"
 #include "model/data_loader.h"
@@ -79,6 +78,8 @@ ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>&
   options.ranks = config.workers;
   options.as_root = ::geteuid() == 0;
   options.exported = {{"MASTER_ADDR", master}, {"MASTER_PORT", port}};
+  // The launcher holds the port for rank 0 (run_multi_process; mpi never runs in namespaces).
+  options.exported.emplace_back(kStorePortHeldEnv, "1");
   const std::string mpirun = find_mpirun();
   std::cerr << "gradsync: run " << config.name << ": "
             << shell_line(mpirun_command(mpirun, options, worker_args)) << "\n";
@@ -165,15 +166,21 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   auto host_of = [&](int process) {
     return network ? network->address(process) : std::string("127.0.0.1");
   };
-  auto port_for = [&](int fixed) { return std::to_string(network ? fixed : free_local_port()); };
   // Rank 0's store socket, bound here and kept bound until the run ends: no other process can
-  // take its port before rank 0 serves on it (handed down as kStoreFdEnv). In namespaces each
-  // process has a port space of its own, and mpirun does not pass descriptors on.
-  std::optional<tcp::Socket> store_socket;
+  // take its port before rank 0 serves on it (handed down as kStoreFdEnv). mpirun does not pass
+  // descriptors on: there the port is held (tcp::hold_port) and rank 0 shares it. In namespaces
+  // each process has a port space of its own, where no process of another run lives: the ports
+  // there are fixed.
+  std::optional<tcp::Socket> store_socket, store_port_held;
   std::vector<tcp::Socket> shard_sockets;  // likewise, each ps shard's
-  if (!network && !starts_under_mpirun(config)) store_socket = tcp::listen_on("127.0.0.1", 0);
-  const std::string port =
-      store_socket ? std::to_string(tcp::local_port(*store_socket)) : port_for(29500);
+  if (!network && starts_under_mpirun(config)) {
+    store_port_held = tcp::hold_port("127.0.0.1");
+  } else if (!network) {
+    store_socket = tcp::listen_on("127.0.0.1", 0);
+  }
+  const tcp::Socket* store_port = store_socket ? &*store_socket : nullptr;
+  if (store_port_held) store_port = &*store_port_held;
+  const std::string port = store_port ? std::to_string(tcp::local_port(*store_port)) : "29500";
   const auto origin_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   const std::string run_id = run_id_text(draw_run_id());  // common/run_id.h
@@ -187,7 +194,7 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
       // Bound here and handed down, as rank 0's store socket is (not in namespaces).
       if (!network) shard_sockets.push_back(tcp::listen_on("127.0.0.1", 0));
       const std::string shard_port =
-          network ? port_for(29600) : std::to_string(tcp::local_port(shard_sockets.back()));
+          network ? "29600" : std::to_string(tcp::local_port(shard_sockets.back()));
       if (k > 0) endpoints += ",";
       endpoints += "tcp://" + host_of(k) + ":" + shard_port;
       std::vector<std::string> argv = {exe,         "server",  "--config", config_path,

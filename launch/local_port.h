@@ -1,4 +1,6 @@
-// Ports for the processes a launcher starts on this host: rank 0's store, a shard, a rendezvous.
+// Ports for processes a launcher starts on this host where it can neither hand a bound socket
+// down (launch/inherited_socket.h) nor hold the port (tcp::hold_port): the benchmark's rank
+// processes.
 //
 //   const int port = free_local_port();   // then pass it to the child that will listen on it
 //

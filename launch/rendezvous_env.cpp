@@ -341,17 +341,21 @@ RendezvousEnv read_rendezvous_env(const Getenv& getenv) {
                       "to rank 0's host)");
   }
 
+  std::string master_port_from = "torchrun's default 29500";
   if (const auto port = env.integer("MASTER_PORT", 1, 65535)) {
     out.master_port = *port;
+    master_port_from = "MASTER_PORT";
   } else if (const auto job = env.get("SLURM_JOB_ID")) {
     const long long id = Env::parse("SLURM_JOB_ID", *job, 0, LLONG_MAX);
     out.master_port = static_cast<int>(kJobPortBase + id % kJobPorts);
+    master_port_from = "SLURM_JOB_ID";
   } else {
     out.master_port = kTorchrunDefaultPort;
   }
 
   if (const auto port = env.integer("GRADSYNC_STORE_PORT", 1, 65535)) {
     out.store_port = *port;
+    out.store_port_from = "GRADSYNC_STORE_PORT";
   } else if (env.has("TORCHELASTIC_RUN_ID")) {
     // torchrun's agent serves its own TCPStore on MASTER_PORT; gradsync's goes one above.
     if (out.master_port == 65535) {
@@ -360,8 +364,10 @@ RendezvousEnv read_rendezvous_env(const Getenv& getenv) {
                         "it listens on MASTER_PORT + 1); set GRADSYNC_STORE_PORT");
     }
     out.store_port = out.master_port + 1;
+    out.store_port_from = master_port_from + " + 1 (torchrun)";
   } else {
     out.store_port = out.master_port;
+    out.store_port_from = master_port_from;
   }
   return out;
 }

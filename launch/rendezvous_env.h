@@ -76,6 +76,9 @@ struct RendezvousEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // the launcher's MASTER_PORT
   int store_port = 29500;   // where gradsync's rendezvous store listens (see above)
+  // Which setting gave store_port, for messages: "MASTER_PORT", "MASTER_PORT + 1 (torchrun)",
+  // "GRADSYNC_STORE_PORT", "SLURM_JOB_ID" or "torchrun's default 29500".
+  std::string store_port_from = "torchrun's default 29500";
   std::string source;       // "torchrun", "mpirun", "pmi", "pmix", "srun" or "default" (for logs)
 
   // One log line: "rank 1 of 4 (local 1 of 2, node 0) from torchrun, store at 10.0.0.1:29501",

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <optional>
 
+#include "allreduce/tcp/socket.h"
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/atomic_file.h"
@@ -79,9 +80,22 @@ std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::mill
   store_options.port = env.store_port;
   store_options.is_server = env.rank == 0;
   store_options.timeout = timeout;
-  // gradsync run binds rank 0's socket itself and hands it down (launch/inherited_socket.h).
+  // gradsync run binds rank 0's socket itself and hands it down, or holds its port for it
+  // (launch/inherited_socket.h).
   if (env.rank == 0) {
     store_options.listen_fd = inherited_listening_socket(kStoreFdEnv, env.store_port);
+    if (store_options.listen_fd < 0) {
+      const char* held = std::getenv(kStorePortHeldEnv);
+      try {
+        store_options.listen_fd =
+            tcp::listen_on(env.master_addr, env.store_port, 0, held && std::string(held) == "1")
+                .release();
+      } catch (const Error& e) {
+        throw Error("rank 0 cannot serve the rendezvous store at the port from " +
+                    env.store_port_from + ": " + e.what() +
+                    " (another program holds it: choose a free port)");
+      }
+    }
   }
   return make_tcp_store(store_options);
 }

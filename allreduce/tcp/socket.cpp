@@ -110,7 +110,7 @@ void parse_endpoint(const std::string& endpoint, std::string& host, int& port) {
   }
 }
 
-Socket listen_on(const std::string& host, int port, int buffer_bytes) {
+Socket listen_on(const std::string& host, int port, int buffer_bytes, bool held) {
   const AddrInfoPtr info = resolve(host, port);
   std::string failure = "no address";
   for (const addrinfo* a = info.get(); a != nullptr; a = a->ai_next) {
@@ -123,6 +123,7 @@ Socket listen_on(const std::string& host, int port, int buffer_bytes) {
     // previous run's connections leave TIME_WAIT.
     const int one = 1;
     ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (held) ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
     if (buffer_bytes > 0) tune_socket(s.fd(), buffer_bytes);
     if (::bind(s.fd(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(s.fd(), 128) != 0) {
       failure = errno_text(errno);
@@ -131,6 +132,21 @@ Socket listen_on(const std::string& host, int port, int buffer_bytes) {
     return s;
   }
   throw Error("cannot listen on " + format_endpoint(host, port) + ": " + failure);
+}
+
+Socket hold_port(const std::string& host) {
+  const AddrInfoPtr info = resolve(host, 0);
+  std::string failure = "no address";
+  for (const addrinfo* a = info.get(); a != nullptr; a = a->ai_next) {
+    Socket s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+    const int one = 1;
+    if (s.valid() && ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) == 0 &&
+        ::bind(s.fd(), a->ai_addr, a->ai_addrlen) == 0) {
+      return s;
+    }
+    failure = errno_text(errno);
+  }
+  throw Error("cannot hold a port on " + host + ": " + failure);
 }
 
 int local_port(const Socket& socket) {

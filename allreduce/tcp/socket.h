@@ -54,8 +54,17 @@ void parse_endpoint(const std::string& endpoint, std::string& host, int& port);
 
 // Listens on host:port only (port 0: ephemeral). Throws gradsync::Error naming the address.
 // buffer_bytes > 0 applies tune_socket() before listen(), so accepted sockets inherit it.
-Socket listen_on(const std::string& host, int port, int buffer_bytes = 0);
+// `held`: the port is held by hold_port() (in this process or another of the same user), and
+// this listener shares it.
+Socket listen_on(const std::string& host, int port, int buffer_bytes = 0, bool held = false);
 int local_port(const Socket& socket);
+
+// Holds a free port of `host` for a listener that another process will open, where no socket
+// can be handed down (mpirun closes inherited descriptors): bound with SO_REUSEPORT and never
+// listening, so that no other program can bind the port (nor can a connect() take it as its
+// source port) while only listen_on(..., held = true) of the same user can. Connections go to
+// listening sockets only, so none reach this one. Close it once the listener's owner is done.
+Socket hold_port(const std::string& host);
 
 // Connects to host:port, retrying refused / unreachable attempts until `deadline` (the peer may
 // not be listening yet). Returns an invalid Socket on timeout; `last_error` says why the last

@@ -5,17 +5,19 @@ complete, and leave no process behind. Prints the
 table: fault, strategy, expected name, named, seconds to end, orphans left.
 
 Faults: a worker killed with SIGKILL; a worker stopped with SIGSTOP (alive, silent), rank 0
-too, which hosts the rendezvous store; the parameter server's shard killed; the results disk full (a 256 KiB tmpfs: root only, else
-skipped and said).
+too, which hosts the rendezvous store; the parameter server's shard killed; the results disk
+full (a 256 KiB tmpfs: root only, else skipped and said); MASTER_PORT taken by another program
+before ranks started by hand (another launcher's way) begin.
 """
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from checks import Checks, children_of, process_name, still_alive
+from checks import Checks, children_of, free_port, process_name, still_alive
 
 gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
@@ -83,6 +85,42 @@ def disk_full_cell(run):
             subprocess.run(["umount", "-l", out], capture_output=True)
 
 
+def port_taken_cell(run):
+    """MASTER_PORT held by another program before the run starts. The ranks are started by hand
+    with torchrun's variables, as another launcher starts them: under `gradsync run` the
+    launcher binds or holds every port itself, so none can be taken. Rank 0 must fail at once,
+    naming the setting that gave it the port; every other process within the timeout, naming
+    rank 0. The row's "last line" is each process's, joined; timed from the start."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", free_port()))
+    squatter.listen()  # accepts connections, answers nothing
+    world = 3 if run.startswith("ps") else 2  # ps roles: the last rank serves the shard
+    procs, lasts = [], []
+    with tempfile.TemporaryDirectory() as out:
+        began = time.time()
+        for rank in range(world):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(squatter.getsockname()[1]))
+            procs.append(subprocess.Popen(
+                [gradsync, "worker", preset, "--only", run, "--run-dir", out], env=env,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=BOUND_S + 30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+            lines = err.strip().splitlines()
+            lasts.append(lines[-1] if lines else "")
+        took = time.time() - began
+    squatter.close()
+    named = ("MASTER_PORT" in lasts[0] and "Address already in use" in lasts[0] and
+             all("rank 0" in last for last in lasts[1:]) and
+             all(p.returncode not in (0, None) for p in procs))
+    last = " | ".join(f"rank {r}: {line}" for r, line in enumerate(lasts))
+    return took, last, still_alive(p.pid for p in procs), "", named
+
+
 cells = []
 for run in STRATEGIES:
     worker = "worker 1" if run.startswith("ps") else "rank 1"
@@ -98,25 +136,29 @@ for run in STRATEGIES:
         cells.append(("SIGKILL server 0", run, "server 0 (pid",
                       lambda r=run: signal_cell(r, "server 0", signal.SIGKILL)))
     cells.append(("disk full", run, "No space left on device", lambda r=run: disk_full_cell(r)))
+    if run != "ps-async":  # ps-sync stands for both: the store comes before any mode matters
+        cells.append(("MASTER_PORT taken before start", run, "MASTER_PORT (rank 0), rank 0",
+                      lambda r=run: port_taken_cell(r)))
 
 rows = []
 for fault, run, expected, cell in cells:
-    took, last, left, err = cell()
+    took, last, left, err, *named_by_cell = cell()
     if took is None:
         rows.append((fault, run, expected, "skipped: " + last, "-", "-"))
         print(f"SKIP {fault} / {run}: {last}")
         continue
-    named = expected in last
+    named = named_by_cell[0] if named_by_cell else expected in last
     # A disk-full run is timed from its start: the moment the disk fills is the run's own.
     bound = BOUND_S if fault != "disk full" else BOUND_S + 20
+    by_hand = fault.startswith("MASTER_PORT")  # no gradsync run above the processes
     rows.append((fault, run, expected, "yes" if named else "NO", f"{took:.1f}", str(len(left))))
     check(named, f"{fault} / {run}: the last line names {expected!r}: {last!r}")
     check(took < bound, f"{fault} / {run}: ended {took:.1f} s after the fault (bound {bound} s)")
     check(not left, f"{fault} / {run}: no process left behind: {left}")
-    check(f"gradsync: run {run} failed; kept in " in err,
+    check(by_hand or f"gradsync: run {run} failed; kept in " in err,
           f"{fault} / {run}: the run says which of its files are complete")
     if not named:
-        print(err[-3000:])
+        print(err[-3000:] or last)
 
 print()
 print("| fault | strategy | expected name | named | seconds to end | orphans left |")
