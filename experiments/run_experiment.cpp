@@ -241,6 +241,13 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   }
   std::vector<std::string> traces;
   for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
+  // A run that drops its dead workers goes on without them: restarting it would undo that.
+  const bool drops_workers = config.strategy == "ps" && config.ps.continue_without_dead_workers;
+  if (drops_workers && max_restarts > 0) {
+    std::cerr << "gradsync: run " << config.name << ": --max-restarts does not apply: "
+              << "ps.continue_without_dead_workers drops a dead worker instead\n";
+    max_restarts = 0;
+  }
   try {
     for (int restart = 1;; ++restart) {
       try {

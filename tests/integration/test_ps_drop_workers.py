@@ -1,7 +1,8 @@
 """`gradsync run` with ps.continue_without_dead_workers (async): a worker killed with SIGKILL,
 or stopped with SIGSTOP, mid-run is dropped and the run finishes with the others (exit 0,
-summary.json naming the dropped worker, nothing left running); without the option, a stopped
-worker ends the run within its timeout, the last line naming it.
+summary.json naming the dropped worker, nothing left running), and --max-restarts is declined
+for such a run; without the option, a stopped worker ends the run within its timeout, the last
+line naming it.
 """
 import json
 import os
@@ -56,14 +57,17 @@ def summary_of(out):
 
 
 with tempfile.TemporaryDirectory() as out:
-    # SIGKILL: the launcher says so and goes on; the shard drops it after its silence.
-    code, err, took, victim, pids = run_and_hit(out, 2, signal.SIGKILL)
+    # SIGKILL: the launcher says so and goes on; the shard drops it after its silence. Restarts
+    # are for runs without the option: asked for, they are declined up front.
+    code, err, took, victim, pids = run_and_hit(out, 2, signal.SIGKILL, ["--max-restarts", "2"])
     check(code == 0, f"killed worker: the run finished (exit {code}): {err[-2000:]}")
     said = f"rank 2 (pid {victim}) was killed by signal 9 (Killed); the run goes on without it"
     check(said in err, f"the launcher says {said!r}")
     check("worker 2 (last seen" in err and "dropped, the run goes on without it" in err,
           "the shard says it dropped worker 2")
     check(summary_of(out).get("dropped_workers") == [2], f"summary: {summary_of(out)}")
+    check("--max-restarts does not apply: ps.continue_without_dead_workers drops" in err and
+          "restart 1 of" not in err, "the run dropped the worker instead of restarting")
     time.sleep(0.5)
     check(still_alive(pids) == [], f"nothing left running: {still_alive(pids)}")
 
