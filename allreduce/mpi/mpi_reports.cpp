@@ -40,13 +40,13 @@ std::string MpiReports::host_of(int rank) {
   }
 }
 
-void MpiReports::publish(const std::string& key, const std::string& value) {
-  // Unreachable (rank 0 stopped): the laggard goes unnamed, nothing worse.
-  publish_if_reachable(store_, this->key("joined", rank_), key, value, kProbeTimeout);
+bool MpiReports::publish(const std::string& key, const std::string& value) {
+  // Unreachable (rank 0 stopped): the caller may say so; nothing worse.
+  return publish_if_reachable(store_, this->key("joined", rank_), key, value, kProbeTimeout);
 }
 
-void MpiReports::publish_progress(Progress mine) {
-  publish(key("progress", rank_), format_progress(mine));
+bool MpiReports::publish_progress(Progress mine) {
+  return publish(key("progress", rank_), format_progress(mine));
 }
 
 void MpiReports::publish_abort(const std::string& reason) {

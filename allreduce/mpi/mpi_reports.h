@@ -42,7 +42,8 @@ class MpiReports {
   void join(const std::string& host, std::chrono::milliseconds timeout);
   // The host `rank` joined from, for messages; "mpi" if the Store does not say at once.
   std::string host_of(int rank);
-  void publish_progress(Progress mine);
+  // False when the Store did not answer its probe (rank 0, which serves it, stopped or hung).
+  bool publish_progress(Progress mine);
   void publish_abort(const std::string& reason);
   // Every rank's last published progress (ours is `mine`); nullopt for a rank that never
   // published. Reads again, for up to `grace` in all, those that have not started collective
@@ -56,7 +57,7 @@ class MpiReports {
 
  private:
   std::string key(const char* kind, int rank) const;
-  void publish(const std::string& key, const std::string& value);
+  bool publish(const std::string& key, const std::string& value);
   // Reads rank r's report if the Store holds one now, answering within `limit`.
   std::optional<Progress> read_if_present(int r, std::chrono::milliseconds limit);
 

@@ -206,30 +206,42 @@ void MpiRunner::run_blocking(RingWork& work, const Header& mine, const MpiCall& 
 // Names the ranks that never reached this collective (in the header exchange, those whose last
 // word is older), in one line, and ends the job.
 TimeoutError MpiRunner::end_job_timed_out(RingWork& work, Phase phase) {
+  const std::string waited =
+      me_ + " timed out after " + std::to_string(options_.timeout.count()) + " ms";
   work.mark_failing();
   const Progress mine{started_, finished_};
-  reports_.publish_progress(mine);
+  if (!reports_.publish_progress(mine) && rank_ != 0) {
+    // The Store lives in rank 0's process: when it does not answer, rank 0 is stopped or hung,
+    // and no rank's report can be read. Said at once, long before a wait() gives up.
+    const TimeoutError error(0, "the store's host", work.what(),
+                             waited + "; rank 0, which serves the rendezvous store, does not "
+                                      "answer it either (stopped or hung?)");
+    end_job(error.what());
+    return error;
+  }
   const auto all = reports_.collect(mine, work.seq(), grace_);
   std::vector<int> missing;
   for (int r = 0; r < size_; ++r) {
     const auto& p = all[std::size_t(r)];
     if (r != rank_ && (!p || p->started < work.seq())) missing.push_back(r);
   }
-  const std::string waited =
-      me_ + " timed out after " + std::to_string(options_.timeout.count()) + " ms";
+  std::string names;
+  for (const int r : missing) names += (names.empty() ? "rank " : ", rank ") + std::to_string(r);
   std::string problem;
   if (phase == Phase::kPayload && options_.check_desync) {
-    // Every header arrived, so every rank reached it; one that finished early has no fresh
-    // report, so the reports cannot tell who stopped.
-    missing.clear();
-    problem = waited +
-              " in MPI's collective, which every rank had reached (a rank stopped "
-              "inside it?)";
+    // Every header arrived, so every rank reached it. A rank inside a collective this slow
+    // publishes its progress every heartbeat (its watchdog's thread does), so one without a
+    // word of it has been stopped or hung inside it: SIGSTOP, a debugger, a starved host. (A
+    // rank that finished it early and went quiet would look the same; with every rank's
+    // contribution in, MPI lets no rank finish while a live one stays stuck for the timeout.)
+    problem = waited + " in MPI's collective, which every rank had reached";
+    if (!missing.empty()) {
+      problem += "; " + names + (missing.size() == 1 ? " has" : " have") +
+                 " said nothing since (stopped or hung inside it?)";
+    }
   } else if (missing.empty()) {
     problem = waited + "; every rank reported reaching this collective";
   } else {
-    std::string names;
-    for (const int r : missing) names += (names.empty() ? "rank " : ", rank ") + std::to_string(r);
     problem = waited + " waiting for " + names + ", which never reached it";
   }
   problem += "; last started/finished: " + MpiReports::describe(all);

@@ -1,4 +1,5 @@
-"""The fault matrix: each strategy run by `gradsync run` under each fault a user meets, with
+"""The fault matrix: each strategy (allreduce over tcp, gloo and mpi; ps sync and async) run by
+`gradsync run` under each fault a user meets, with
 comm.timeout_s 3. Every cell must end within three times its timeout after the fault, with the
 last line naming the process at fault (or the disk), say before it which of the run's files are
 complete, and leave no process behind. Prints the
@@ -23,7 +24,7 @@ gradsync, preset = sys.argv[1], sys.argv[2]
 check = Checks()
 TIMEOUT_S = 3
 BOUND_S = 3 * TIMEOUT_S
-STRATEGIES = ["allreduce-tcp", "allreduce-gloo", "ps-sync", "ps-async"]
+STRATEGIES = ["allreduce-tcp", "allreduce-gloo", "allreduce-mpi", "ps-sync", "ps-async"]
 
 
 def start(run, out):
@@ -43,6 +44,25 @@ def finish(launcher, limit):
     return time.time() - began, lines[-1] if lines else "", err
 
 
+def run_processes(launcher):
+    """(pid, name) of the run's processes: the launcher's children ("rank R", "server K"), or
+    under mpirun its ranks, named by Open MPI's OMPI_COMM_WORLD_RANK."""
+    found = []
+    for pid, args in children_of(launcher.pid):
+        if "mpirun" in os.path.basename(args.split()[1]):  # Debian's is mpirun.openmpi
+            for rank_pid, _ in children_of(pid):
+                try:
+                    env = open(f"/proc/{rank_pid}/environ", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                ranks = [v.split(b"=")[1] for v in env if v.startswith(b"OMPI_COMM_WORLD_RANK=")]
+                if ranks:
+                    found.append((rank_pid, "rank " + ranks[0].decode()))
+        else:
+            found.append((pid, process_name(pid, args)))
+    return found
+
+
 def signal_cell(run, victim, sig):
     """Starts `run`, sends `sig` to the process named `victim` 2 s into training; returns the
     row's seconds, last line and leftovers."""
@@ -52,9 +72,9 @@ def signal_cell(run, victim, sig):
         procs, deadline = [], time.time() + 30
         while len(procs) < expected and time.time() < deadline:
             time.sleep(0.1)
-            procs = children_of(launcher.pid)
+            procs = run_processes(launcher)
         time.sleep(2)
-        pids = [p for p, args in procs if process_name(p, args) == victim]
+        pids = [p for p, name in procs if name == victim]
         if len(pids) != 1:
             launcher.kill()
             launcher.communicate()
@@ -123,20 +143,28 @@ def port_taken_cell(run):
 
 cells = []
 for run in STRATEGIES:
+    mpi = run.endswith("mpi")
     worker = "worker 1" if run.startswith("ps") else "rank 1"
-    cells.append(("SIGKILL rank 1", run, "rank 1 (pid", lambda r=run: signal_cell(r, "rank 1",
-                                                                                 signal.SIGKILL)))
-    cells.append(("SIGSTOP rank 1", run, worker, lambda r=run: signal_cell(r, "rank 1",
-                                                                           signal.SIGSTOP)))
+    # Under mpirun the last line is mpirun's exit with the first rank's error, or its own
+    # report of a rank that died by a signal ("... process rank 1 with PID ...").
+    killed = "process rank 1 " if mpi else "rank 1 (pid"
+    # The first rank's error line names the culprit first: "error: rank 1 (HOST) during ...".
+    stopped = "error: rank {} (" if mpi else "rank {}"
+    cells.append(("SIGKILL rank 1", run, killed, lambda r=run: signal_cell(r, "rank 1",
+                                                                           signal.SIGKILL)))
+    cells.append(("SIGSTOP rank 1", run, worker if not mpi else stopped.format(1),
+                  lambda r=run: signal_cell(r, "rank 1", signal.SIGSTOP)))
     if run.startswith("allreduce"):
         # Rank 0 hosts the rendezvous store: the others must still name it, not each other.
-        cells.append(("SIGSTOP rank 0 (store host)", run, "rank 0",
+        cells.append(("SIGSTOP rank 0 (store host)", run, stopped.format(0),
                       lambda r=run: signal_cell(r, "rank 0", signal.SIGSTOP)))
     if run.startswith("ps"):
         cells.append(("SIGKILL server 0", run, "server 0 (pid",
                       lambda r=run: signal_cell(r, "server 0", signal.SIGKILL)))
     cells.append(("disk full", run, "No space left on device", lambda r=run: disk_full_cell(r)))
-    if run != "ps-async":  # ps-sync stands for both: the store comes before any mode matters
+    # ps-sync stands for both modes: the store comes before any mode matters. mpi's ranks need
+    # mpirun; `gradsync run` holds the store's port for them (tcp::hold_port).
+    if run not in ("ps-async", "allreduce-mpi"):
         cells.append(("MASTER_PORT taken before start", run, "MASTER_PORT (rank 0), rank 0",
                       lambda r=run: port_taken_cell(r)))
 
@@ -146,6 +174,8 @@ for fault, run, expected, cell in cells:
     if took is None:
         rows.append((fault, run, expected, "skipped: " + last, "-", "-"))
         print(f"SKIP {fault} / {run}: {last}")
+        # Only a tmpfs the test may not mount excuses a cell; a victim not found fails it.
+        check(fault == "disk full", f"{fault} / {run}: {last}")
         continue
     named = named_by_cell[0] if named_by_cell else expected in last
     # A disk-full run is timed from its start: the moment the disk fills is the run's own.
