@@ -1,6 +1,7 @@
 #include "bench/collective_bench.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <limits>
 #include <memory>
@@ -9,10 +10,12 @@
 #include "allreduce/gloo/gloo_communicator.h"  // gloo_compiled_in(), gloo_version()
 #include "allreduce/make_communicator.h"
 #include "allreduce/mpi/mpi_communicator.h"  // mpi_library_version()
+#include "allreduce/tcp/socket.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "bench/collective_table.h"
 #include "bench/nccl_bench.h"
 #include "common/error.h"
+#include "launch/inherited_socket.h"
 #include "launch/rendezvous_env.h"
 
 namespace gradsync {
@@ -299,6 +302,11 @@ CollectiveBenchReport run_collective_bench_rank(const CollectiveBenchOptions& op
   store_options.port = store_port;
   store_options.is_server = rank == 0;
   store_options.timeout = plan.spec.timeout;
+  // The launcher holds the port for rank 0 (bench/collective_launch.cpp), which shares it.
+  const char* held = std::getenv(kStorePortHeldEnv);
+  if (rank == 0 && held != nullptr && std::string(held) == "1") {
+    store_options.listen_fd = tcp::listen_on(store_options.host, store_port, 0, true).release();
+  }
   // Declared first, so that it outlives every communicator made over it.
   const std::unique_ptr<Store> store = make_tcp_store(store_options);
   RankExchange exchange(*store, rank, plan.spec.ranks, plan.spec.timeout);

@@ -1,5 +1,6 @@
 #include "bench/collective_launch.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,7 +8,8 @@
 #include "bench/sprint.h"
 #include "common/error.h"
 #include "launch/launcher.h"
-#include "launch/local_port.h"
+#include "allreduce/tcp/socket.h"
+#include "launch/inherited_socket.h"
 #include "launch/mpirun_command.h"
 
 namespace gradsync {
@@ -46,7 +48,9 @@ std::vector<std::string> rank_process_args(const CollectiveBenchOptions& o, int 
 }
 
 void run_rank_processes(const CollectiveBenchOptions& options) {
-  const int port = free_local_port();
+  // Held until every rank has exited; rank 0 shares it (launch/inherited_socket.h).
+  const tcp::Socket held = tcp::hold_port("127.0.0.1");
+  const int port = tcp::local_port(held);
   std::fflush(stdout);
   // dup() leaves close-on-exec off, so the children inherit this descriptor: rank 0 writes to
   // the same open file as this process's stdout (a terminal, a pipe, or a file at its offset).
@@ -63,7 +67,8 @@ void run_rank_processes(const CollectiveBenchOptions& options) {
                 {"WORLD_SIZE", std::to_string(options.ranks)},
                 {"LOCAL_RANK", std::to_string(rank)},
                 {"LOCAL_WORLD_SIZE", std::to_string(options.ranks)},
-                {"MASTER_ADDR", "127.0.0.1"}};
+                {"MASTER_ADDR", "127.0.0.1"},
+                {kStorePortHeldEnv, "1"}};
     if (rank == 0) spec.env.emplace_back(kTableFdVariable, std::to_string(table_fd));
     processes.push_back(std::move(spec));
   }
@@ -82,8 +87,14 @@ std::vector<std::string> mpirun_argv(const CollectiveBenchOptions& options) {
   MpirunOptions mpirun;
   mpirun.ranks = options.ranks;
   mpirun.as_root = ::geteuid() == 0;
+  // This process becomes mpirun: the held port's descriptor, left open across exec, is held by
+  // mpirun until it ends (it closes inherited descriptors in its ranks, not in itself).
+  tcp::Socket held = tcp::hold_port("127.0.0.1");
+  const int port = tcp::local_port(held);
+  ::fcntl(held.release(), F_SETFD, 0);
+  mpirun.exported = {{kStorePortHeldEnv, "1"}};
   std::vector<std::string> program = {current_executable()};
-  for (std::string& arg : rank_process_args(options, free_local_port())) {
+  for (std::string& arg : rank_process_args(options, port)) {
     program.push_back(std::move(arg));
   }
   return mpirun_command(find_mpirun(), mpirun, program);
