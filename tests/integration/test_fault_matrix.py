@@ -10,6 +10,7 @@ too, which hosts the rendezvous store; the parameter server's shard killed; the 
 full (a 256 KiB tmpfs: root only, else skipped and said); MASTER_PORT taken by another program
 before ranks started by hand (another launcher's way) begin.
 """
+import glob
 import os
 import signal
 import socket
@@ -85,6 +86,21 @@ def signal_cell(run, victim, sig):
         return took, last, still_alive(p for p, _ in procs), err
 
 
+def check_whole_rows(run, out):
+    """metrics.csv on the full disk: a header, then rows that are each complete (every column,
+    ending in a newline), however the disk cut the writes off."""
+    found = glob.glob(os.path.join(out, "tiny_faults-*", run, "metrics.csv"))
+    check(len(found) == 1, f"disk full / {run}: one metrics.csv under {out}: {found}")
+    if not found:
+        return
+    text = open(found[0], "rb").read().decode()
+    lines = text.split("\n")
+    columns = lines[0].count(",")
+    check(text.endswith("\n") and all(line.count(",") == columns for line in lines[1:-1]),
+          f"disk full / {run}: every row of metrics.csv whole ({len(lines) - 2} rows)")
+    check(len(lines) > 2, f"disk full / {run}: rows were written before the disk filled")
+
+
 def disk_full_cell(run):
     """The run's results on a 256 KiB tmpfs, which metrics.csv fills within seconds."""
     with tempfile.TemporaryDirectory() as out:
@@ -100,6 +116,7 @@ def disk_full_cell(run):
                 time.sleep(0.1)
             took, last, err = finish(launcher, 60)
             time.sleep(0.3)
+            check_whole_rows(run, out)
             return time.time() - began, last, still_alive(p for p, _ in procs), err
         finally:
             subprocess.run(["umount", "-l", out], capture_output=True)
