@@ -4,10 +4,16 @@
 #include <vector>
 
 #include "allreduce/gloo/gloo_messages.h"
+#include "allreduce/progress_report.h"
 #include "allreduce/gloo/gloo_waits.h"
 #include "common/error.h"
 
 namespace gradsync::gloo {
+namespace {
+
+constexpr std::chrono::milliseconds kStoreProbe{250};  // as the other backends' reports probe
+
+}  // namespace
 
 GlooFailures::GlooFailures(Store& store, int rank, const GlooOptions& options,
                            std::chrono::milliseconds grace, GlooMesh* mesh)
@@ -39,10 +45,12 @@ void GlooFailures::fail(tcp::RingWork& work, const std::exception& failure) {
   std::exception_ptr thrown;
   if (own_wait != nullptr) {
     // Our own waits (the header check, the reduce-scatter ring) say whom they waited for, and
-    // why: "waiting for rank 2 to send its header for this collective".
+    // why: "waiting for rank 2 to send its header for this collective". That is the verdict
+    // already: a wait() that gives up while the Store is published to throws it too.
     kind = "timeout";
     first = timed_out + " in " + operation + ", " + gloo;
     thrown = timeout_error(timed_out + " " + gloo);
+    work.mark_failing(thrown);
   } else if (is_gloo_timeout(gloo) && peer < 0 && mesh_) {
     // Gloo's own collectives time out without naming the peer they waited for. Every rank
     // still alive times out too, and says so, within about the same time: the ranks that say
@@ -77,7 +85,7 @@ void GlooFailures::fail(tcp::RingWork& work, const std::exception& failure) {
   } else if (peer >= 0) {
     // Closed, reset, or a read error: the peer failed or left. Its report says why, and
     // whether it timed out first, which makes ours a timeout too.
-    work.mark_failing();
+    work.mark_failing(peer_failure(them + " closed the connection (" + gloo + ")"));
     const auto report = peer_report(peer);
     if (report) {
       kind = report->kind == "timeout" ? "timeout" : "error";
@@ -109,10 +117,18 @@ void GlooFailures::fail_desync(tcp::RingWork& work, const Desync& desync) {
 
 void GlooFailures::publish(const std::string& kind, const std::string& first) {
   if (published_.exchange(true)) return;
+  // Store::set has no timeout of its own: with rank 0 (the Store's host) stopped it would hold
+  // this thread, and the communicator's destruction after it, for good. A quick read first
+  // says whether the Store answers. Without it (no Store, or one rank) the peers say "reported
+  // no failure" instead.
+  if (mesh_ != nullptr) {
+    publish_if_reachable(store_, mesh_->names_key(rank_), key(rank_), kind + "\n" + first,
+                         kStoreProbe);
+    return;
+  }
   try {
     store_.set(key(rank_), kind + "\n" + first);
   } catch (const std::exception&) {
-    // No Store (rank 0's server gone): the peers say "reported no failure" instead.
   }
 }
 

@@ -63,6 +63,10 @@ class GlooMesh {
   // that runs the collectives, or when none runs.
   void close_after_peers(std::chrono::milliseconds within);
 
+  // The Store key where `rank` published how Gloo names its connections: set at joining, so it
+  // is always there (what a quick read probes to see whether the Store still answers).
+  std::string names_key(int rank) const;
+
  private:
   // What the errors say about another rank.
   struct Peer {
@@ -75,7 +79,6 @@ class GlooMesh {
   };
 
   void join();
-  std::string names_key(int rank) const;
   const std::vector<std::string>& gloo_names(int peer);
 
   Store& store_;
