@@ -28,4 +28,20 @@ inline void check_reduce_scatter_sizes(
                            ", over " + std::to_string(ranks) + " ranks");
 }
 
+// allreduce_into_async's contract (allreduce/communicator.h): as many floats out as in, and
+// either the same buffer (in place) or two that do not overlap.
+inline void check_allreduce_into_buffers(
+    const float* in, std::size_t in_size, const float* out, std::size_t out_size,
+    std::source_location where = std::source_location::current()) {
+  if (in_size != out_size) {
+    detail::check_failed(where.file_name(), int(where.line()), "in.size() == out.size()",
+                         "allreduce_into: in has " + std::to_string(in_size) + " floats, out " +
+                             std::to_string(out_size) + "; they must be equal");
+  }
+  if (in != out && in < out + out_size && out < in + in_size) {
+    detail::check_failed(where.file_name(), int(where.line()), "in == out || no overlap",
+                         "allreduce_into: in and out overlap without being the same buffer");
+  }
+}
+
 }  // namespace gradsync

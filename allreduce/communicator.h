@@ -57,6 +57,13 @@ class Communicator {
   virtual std::chrono::milliseconds timeout() const = 0;
 
   virtual std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) = 0;
+  // Out of place, as ncclAllReduce(sendbuff, recvbuff) and MPI_Allreduce: out becomes the
+  // reduction over ranks of in, and in is only read. in.size() == out.size(); in and out are
+  // the same buffer (in place) or do not overlap. The result is the allreduce's, bit for bit:
+  // the same sums in the same order. Each backend reads in where its schedule first needs it,
+  // without copying it into out first.
+  virtual std::shared_ptr<Work> allreduce_into_async(std::span<const float> in,
+                                                     std::span<float> out, ReduceOp op) = 0;
   // data on `root` is sent to every rank; others' data is overwritten.
   virtual std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) = 0;
   // out.size() == size() * in.size(); rank r's input lands at out[r * in.size()].
@@ -83,6 +90,9 @@ class Communicator {
 
   // Blocking forms: issue, then wait with timeout().
   void allreduce(std::span<float> data, ReduceOp op) { allreduce_async(data, op)->wait(timeout()); }
+  void allreduce_into(std::span<const float> in, std::span<float> out, ReduceOp op) {
+    allreduce_into_async(in, out, op)->wait(timeout());
+  }
   void broadcast(std::span<float> data, int root) { broadcast_async(data, root)->wait(timeout()); }
   void allgather(std::span<const float> in, std::span<float> out) {
     allgather_async(in, out)->wait(timeout());

@@ -52,10 +52,14 @@ float allreduce_expected(int n, std::size_t /*count*/, std::size_t i) {
 }
 // Sum, not average: averaging would add a scaling pass that a library's sum does not make. In
 // place, the values grow by a factor n per timed iteration (possibly to inf, which costs nothing
-// extra on x86); only the separate verification run after the timed loop is checked.
+// extra on x86); only the separate verification run after the timed loop is checked. Out of
+// place is the backend's own (allreduce_into), as nccl-tests call ncclAllReduce(send, recv).
 void allreduce_run(Communicator& comm, RankBuffers& b, bool in_place) {
-  if (!in_place) std::copy(b.in.begin(), b.in.end(), b.out.begin());
-  comm.allreduce(b.out, ReduceOp::kSum);
+  if (in_place) {
+    comm.allreduce(b.out, ReduceOp::kSum);
+  } else {
+    comm.allreduce_into(b.in, b.out, ReduceOp::kSum);
+  }
 }
 
 // broadcast from rank 0: the root holds 1 + p(i); every output starts at -1 so that a rank
@@ -110,8 +114,8 @@ void allgather_run(Communicator& comm, RankBuffers& b, bool in_place) {
 const std::array<CollectiveOp, 3>& collective_ops() {
   static const std::array<CollectiveOp, 3> ops = {{
       {"allreduce", "sum", -1,
-       "out-of-place = the input copied into the output, then the in-place allreduce, timed "
-       "together (gradsync's Communicator allreduces in place only)",
+       "out-of-place = the backend's own (Communicator::allreduce_into: the input is read where "
+       "the schedule needs it, never copied into the output first)",
        allreduce_bus, buffer_count, allreduce_init, allreduce_expected, allreduce_run},
       {"broadcast", "none", 0,
        "out-of-place = the root copies its input into the output, then the in-place broadcast, "

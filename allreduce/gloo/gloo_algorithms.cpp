@@ -6,6 +6,7 @@
 #include <gloo/math.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "common/error.h"
@@ -60,13 +61,17 @@ std::uint32_t tag_of(const std::string& collective) {
 }
 
 void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
-                   std::span<float> data, std::uint32_t tag, std::chrono::milliseconds timeout) {
+                   std::span<const float> in, std::span<float> data, std::uint32_t tag,
+                   std::chrono::milliseconds timeout) {
   std::vector<float*> pointers = {data.data()};
   switch (algorithm) {
     case Algorithm::kRing: {
-      // In place: without an input buffer, Gloo reduces the output buffer itself.
+      // In place: without an input buffer, Gloo reduces the output buffer itself. Out of place
+      // Gloo reads the input where its ring needs it (it only reads it; the setter takes a
+      // non-const pointer all the same).
       ::gloo::AllreduceOptions opts(context);
       opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+      if (in.data() != data.data()) opts.setInput(const_cast<float*>(in.data()), in.size());
       opts.setOutput(data.data(), data.size());
       opts.setReduceFunction(sum_floats);
       opts.setTag(tag);
@@ -74,12 +79,15 @@ void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm al
       ::gloo::allreduce(opts);
       return;
     }
+    // These two reduce their buffer in place only: out of place, the input is copied first.
     case Algorithm::kRingChunked: {
+      if (in.data() != data.data()) std::memcpy(data.data(), in.data(), in.size_bytes());
       ::gloo::AllreduceRingChunked<float> ring(context, pointers, int(data.size()));
       ring.run();
       return;
     }
     case Algorithm::kHalvingDoubling: {
+      if (in.data() != data.data()) std::memcpy(data.data(), in.data(), in.size_bytes());
       ::gloo::AllreduceHalvingDoubling<float> halving_doubling(context, pointers, int(data.size()));
       halving_doubling.run();
       return;

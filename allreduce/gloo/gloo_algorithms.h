@@ -2,7 +2,7 @@
 // over Gloo, and the tag that keeps a collective's messages apart from another's:
 //
 //   const Algorithm algorithm = parse_algorithm(options.algorithm);   // ConfigError if unknown
-//   allreduce_sum(context, algorithm, data, tag_of(work.what()), timeout);   // blocks; in place
+//   allreduce_sum(context, algorithm, in, out, tag_of(work.what()), timeout);   // blocks
 //
 //   ring              gloo::allreduce, RING: reduce-scatter then all-gather, segments pipelined;
 //                     its messages carry `tag`
@@ -55,8 +55,10 @@ const std::string& algorithm_name(Algorithm algorithm);
 // flight, so tags need not be unique beyond it.)
 std::uint32_t tag_of(const std::string& collective);
 
-// Sums `data` over every rank of `context`, in place: each rank ends with the same bits.
+// Sums `in` over every rank of `context` into `data`: each rank ends with the same bits. `in`
+// may be `data` itself (in place).
 void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
-                   std::span<float> data, std::uint32_t tag, std::chrono::milliseconds timeout);
+                   std::span<const float> in, std::span<float> data, std::uint32_t tag,
+                   std::chrono::milliseconds timeout);
 
 }  // namespace gradsync::gloo

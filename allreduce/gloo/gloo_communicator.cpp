@@ -77,17 +77,30 @@ class GlooCommunicator final : public Communicator {
   milliseconds timeout() const override { return options_.timeout; }
 
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
+    return allreduce_into_async(data, data, op);
+  }
+
+  std::shared_ptr<Work> allreduce_into_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    check_allreduce_into_buffers(in.data(), in.size(), out.data(), out.size());
     const bool average = op == ReduceOp::kAvg;
     const std::string& algorithm = gloo::algorithm_name(algorithm_);
-    if (size_ > 1) gloo::check_allreduce_count(algorithm_, data.size(), me_);
-    const std::uint64_t moved = ring_share(data.size_bytes(), 2);
+    if (size_ > 1) gloo::check_allreduce_count(algorithm_, out.size(), me_);
+    const std::uint64_t moved = ring_share(out.size_bytes(), 2);
     const std::string what = std::string("allreduce ") + (average ? "avg" : "sum") + " of " +
-                             std::to_string(data.size()) + " floats (gloo " + algorithm + ")";
+                             std::to_string(out.size()) + " floats (gloo " + algorithm + ")";
     const auto kind = average ? CollectiveKind::kAllreduceAvg : CollectiveKind::kAllreduceSum;
-    const bool runs = size_ > 1 && !data.empty();
-    return issue(what, header_of(kind, data.size()), runs, moved, moved,
-                 [this, data, average](std::uint32_t tag, Clock::time_point deadline) {
-                   gloo::allreduce_sum(mesh_->context(), algorithm_, data, tag,
+    // One rank still copies in to out (its sum), without Gloo.
+    const bool runs = !out.empty() && (size_ > 1 || in.data() != out.data());
+    const std::span<float> data = out;
+    return issue(what, header_of(kind, out.size()), runs, size_ > 1 ? moved : 0,
+                 size_ > 1 ? moved : 0,
+                 [this, in, data, average](std::uint32_t tag, Clock::time_point deadline) {
+                   if (size_ == 1) {
+                     std::memcpy(data.data(), in.data(), in.size_bytes());
+                     return;
+                   }
+                   gloo::allreduce_sum(mesh_->context(), algorithm_, in, data, tag,
                                        gloo::time_left(deadline));
                    // The average is the finished sum divided once, as TcpRing divides each
                    // finished segment: every rank holds the same sum, so every rank ends with

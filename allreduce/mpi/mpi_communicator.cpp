@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "allreduce/collective_checks.h"
 #include "allreduce/collective_kind.h"
 #include "allreduce/mpi/mpi_runner.h"
 #include "allreduce/mpi/mpi_runtime.h"
@@ -47,22 +48,33 @@ class MpiCommunicator final : public Communicator {
   milliseconds timeout() const override { return options_.timeout; }
 
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
+    return allreduce_into_async(data, data, op);
+  }
+
+  std::shared_ptr<Work> allreduce_into_async(std::span<const float> in, std::span<float> data,
+                                             ReduceOp op) override {
+    check_allreduce_into_buffers(in.data(), in.size(), data.data(), data.size());
     const bool avg = op == ReduceOp::kAvg;
     const Header h{std::int64_t(avg ? Op::kAllreduceAvg : Op::kAllreduceSum), count(data.size())};
     const std::uint64_t moved = ring_share(data.size_bytes(), 2);
-    return issue(h, moved, moved, [this, data, avg, moved](RingWork& work, const Header& mine) {
-      if (size_ == 1) return;
+    return issue(h, moved, moved, [this, in, data, avg, moved](RingWork& work, const Header& mine) {
+      const bool in_place = in.data() == data.data();
+      if (size_ == 1) {
+        if (!in_place && !data.empty()) std::memcpy(data.data(), in.data(), in.size_bytes());
+        return;
+      }
       if (data.empty()) return headers_only(work, mine);
+      // MPI reads `in` itself out of place; its send buffer is const.
+      const void* const send = in_place ? MPI_IN_PLACE : static_cast<const void*>(in.data());
       float* const buffer = data.data();
       const int n = int(data.size());
       const MPI_Comm comm = runner_.comm();
       runner_.run(work, mine, moved,
                   {"MPI_Allreduce",
-                   [&] { return MPI_Allreduce(MPI_IN_PLACE, buffer, n, MPI_FLOAT, MPI_SUM, comm); },
+                   [&] { return MPI_Allreduce(send, buffer, n, MPI_FLOAT, MPI_SUM, comm); },
                    "MPI_Iallreduce",
                    [&](MPI_Request* request) {
-                     return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, MPI_FLOAT, MPI_SUM, comm,
-                                           request);
+                     return MPI_Iallreduce(send, buffer, n, MPI_FLOAT, MPI_SUM, comm, request);
                    }});
       if (avg) divide(data);
     });

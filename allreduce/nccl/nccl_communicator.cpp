@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "allreduce/collective_checks.h"
 #include "allreduce/nccl/nccl_state.h"
 #include "common/error.h"
 #include "model/cuda/cuda_device.h"
@@ -234,11 +235,18 @@ std::uint64_t ring_share(std::uint64_t bytes, int n, int factor) {
 }  // namespace
 
 std::shared_ptr<Work> NcclCommunicator::allreduce_async(std::span<float> data, ReduceOp op) {
-  check_device_buffer(data.data(), data.size(), "allreduce", *state_);
-  const std::uint64_t moved = ring_share(data.size_bytes(), size(), 2);
-  return issue("allreduce", data.size(), moved, moved, [&](ncclComm_t comm, cudaStream_t stream) {
-    return ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, nccl_op(op), comm,
-                         stream);
+  return allreduce_into_async(data, data, op);
+}
+
+std::shared_ptr<Work> NcclCommunicator::allreduce_into_async(std::span<const float> in,
+                                                             std::span<float> out, ReduceOp op) {
+  check_allreduce_into_buffers(in.data(), in.size(), out.data(), out.size());
+  check_device_buffer(in.data(), in.size(), "allreduce", *state_);
+  check_device_buffer(out.data(), out.size(), "allreduce", *state_);
+  const std::uint64_t moved = ring_share(out.size_bytes(), size(), 2);
+  return issue("allreduce", out.size(), moved, moved, [&](ncclComm_t comm, cudaStream_t stream) {
+    // sendbuff == recvbuff is NCCL's in place.
+    return ncclAllReduce(in.data(), out.data(), out.size(), ncclFloat, nccl_op(op), comm, stream);
   });
 }
 

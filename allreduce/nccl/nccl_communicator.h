@@ -66,6 +66,8 @@ class NcclCommunicator final : public Communicator {
   std::chrono::milliseconds timeout() const override;
 
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override;
+  std::shared_ptr<Work> allreduce_into_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override;
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override;
   std::shared_ptr<Work> allgather_async(std::span<const float> in, std::span<float> out) override;
   // ncclReduceScatter; kAvg is ncclAvg, as in allreduce_async.

@@ -17,6 +17,12 @@ void add_into(float* __restrict dst, const float* __restrict src, std::size_t n)
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
+// dst = base + src, out of place (base is another buffer: the caller's input).
+void add_to(float* __restrict dst, const float* __restrict base, const float* __restrict src,
+            std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = base[i] + src[i];
+}
+
 void divide(float* __restrict dst, std::size_t n, float divisor) {
   for (std::size_t i = 0; i < n; ++i) dst[i] /= divisor;
 }
@@ -173,7 +179,13 @@ class Pipeline {
     } else if (recv_offset_ == chunk_end) {
       auto* dst = reinterpret_cast<float*>(step->recv + chunk_begin);
       const std::size_t floats = (chunk_end - chunk_begin) / sizeof(float);
-      add_into(dst, reinterpret_cast<const float*>(scratch_), floats);
+      const auto* received = reinterpret_cast<const float*>(scratch_);
+      if (step->reduce_with == nullptr || step->reduce_with == step->recv) {
+        add_into(dst, received, floats);
+      } else {
+        add_to(dst, reinterpret_cast<const float*>(step->reduce_with + chunk_begin), received,
+               floats);
+      }
       if (step->divisor != 0.0f) divide(dst, floats, step->divisor);
       done_[recv_step_] = chunk_end;
     }

@@ -57,6 +57,9 @@ struct RingStep {
   bool reduce = false;   // recv holds floats: add the received floats into it
   float divisor = 0.0f;  // non-zero: divide each reduced chunk by it (the final reduction of kAvg)
   Gate gate = Gate::kNone;
+  // With reduce: the floats the received ones are added to, written to recv (recv[i] =
+  // reduce_with[i] + received[i]); null, or recv itself, adds into recv in place.
+  const std::byte* reduce_with = nullptr;
 };
 
 struct LinkFailure {

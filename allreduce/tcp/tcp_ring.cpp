@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "allreduce/collective_checks.h"
@@ -70,9 +71,17 @@ class TcpRing final : public Communicator {
   milliseconds timeout() const override { return options_.timeout; }
 
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
+    return allreduce_into_async(data, data, op);
+  }
+
+  std::shared_ptr<Work> allreduce_into_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    check_allreduce_into_buffers(in.data(), in.size(), out.data(), out.size());
     const RingOp code = op == ReduceOp::kAvg ? RingOp::kAllreduceAvg : RingOp::kAllreduceSum;
-    return issue(code, data.size(), 0, [this, data, code](RingWork& work) {
-      run(work, code, data.size(), 0, ring_steps(data, code == RingOp::kAllreduceAvg, true, 0));
+    return issue(code, out.size(), 0, [this, in, out, code](RingWork& work) {
+      // One rank: the sum is its own values (and the average too).
+      if (size_ == 1 && in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size_bytes());
+      run(work, code, out.size(), 0, ring_steps(in, out, code == RingOp::kAllreduceAvg, true, 0));
     });
   }
 
@@ -118,14 +127,18 @@ class TcpRing final : public Communicator {
         op == ReduceOp::kAvg ? RingOp::kReduceScatterAvg : RingOp::kReduceScatterSum;
     // The header carries in.size(): ranks that disagree on it fail with a desync, as allreduce.
     return issue(code, in.size(), 0, [this, in, out, code](RingWork& work) {
-      // The ring adds into the buffer it sends from, and `in` is the caller's, read-only: the
-      // sums collect in a copy. (Equal blocks: the ring's N segments are exactly the N blocks.)
-      std::vector<float> sums(in.begin(), in.end());
+      // The partial sums a rank forwards collect beside `in`, which is only read (as the
+      // allreduce out of place does); its own block, finished last, lands in `out` directly.
+      // (Equal blocks: the ring's N segments are exactly the N blocks.) Not initialised: every
+      // float of it is written before it is read or sent.
+      const std::unique_ptr<float[]> partial(new float[in.size()]);
+      std::vector<RingStep> steps =
+          ring_steps(in, {partial.get(), in.size()}, code == RingOp::kReduceScatterAvg, false, -1);
       // The allreduce's first N-1 steps, turned back by one segment so that rank r finishes
       // segment r, which is its block; unturned it would finish r + 1.
-      run(work, code, sums.size(), 0,
-          ring_steps(sums, code == RingOp::kReduceScatterAvg, false, -1));
-      std::copy_n(sums.begin() + std::ptrdiff_t(rank_ * out.size()), out.size(), out.begin());
+      if (!steps.empty()) steps.back().recv = reinterpret_cast<std::byte*>(out.data());
+      if (size_ == 1 && !out.empty()) std::memcpy(out.data(), in.data(), in.size_bytes());
+      run(work, code, in.size(), 0, std::move(steps));
     });
   }
 
@@ -136,7 +149,7 @@ class TcpRing final : public Communicator {
     return issue(RingOp::kBarrier, std::size_t(size_), 0, [this](RingWork& work) {
       std::fill(barrier_buffer_.begin(), barrier_buffer_.end(), 1.0f);
       run(work, RingOp::kBarrier, barrier_buffer_.size(), 0,
-          ring_steps(barrier_buffer_, false, true, 0));
+          ring_steps(barrier_buffer_, barrier_buffer_, false, true, 0));
     });
   }
 
@@ -178,19 +191,27 @@ class TcpRing final : public Communicator {
   // (with `all_gather`) circulate the complete segments. The allreduce runs shift 0; whichever
   // the shift, segment s is summed around the ring starting from rank s - shift, so the
   // summation order, and with it the rounding of non-integer sums, follows the shift.
-  std::vector<RingStep> ring_steps(std::span<float> data, bool average, bool all_gather,
-                                   int shift) const {
-    const Segments seg(data.size(), size_);
+  //
+  // Out of place, `in` is read where a rank's own values enter: the segment it sends first,
+  // and each segment it adds into (RingStep::reduce_with); the sums, and everything forwarded
+  // after the first step, live in `out`. In place, in and out are one buffer.
+  std::vector<RingStep> ring_steps(std::span<const float> in, std::span<float> out, bool average,
+                                   bool all_gather, int shift) const {
+    const Segments seg(out.size(), size_);
     std::vector<RingStep> steps;
     for (int k = 0; k < (all_gather ? 2 : 1) * (size_ - 1); ++k) {
       const int s_send = mod(rank_ - k + shift, size_);
       const int s_recv = mod(rank_ - k - 1 + shift, size_);
       RingStep step;
-      step.send = reinterpret_cast<const std::byte*>(data.data() + seg.begin(s_send));
+      step.send = reinterpret_cast<const std::byte*>((k == 0 ? in.data() : out.data()) +
+                                                     seg.begin(s_send));
       step.send_bytes = seg.size(s_send) * sizeof(float);
-      step.recv = reinterpret_cast<std::byte*>(data.data() + seg.begin(s_recv));
+      step.recv = reinterpret_cast<std::byte*>(out.data() + seg.begin(s_recv));
       step.recv_bytes = seg.size(s_recv) * sizeof(float);
       step.reduce = k < size_ - 1;
+      if (step.reduce) {
+        step.reduce_with = reinterpret_cast<const std::byte*>(in.data() + seg.begin(s_recv));
+      }
       // kAvg divides once, on the finished sum (step N-2 completes it), before the all-gather
       // copies it out, so every rank ends with bit-identical values (reduce-scatter: the same
       // single division, so its blocks are the allreduce's where the sums agree).

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "allreduce/collective_checks.h"
 #include "common/error.h"
 #ifdef GRADSYNC_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -74,15 +75,24 @@ class HostStagedCommunicator final : public Communicator {
   void abort(const std::string& reason) override { host_->abort(reason); }
 
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
+    return allreduce_into_async(data, data, op);
+  }
+
+  // Out of place costs nothing more here: the input goes to host memory either way, and the
+  // sum comes back into the output.
+  std::shared_ptr<Work> allreduce_into_async(std::span<const float> in, std::span<float> data,
+                                             ReduceOp op) override {
+    check_allreduce_into_buffers(in.data(), in.size(), data.data(), data.size());
+    check_buffer(in.data(), in.size(), "allreduce");
     check_buffer(data.data(), data.size(), "allreduce");
     const std::string what = std::string("allreduce ") + (op == ReduceOp::kAvg ? "avg" : "sum") +
                              " of " + std::to_string(data.size()) + " floats";
-    return submit(what, [this, data, op, produced = mark_produced()](tcp::RingWork& work) {
+    return submit(what, [this, in, data, op, produced = mark_produced()](tcp::RingWork& work) {
       if (data.empty()) return finish(host_->allreduce_async({}, op));
       const std::span<float> host = staging(work, data.size());
       on_device(work, "copying to host", [&] {
         after_producer(produced);
-        copy(host.data(), data.data(), data.size(), cudaMemcpyDeviceToHost);
+        copy(host.data(), in.data(), in.size(), cudaMemcpyDeviceToHost);
       });
       finish(host_->allreduce_async(host, op));
       on_device(work, "copying back",

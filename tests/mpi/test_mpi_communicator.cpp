@@ -14,6 +14,7 @@
 #include "allreduce/mpi/mpi_runtime.h"
 #include "common/error.h"
 #include "tests/mpi/mpi_world.h"
+#include "tests/support/allreduce_into_checks.h"
 #include "tests/support/reduce_scatter_checks.h"
 #include "tests/support/ring_ranks.h"
 
@@ -73,6 +74,14 @@ TEST_CASE("mpi: reduce_scatter gives each rank its block of the allreduce") {
     check_reduce_scatter(*comm, block);
   }
   check_reduce_scatter_refuses_sizes(*comm);
+}
+
+TEST_CASE("mpi: allreduce_into is exact, leaves its input, and matches in place bitwise") {
+  const auto comm = mpi_communicator("allreduce_into");
+  for (const std::size_t length : allreduce_into_lengths(comm->size())) {
+    check_allreduce_into(*comm, length);
+  }
+  check_allreduce_into_refusals(*comm);
 }
 
 TEST_CASE("mpi: collectives in flight complete in issue order") {
