@@ -26,6 +26,7 @@ std::shared_ptr<Communicator> make_gloo(Store& store, int rank, int size,
   gloo.bind_host = options.tcp.bind_host;
   // Beside the ring's keys in the same Store, never in their way.
   gloo.store_prefix = options.tcp.store_prefix + "/gloo";
+  gloo.check_desync = options.desync_check;
   return make_gloo_communicator(store, rank, size, gloo);
 #else
   (void)store, (void)rank, (void)size, (void)options;
@@ -46,6 +47,7 @@ std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
   mpi.timeout = options.tcp.timeout;
   // Beside the ring's keys in the same Store, never in their way.
   mpi.store_prefix = options.tcp.store_prefix + "/mpi";
+  mpi.check_desync = options.desync_check;
   return make_mpi_communicator(store, rank, size, mpi);
 #else
   (void)store, (void)rank, (void)size, (void)options;

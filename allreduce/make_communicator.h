@@ -34,6 +34,7 @@ struct CommunicatorOptions {
                                            // for TcpRing only
   int device = -1;                         // -1: host buffers (TcpRing); else CUDA ordinal (NCCL)
   CUstream_st* producer_stream = nullptr;  // NCCL: collectives wait for this stream's work
+  bool desync_check = true;                // gloo, mpi: the header exchange (comm.desync_check)
 };
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,

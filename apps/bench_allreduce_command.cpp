@@ -67,6 +67,7 @@ Command add_bench_allreduce_command(CLI::App& bench) {
     std::string min_size = "4K";
     std::string max_size = "64M";
     double timeout_s = 60;
+    std::string desync_check = "on";
     bool no_gloo = false;
     bool rank_process = false;
     int store_port = 0;
@@ -115,6 +116,12 @@ Command add_bench_allreduce_command(CLI::App& bench) {
       ->capture_default_str();
   allreduce->add_flag("--json", o.json, "one JSON document instead of the table");
   allreduce
+      ->add_option("--desync-check", options->desync_check,
+                   "gloo and mpi: compare each collective across ranks before running it "
+                   "(comm.desync_check); off measures the library under the wrapper alone")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  allreduce
       ->add_option("--device", o.device,
                    "cpu, or gpu (NCCL, one rank per GPU; --ranks default: every visible GPU)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
@@ -142,6 +149,7 @@ Command add_bench_allreduce_command(CLI::App& bench) {
             }
             run.timeout =
                 std::chrono::milliseconds(static_cast<long long>(options->timeout_s * 1000));
+            run.desync_check = options->desync_check == "on";
             // On GPUs the natural default is one rank per visible GPU, not the CPU default of 2.
             if (run.device == "gpu" && allreduce->count("--ranks") == 0) run.ranks = 0;
             try {

@@ -67,8 +67,9 @@ std::string describe(const std::string& backend, const std::string& gpu_transpor
     version = mpi_library_version();
 #endif
     return "gradsync MpiCommunicator: " + version +
-           ", MPI_Iallreduce (MPI_Ibcast, MPI_Iallgather) polled, each after its 32-byte "
-           "desync-check allgather";
+           ", MPI_Allreduce (MPI_Bcast, MPI_Allgather) on the communicator's thread under "
+           "MPI_THREAD_MULTIPLE, a watchdog keeping its deadline (MPI_Iallreduce polled under "
+           "SERIALIZED), each after its 32-byte desync-check allgather";
   }
   return gpu_transport;
 }
@@ -132,7 +133,11 @@ Plan make_plan(const CollectiveBenchOptions& requested, const std::string& gpu_t
   info.timeout_s = static_cast<double>(o.timeout.count()) / 1000.0;
   info.device = o.device;
   for (const std::string& backend : o.backends) {
-    plan.info.backends.emplace_back(backend, describe(backend, gpu_transport));
+    std::string description = describe(backend, gpu_transport);
+    if (!o.desync_check && (backend == "gloo" || backend == "mpi")) {
+      description += " (desync check off: --desync-check off)";
+    }
+    plan.info.backends.emplace_back(backend, description);
   }
   return plan;
 }
@@ -151,6 +156,7 @@ std::vector<BackendRank> connect_backends(const Plan& plan, int rank, Store& sto
     options.backend = backend;
     options.tcp.timeout = plan.spec.timeout;
     options.tcp.store_prefix = "bench/" + backend;
+    options.desync_check = plan.options.desync_check;
     ranks.push_back(
         {backend, std::make_unique<CommRank>(
                       *plan.spec.op, make_communicator(store, rank, plan.spec.ranks, options))});

@@ -56,6 +56,9 @@ struct CollectiveBenchOptions {
   // cpu: host buffers. gpu: NcclCommunicator ranks, one per GPU (threads of this process), on
   // device buffers; `ranks` 0 means every visible GPU. Same table either way.
   std::string device = "cpu";
+  // gloo and mpi: the header exchange before each collective (comm.desync_check); off measures
+  // the library under the wrapper alone, as PyTorch runs without TORCH_DISTRIBUTED_DEBUG.
+  bool desync_check = true;
 };
 
 // "512", "4K", "64M", "1G" (powers of 1024; a trailing "B" is allowed) to bytes. Throws

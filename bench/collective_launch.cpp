@@ -44,6 +44,7 @@ std::vector<std::string> rank_process_args(const CollectiveBenchOptions& o, int 
                                    "--store-port",
                                    std::to_string(store_port)};
   if (o.json) args.push_back("--json");
+  if (!o.desync_check) args.insert(args.end(), {"--desync-check", "off"});
   return args;
 }
 

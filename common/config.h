@@ -57,6 +57,10 @@ struct CommConfig {
   // allreduce: the backend's all-reduce algorithm. default: the backend's own; gloo also takes
   // ring, ring_chunked, halving_doubling.
   std::string algorithm = "default";
+  // allreduce over gloo or mpi: before each collective the ranks exchange what they are about
+  // to run, so mismatched collectives fail naming both sides instead of mixing bytes or
+  // hanging (tcp and nccl check inline, for nothing). One small message round per collective.
+  bool desync_check = true;
 };
 
 struct PsConfig {

@@ -147,6 +147,10 @@ const KeySpec kRows[] = {
     {"comm.algorithm", Type::kChoice, kUnbounded,
      "allreduce: the backend's all-reduce (default; gloo: ring, ring_chunked, halving_doubling)",
      GRADSYNC_FIELD(comm.algorithm), comm_algorithms},
+    {"comm.desync_check", Type::kBool, kUnbounded,
+     "allreduce over gloo or mpi: ranks compare each collective before running it (false: a "
+     "mismatch may hang until comm.timeout_s or mix bytes; tcp checks inline, always)",
+     GRADSYNC_FIELD(comm.desync_check)},
     {"ps.servers", Type::kInteger, between(1, 256), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
     {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",

@@ -217,6 +217,7 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Strategy
   CommunicatorOptions options;
   options.backend = config.comm.backend;
   options.algorithm = config.comm.algorithm;
+  options.desync_check = config.comm.desync_check;
   options.tcp = ring_options;
   return make_model_communicator(store, env.rank, env.world_size, options, model);
 }

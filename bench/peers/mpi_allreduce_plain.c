@@ -11,8 +11,9 @@
  * Out of place is MPI_Allreduce(in, out); in place, MPI_Allreduce(MPI_IN_PLACE, out).
  * --nonblocking calls MPI_Iallreduce and MPI_Wait instead (backend "mpi-iplain"): Open MPI runs
  * the blocking call in its tuned component and the non-blocking one in libnbc, whose algorithms
- * differ (up to 2x), and gradsync's mpi backend is MPI_Iallreduce polled with MPI_Test; so
- * mpi-iplain against mpi is gradsync's own overhead, and mpi-iplain against mpi-plain libnbc's.
+ * differ (up to 2x). gradsync's mpi backend makes the blocking call (under
+ * MPI_THREAD_MULTIPLE; MPI_Iallreduce polled only where MPI gives SERIALIZED), so mpi-plain
+ * against mpi is gradsync's own overhead, and mpi-iplain against mpi-plain libnbc's.
  * Rank 0 prints; the exit code is 1 when any element came out wrong. */
 #include <math.h>
 #include <mpi.h>
