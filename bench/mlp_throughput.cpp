@@ -25,8 +25,8 @@ std::string run_mlp_bench(const MlpBenchOptions& options) {
   Sgd sgd(model.param_count(), SgdOptions{0.05, 0.9, 0.0});
   const auto [step, elapsed] = time_training_steps(model, sgd, pool, options);
   const double samples_per_s = static_cast<double>(step * options.batch) / elapsed;
-  // Which GEMM ran matters for reading the figure: the AVX-512 kernel or Eigen's fallback.
-  const char* kernel = gemm_uses_avx512() ? "avx512" : "eigen";
+  // Which GEMM ran matters for reading the figure: the path cpuid (or GRADSYNC_GEMM) chose.
+  const char* kernel = gemm_path_name(gemm_path());
   char line[256];
   if (options.json) {
     std::snprintf(line, sizeof line,

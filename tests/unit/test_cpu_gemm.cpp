@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/error.h"
 #include "common/random.h"
 #include "model/cpu_gemm.h"
 
@@ -33,11 +34,32 @@ double error_in_bounds(const std::vector<float>& a, int lda, const std::vector<f
 
 }  // namespace
 
-TEST_CASE("cpu gemm: nn and nt products match a double-precision reference on every shape") {
-  // Shapes cover full 32 x 8 blocks, row tails (masks), column tails (narrow blocks), and the
-  // MLP's own layers.
-  const int shapes[][3] = {{1, 1, 1},    {32, 8, 4},     {33, 9, 5},     {10, 64, 256},
-                           {47, 13, 17}, {256, 64, 784}, {256, 784, 64}, {16, 3, 2}};
+namespace {
+
+// Runs `body` once per gemm path this CPU runs, forced; says which paths it skips.
+template <typename Body>
+void on_every_path(Body body) {
+  const gradsync::GemmPath before = gradsync::gemm_path();
+  for (const auto path :
+       {gradsync::GemmPath::kAvx512, gradsync::GemmPath::kAvx2, gradsync::GemmPath::kPortable}) {
+    if (!gradsync::cpu_runs(path)) {
+      MESSAGE("gemm path " << gradsync::gemm_path_name(path) << " skipped: this CPU lacks it");
+      continue;
+    }
+    CAPTURE(gradsync::gemm_path_name(path));
+    gradsync::set_gemm_path(path);
+    body();
+  }
+  gradsync::set_gemm_path(before);
+}
+
+void check_products() {
+  // Shapes cover full blocks of both kernels (32 x 8, 16 x 6), row tails (masks), column tails
+  // (narrow blocks), odd sizes (1, 7, 33, 257 rows and columns), and the MLP's own layers.
+  const int shapes[][3] = {{1, 1, 1},     {32, 8, 4},     {33, 9, 5},     {10, 64, 256},
+                           {47, 13, 17},  {256, 64, 784}, {256, 784, 64}, {16, 3, 2},
+                           {7, 7, 7},     {33, 33, 33},   {257, 257, 31}, {1, 257, 7},
+                           {257, 1, 33},  {16, 6, 9},     {9, 12, 1},     {24, 5, 3}};
   for (const auto& shape : shapes) {
     const int m = shape[0], n = shape[1], k = shape[2];
     CAPTURE(m);
@@ -73,6 +95,46 @@ TEST_CASE("cpu gemm: nn and nt products match a double-precision reference on ev
       CHECK(std::isnan(c[std::size_t(j) * ldc + m]));
     }
     CHECK(worst < 1.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemm: nn and nt products match a double-precision reference, on every path") {
+  on_every_path(check_products);
+}
+
+TEST_CASE("cpu gemm: accumulate adds to C on every path") {
+  on_every_path([] {
+    const int m = 33, n = 7, k = 5;
+    const auto a = random_matrix(m, k, 4);
+    const auto b = random_matrix(k, n, 5);
+    std::vector<float> once(std::size_t(m) * n), twice(std::size_t(m) * n);
+    gradsync::gemm_nn(m, n, k, a.data(), m, b.data(), k, once.data(), m);
+    gradsync::gemm_nn(m, n, k, a.data(), m, b.data(), k, twice.data(), m);
+    gradsync::gemm_nn(m, n, k, a.data(), m, b.data(), k, twice.data(), m, /*accumulate=*/true);
+    for (std::size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == doctest::Approx(2 * once[i]));
+  });
+}
+
+TEST_CASE("cpu gemm: GRADSYNC_GEMM names a path, or is one line naming the variable") {
+  using gradsync::GemmPath;
+  CHECK(gradsync::gemm_path_for("portable") == GemmPath::kPortable);
+  const GemmPath best = gradsync::gemm_path_for(nullptr);
+  CHECK(gradsync::cpu_runs(best));
+  CHECK(gradsync::gemm_path_for("") == best);
+  if (gradsync::cpu_runs(GemmPath::kAvx512)) CHECK(best == GemmPath::kAvx512);
+  CHECK_THROWS_WITH_AS(gradsync::gemm_path_for("sse"),
+                       "environment: GRADSYNC_GEMM: 'sse' is not a gemm path (avx512, avx2 or "
+                       "portable)",
+                       gradsync::ConfigError);
+  for (const auto path : {GemmPath::kAvx512, GemmPath::kAvx2}) {
+    if (gradsync::cpu_runs(path)) {
+      CHECK(gradsync::gemm_path_for(gradsync::gemm_path_name(path)) == path);
+    } else {
+      CHECK_THROWS_AS(gradsync::gemm_path_for(gradsync::gemm_path_name(path)),
+                      gradsync::ConfigError);
+    }
   }
 }
 
