@@ -15,6 +15,7 @@
 #include "allreduce/gloo/gloo_messages.h"
 #include "allreduce/gloo/gloo_store.h"
 #include "allreduce/gloo/sigpipe_blocked.h"
+#include "allreduce/tcp/socket.h"
 #include "common/error.h"
 
 namespace gradsync::gloo {
@@ -29,25 +30,7 @@ constexpr std::uint64_t kGoodbyeSlot = kCloseSlot - 1;
 // "ip:port" of a Gloo TCP address ("[ip6]:port"); Gloo's own str() prints the port in network
 // byte order.
 std::string endpoint_of(const ::gloo::transport::tcp::Address& address) {
-  const sockaddr_storage& ss = address.getSockaddr();
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  const bool v6 = ss.ss_family == AF_INET6;
-  if (ss.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    port = ntohs(in->sin_port);
-  } else if (v6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-    port = ntohs(in6->sin6_port);
-  }
-  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "[" + std::string(host).
-  std::string endpoint = v6 ? "[" : "";
-  endpoint += host;
-  endpoint += v6 ? "]:" : ":";
-  endpoint += std::to_string(port);
-  return endpoint;
+  return tcp::format_address(address.getSockaddr());
 }
 
 // "[127.0.0.1]:4100" is no match for "[127.0.0.1]:41007".

@@ -65,18 +65,7 @@ std::string peer_address(const Socket& socket) {
   if (::getpeername(socket.fd(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
     return "an unknown address";
   }
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    port = ntohs(in->sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-    port = ntohs(in6->sin6_port);
-  }
-  return format_endpoint(host, port);
+  return format_address(address);
 }
 
 // Why a hello is not one of this ring's ranks ("" when it is): for a connection we accepted,

@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <string>
 
+struct sockaddr_storage;
+
 namespace gradsync::tcp {
 
 using Clock = std::chrono::steady_clock;
@@ -49,6 +51,9 @@ class Socket {
 
 // "host:port" (IPv4, name, or [IPv6]:port).
 std::string format_endpoint(const std::string& host, int port);
+// The same for a socket address (IPv4 or IPv6; "?:0" for another family): what a peer's or a
+// listener's address reads as in messages, whoever made the socket (this file, or Gloo).
+std::string format_address(const sockaddr_storage& address);
 // Splits "host:port"; throws gradsync::Error on anything else.
 void parse_endpoint(const std::string& endpoint, std::string& host, int& port);
 
