@@ -41,8 +41,9 @@ GemmPath gemm_path_for(const char* forced) {
   for (GemmPath path : {GemmPath::kAvx512, GemmPath::kAvx2, GemmPath::kPortable}) {
     if (name != gemm_path_name(path)) continue;
     if (!cpu_has(path)) {
-      throw ConfigError("environment", kGemmEnv,
-                        "'" + name + "': this CPU cannot run that path (it lacks the instructions)");
+      throw ConfigError(
+          "environment", kGemmEnv,
+          "'" + name + "': this CPU cannot run that path (it lacks the instructions)");
     }
     return path;
   }
@@ -57,8 +58,8 @@ std::atomic<int>& active() {
   return path;
 }
 
-void gemm(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
-          int ldb, float* c, int ldc, bool accumulate) {
+void gemm(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+          float* c, int ldc, bool accumulate) {
   switch (static_cast<GemmPath>(active().load(std::memory_order_relaxed))) {
 #if defined(GRADSYNC_X86_KERNELS)
     case GemmPath::kAvx512:

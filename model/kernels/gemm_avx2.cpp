@@ -78,14 +78,13 @@ using BlockFn = void (*)(int, const float*, int, const float*, int, float*, int,
 
 template <bool kTransposedB, bool kFull>
 BlockFn<kTransposedB> block_for_columns(int columns) {
-  static constexpr BlockFn<kTransposedB> kBlocks[] = {
-      nullptr,
-      block<1, kTransposedB, kFull>,
-      block<2, kTransposedB, kFull>,
-      block<3, kTransposedB, kFull>,
-      block<4, kTransposedB, kFull>,
-      block<5, kTransposedB, kFull>,
-      block<6, kTransposedB, kFull>};
+  static constexpr BlockFn<kTransposedB> kBlocks[] = {nullptr,
+                                                      block<1, kTransposedB, kFull>,
+                                                      block<2, kTransposedB, kFull>,
+                                                      block<3, kTransposedB, kFull>,
+                                                      block<4, kTransposedB, kFull>,
+                                                      block<5, kTransposedB, kFull>,
+                                                      block<6, kTransposedB, kFull>};
   return kBlocks[columns];
 }
 
@@ -99,9 +98,10 @@ void gemm(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
     const bool full = rows == kMr;
     int j = 0;
     for (; j + kNr <= n; j += kNr) {
-      (full ? block<kNr, kTransposedB, true> : block<kNr, kTransposedB, false>)(
-          k, a + i, lda, b_element<kTransposedB>(b, ldb, 0, j), ldb,
-          c + static_cast<long>(j) * ldc + i, ldc, low, high, accumulate);
+      (full ? block<kNr, kTransposedB, true>
+            : block<kNr, kTransposedB, false>)(k, a + i, lda, b_element<kTransposedB>(b, ldb, 0, j),
+                                               ldb, c + static_cast<long>(j) * ldc + i, ldc, low,
+                                               high, accumulate);
     }
     if (j < n) {
       (full ? block_for_columns<kTransposedB, true>(n - j)

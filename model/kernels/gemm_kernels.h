@@ -14,7 +14,7 @@ void gemm_avx512(bool transposed_b, int m, int n, int k, const float* a, int lda
 void gemm_avx2(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
                int ldb, float* c, int ldc, bool accumulate);
 // Eigen's general product, built with the build's baseline flags (gemm_portable.cpp).
-void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int lda,
-                   const float* b, int ldb, float* c, int ldc, bool accumulate);
+void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
+                   int ldb, float* c, int ldc, bool accumulate);
 
 }  // namespace gradsync::kernels

@@ -13,8 +13,8 @@ using Map = Eigen::Map<Eigen::MatrixXf, 0, Eigen::OuterStride<>>;
 
 }  // namespace
 
-void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int lda,
-                   const float* b, int ldb, float* c, int ldc, bool accumulate) {
+void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
+                   int ldb, float* c, int ldc, bool accumulate) {
   Map out(c, m, n, Eigen::OuterStride<>(ldc));
   const ConstMap a_map(a, m, k, Eigen::OuterStride<>(lda));
   if (transposed_b) {

@@ -56,10 +56,10 @@ void on_every_path(Body body) {
 void check_products() {
   // Shapes cover full blocks of both kernels (32 x 8, 16 x 6), row tails (masks), column tails
   // (narrow blocks), odd sizes (1, 7, 33, 257 rows and columns), and the MLP's own layers.
-  const int shapes[][3] = {{1, 1, 1},     {32, 8, 4},     {33, 9, 5},     {10, 64, 256},
-                           {47, 13, 17},  {256, 64, 784}, {256, 784, 64}, {16, 3, 2},
-                           {7, 7, 7},     {33, 33, 33},   {257, 257, 31}, {1, 257, 7},
-                           {257, 1, 33},  {16, 6, 9},     {9, 12, 1},     {24, 5, 3}};
+  const int shapes[][3] = {{1, 1, 1},    {32, 8, 4},     {33, 9, 5},     {10, 64, 256},
+                           {47, 13, 17}, {256, 64, 784}, {256, 784, 64}, {16, 3, 2},
+                           {7, 7, 7},    {33, 33, 33},   {257, 257, 31}, {1, 257, 7},
+                           {257, 1, 33}, {16, 6, 9},     {9, 12, 1},     {24, 5, 3}};
   for (const auto& shape : shapes) {
     const int m = shape[0], n = shape[1], k = shape[2];
     CAPTURE(m);

@@ -14,8 +14,8 @@ TEST_CASE("hold port: a held port refuses every other binder but the listener th
   const int port = local_port(held);
   CHECK(port > 0);
   // Another program, with or without SO_REUSEADDR (as a server restarting on its port sets it).
-  CHECK_THROWS_WITH_AS(listen_on("127.0.0.1", port),
-                       doctest::Contains("Address already in use"), gradsync::Error);
+  CHECK_THROWS_WITH_AS(listen_on("127.0.0.1", port), doctest::Contains("Address already in use"),
+                       gradsync::Error);
   // The listener the port was held for takes it, and connections reach it (not the holder).
   const Socket listener = listen_on("127.0.0.1", port, 0, /*held=*/true);
   CHECK(local_port(listener) == port);

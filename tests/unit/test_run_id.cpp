@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
-
 #include "common/error.h"
 #include "common/run_id.h"
 
