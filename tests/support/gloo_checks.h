@@ -1,5 +1,5 @@
 // Helpers the Gloo communicator's tests share (test_gloo_communicator.cpp: what the collectives
-// compute; test_gloo_failures.cpp: how they fail): the options, an error's message, noisy data.
+// compute; test_gloo_failures.cpp: how they fail): the options and noisy data (errors: error_checks.h).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "allreduce/gloo/gloo_communicator.h"
+#include "tests/support/error_checks.h"
 
 namespace gradsync::testing {
 
@@ -20,22 +21,6 @@ inline gradsync::GlooOptions gloo_options(
   options.timeout = timeout;
   options.check_desync = check_desync;
   return options;
-}
-
-// The message of the E that `call` throws; a failed check saying `expected` if it throws none.
-template <typename E, typename F>
-std::string error_of(F&& call, const std::string& expected) {
-  try {
-    call();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL_CHECK(expected);
-  return "";
-}
-
-inline bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 // Per rank, 0.1 (r + 1) / (i + 3): sums that round differently in different orders.

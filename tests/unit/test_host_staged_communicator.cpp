@@ -29,6 +29,7 @@
 #include "strategies/allreduce/host_staged_communicator.h"
 #include "strategies/allreduce/model_communicator.h"
 #include "tests/support/compare.h"
+#include "tests/support/error_checks.h"
 #include "tests/support/ring_ranks.h"
 #include "tests/support/training.h"
 #include "worker/model_factory.h"
@@ -109,22 +110,6 @@ void upload(std::span<float> device, const std::vector<float>& host) {
   GRADSYNC_CUDA_CHECK(
       cudaMemcpy(device.data(), host.data(), device.size_bytes(), cudaMemcpyHostToDevice));
   GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-// The message of the E that `call` throws; a failed check saying `expected` if it throws none.
-template <typename E, typename F>
-std::string error_of(F&& call, const std::string& expected) {
-  try {
-    call();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL_CHECK(expected);
-  return "";
-}
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

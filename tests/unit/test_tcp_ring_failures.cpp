@@ -13,28 +13,13 @@
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/error.h"
+#include "tests/support/error_checks.h"
 #include "tests/support/ring_ranks.h"
 
 using namespace gradsync::testing;
 using namespace std::chrono_literals;
 using gradsync::Communicator;
 using gradsync::ReduceOp;
-
-namespace {
-
-// The message of the E that `call` throws; a failed check saying `expected` if it throws none.
-template <typename E, typename F>
-std::string error_of(F&& call, const std::string& expected) {
-  try {
-    call();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL_CHECK(expected);
-  return "";
-}
-
-}  // namespace
 
 TEST_CASE("tcp ring: a rank that never calls the collective makes the others time out naming it") {
   const int n = 3;
