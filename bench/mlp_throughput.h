@@ -11,7 +11,8 @@
 namespace gradsync {
 
 // Returns the result line: "gradsync: samples/s=... steps=... seconds=... batch=... threads=1
-// gemm=avx512|eigen", or on a GPU "gradsync: samples/s=... device=cuda:0 gpu=<name>"
+// path=avx512|avx2|portable gemm=onednn:...|openblas:...|own|eigen isa=... gflops=... peak_gflops=... peak_share=...%" (the share of
+// the path's instruction set's single-core peak, measured beside the run), or on a GPU "gradsync: samples/s=... device=cuda:0 gpu=<name>"
 // (or one JSON object with options.json). device "gpu" in a build without CUDA, or without a
 // visible GPU, throws a one-line ConfigError naming --device.
 std::string run_mlp_bench(const MlpBenchOptions& options);

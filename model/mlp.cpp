@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "common/random.h"
-#include "model/cpu_gemm.h"
+#include "model/kernels/cpu_kernels.h"
 
 namespace gradsync {
 
@@ -32,6 +32,7 @@ Mlp::Mlp(std::vector<int> widths, int max_batch)
         std::max(largest_weight, layers_[l - 1].bias_offset - layers_[l - 1].weight_offset);
   }
   transposed_weight_.resize(largest_weight);
+  batch_labels_.resize(static_cast<std::size_t>(max_batch_));
 }
 
 void Mlp::init_params(std::uint64_t seed) {
@@ -42,11 +43,6 @@ void Mlp::init_params(std::uint64_t seed) {
       params_[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
     }
   }
-}
-
-Mlp::VectorMap Mlp::bias(FlatBuffer& buffer, int layer) {
-  const LayerRange& r = layers_[layer];
-  return VectorMap(buffer.data() + r.bias_offset, r.out);
 }
 
 void Mlp::gather(const Dataset& data, std::span<const std::int64_t> indices) {
@@ -67,13 +63,7 @@ void Mlp::forward(int batch) {
     const LayerRange& r = layers_[l];
     gemm_nn(r.out, batch, r.in, params_.data() + r.weight_offset, r.out, in.data(), r.in,
             out.data(), r.out);
-    const VectorMap b = bias(params_, l);
-    // Bias and ReLU in one pass over the output, while it is still in cache.
-    if (l < last) {
-      out = (out.colwise() + b).cwiseMax(0.f);
-    } else {
-      out.colwise() += b;
-    }
+    bias_activation(r.out, batch, params_.data() + r.bias_offset, out.data(), r.out, l < last);
   }
 }
 
@@ -81,32 +71,17 @@ std::pair<double, std::int64_t> Mlp::softmax_cross_entropy(const Dataset& data,
                                                            std::span<const std::int64_t> indices,
                                                            int batch, bool want_grad,
                                                            float grad_scale) {
-  const Matrix& logits = activations_.back();
-  Matrix& delta = deltas_.back();
   const int classes = widths_.back();
-  const float inv_batch = grad_scale / static_cast<float>(batch);
-  double loss = 0;
-  std::int64_t correct = 0;
   for (int j = 0; j < batch; ++j) {
-    const float* z = logits.col(j).data();
     const int label = data.labels[static_cast<std::size_t>(indices[j])];
     GRADSYNC_CHECK(label >= 0 && label < classes, "label outside the model's classes");
-    // Subtracting the max keeps exp() from overflowing; log-sum-exp then gives the loss.
-    const int argmax = static_cast<int>(std::max_element(z, z + classes) - z);
-    const float zmax = z[argmax];
-    float sum = 0;
-    for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - zmax);
-    loss += std::log(static_cast<double>(sum)) - (z[label] - zmax);
-    correct += (argmax == label);
-    if (want_grad) {
-      // d(mean loss)/dz = (softmax(z) - onehot(label)) / batch
-      float* d = delta.col(j).data();
-      const float scale = inv_batch / sum;
-      for (int c = 0; c < classes; ++c) d[c] = std::exp(z[c] - zmax) * scale;
-      d[label] -= inv_batch;
-    }
+    batch_labels_[static_cast<std::size_t>(j)] = label;
   }
-  return {loss, correct};
+  // d(mean loss)/dz = (softmax(z) - onehot(label)) / batch
+  const auto result = gradsync::softmax_cross_entropy(
+      classes, batch, activations_.back().data(), classes, batch_labels_.data(),
+      grad_scale / static_cast<float>(batch), want_grad ? deltas_.back().data() : nullptr, classes);
+  return {result.loss_sum, result.correct};
 }
 
 double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> indices,
@@ -123,11 +98,7 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
     const LayerRange& r = layers_[l];
     gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in,
             grads_.data() + r.weight_offset, r.out, accumulate);
-    if (accumulate) {
-      bias(grads_, l) += delta.rowwise().sum();
-    } else {
-      bias(grads_, l) = delta.rowwise().sum();
-    }
+    bias_gradient(r.out, batch, delta.data(), r.out, grads_.data() + r.bias_offset, accumulate);
     if (grad_ready_) grad_ready_(r.weight_offset, r.end());
     if (l == 0) break;  // nobody needs the gradient with respect to the input
     auto prev = deltas_[l - 1].leftCols(batch);
@@ -135,9 +106,18 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
     gemm_nn(r.in, batch, r.out, transposed_weight_.data(), r.in, delta.data(), r.out, prev.data(),
             r.in);
     // ReLU's derivative: pass the gradient where the activation was positive.
-    prev = (in.array() > 0.f).select(prev, 0.f);
+    relu_backward(r.in, batch, in.data(), r.in, prev.data(), r.in);
   }
   return loss_sum / batch;
+}
+
+double Mlp::step_flop(int batch) const {
+  double flop = 0;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const double weights = static_cast<double>(layers_[l].in) * layers_[l].out;
+    flop += (l == 0 ? 4.0 : 6.0) * weights * batch;
+  }
+  return flop;
 }
 
 Evaluation Mlp::evaluate(const Dataset& data) {

@@ -34,9 +34,11 @@ ONLY = {
     "server": ["common/", "model/optimizer/"],
 }
 # Sub-folders with a target of their own and a narrower rule than their folder's: the optimizer
-# is what the shard links, so it may not reach into the rest of model/ (nor CUDA through it).
+# is what the shard links, so it may not reach into the rest of model/ (nor CUDA through it),
+# only the CPU kernels its update runs on, which reach nothing but common/.
 SUBFOLDER_ONLY = {
-    "model/optimizer": ["common/"],
+    "model/optimizer": ["common/", "model/kernels/"],
+    "model/kernels": ["common/"],
 }
 SOURCE_EXTENSIONS = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"}
 SKIP_ANYWHERE = {".git", "__pycache__"}

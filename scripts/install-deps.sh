@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh          build, test and demo dependencies (the launchers, Gloo and
 #                                    Open MPI included)
 #   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
-#                                    (PyTorch on OpenBLAS)
+#                                    (BLIS and libxsmm for gradsync_gemm_candidates, beside
+#                                    OpenBLAS and oneDNN)
 #   scripts/install-deps.sh --fuzz   also clang, libFuzzer and llvm-symbolizer for `make fuzz`
 set -euo pipefail
 
@@ -17,10 +18,15 @@ packages=(
   # The launchers the tests start gradsync under: torchrun (python3-torch), mpirun, and a real
   # one-host Slurm (scripts/slurm-one-host.sh: slurmctld, slurmd, munge).
   python3-torch openmpi-bin slurm-wlm munge
+  # The libraries the CPU step takes its products from where they beat gradsync's own kernels
+  # (model/kernels/, loaded at run time): oneDNN on AVX-512, OpenBLAS (serial) on AVX2.
+  libdnnl2 libopenblas0-serial
 )
 for flag in "$@"; do
   case "$flag" in
-    --bench) packages+=(libopenblas0-serial) ;;
+    # Serial builds, as a one-thread step is measured; libxsmm is a static library, linked
+    # when the build is configured (so install before configuring).
+    --bench) packages+=(libblis4-serial libxsmm-dev) ;;
     # libFuzzer's runtime is in libclang-rt-14-dev, which clang does not pull in; llvm-14 has the
     # symbolizer that turns sanitizer stacks into file:line.
     --fuzz) packages+=(clang libclang-rt-14-dev llvm-14) ;;

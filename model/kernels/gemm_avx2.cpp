@@ -6,6 +6,7 @@
 // AVX-512, so that a forced AVX2 path measures AVX2); called only where the CPU has both.
 #include <immintrin.h>
 
+#include "model/kernels/fma_peak.h"
 #include "model/kernels/gemm_kernels.h"
 
 namespace gradsync::kernels {
@@ -121,6 +122,54 @@ void gemm_avx2(bool transposed_b, int m, int n, int k, const float* a, int lda, 
   } else {
     gemm<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
   }
+}
+
+// out[cols x rows] = in[rows x cols]^T in 8 x 8 tiles: eight columns of `in` loaded as they lie,
+// transposed in registers (unpack, shuffle, lane swap), stored as eight columns of `out`; the
+// edges element by element. Also the avx512 path's: a CPU with AVX-512 has AVX2.
+void transpose_avx2(int rows, int cols, const float* in, float* out) {
+  const auto at = [](auto* base, int column, int height, int row) {
+    return base + static_cast<long>(column) * height + row;
+  };
+  int c0 = 0;
+  for (; c0 + 8 <= cols; c0 += 8) {
+    int r0 = 0;
+    for (; r0 + 8 <= rows; r0 += 8) {
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(at(in, c0 + k, rows, r0));
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 o[8] = {
+          _mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+          _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+          _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+          _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) _mm256_storeu_ps(at(out, r0 + k, cols, c0), o[k]);
+    }
+    for (int row = r0; row < rows; ++row) {
+      for (int k = 0; k < 8; ++k) *at(out, row, cols, c0 + k) = *at(in, c0 + k, rows, row);
+    }
+  }
+  for (int column = c0; column < cols; ++column) {
+    for (int row = 0; row < rows; ++row) *at(out, row, cols, column) = *at(in, column, rows, row);
+  }
+}
+
+double peak_gflops_avx2(double seconds) {
+  return fma_peak_gflops(seconds, 8, _mm256_set1_ps(0.9999f), _mm256_set1_ps(1e-4f),
+                         [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); });
 }
 
 }  // namespace gradsync::kernels

@@ -5,6 +5,7 @@
 // with AVX-512F and FMA (model/CMakeLists.txt); called only where the CPU has them.
 #include <immintrin.h>
 
+#include "model/kernels/fma_peak.h"
 #include "model/kernels/gemm_kernels.h"
 
 namespace gradsync::kernels {
@@ -107,6 +108,11 @@ void gemm_avx512(bool transposed_b, int m, int n, int k, const float* a, int lda
   } else {
     gemm<false>(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
   }
+}
+
+double peak_gflops_avx512(double seconds) {
+  return fma_peak_gflops(seconds, 16, _mm512_set1_ps(0.9999f), _mm512_set1_ps(1e-4f),
+                         [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); });
 }
 
 }  // namespace gradsync::kernels

@@ -1,8 +1,8 @@
-// The gemm kernels behind model/cpu_gemm.h, one per instruction set, each in its own file
-// compiled with that set's flags (model/CMakeLists.txt): cpu_gemm.cpp calls the one the CPU
-// runs. Same contract as gemm_nn / gemm_nt: column-major, C overwritten or (accumulate) added
-// to; `transposed_b` selects B(k, j) = b[k * ldb + j] (nt) over b[j * ldb + k] (nn).
-// Internal to model/.
+// The gemm kernels behind cpu_kernels.h, one per instruction set, each in its own file compiled
+// with that set's flags (CMakeLists.txt here), and each set's peak measurement beside it.
+// Same contract as gemm_nn / gemm_nt: column-major, C overwritten or (accumulate) added to;
+// `transposed_b` selects B(k, j) = b[k * ldb + j] (nt) over b[j * ldb + k] (nn).
+// Internal to model/kernels/.
 #pragma once
 
 namespace gradsync::kernels {
@@ -16,5 +16,14 @@ void gemm_avx2(bool transposed_b, int m, int n, int k, const float* a, int lda, 
 // Eigen's general product, built with the build's baseline flags (gemm_portable.cpp).
 void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
                    int ldb, float* c, int ldc, bool accumulate);
+
+// out[cols x rows] = in[rows x cols]^T with AVX2 registers (gemm_avx2.cpp): the avx2 and
+// avx512 paths' transpose.
+void transpose_avx2(int rows, int cols, const float* in, float* out);
+
+// One core's fp32 peak on each set's widest vectors, measured for about `seconds` (fma_peak.h).
+double peak_gflops_avx512(double seconds);
+double peak_gflops_avx2(double seconds);
+double peak_gflops_portable(double seconds);
 
 }  // namespace gradsync::kernels

@@ -3,6 +3,7 @@
 // build machine's own set with GRADSYNC_NATIVE).
 #include <Eigen/Core>
 
+#include "model/kernels/fma_peak.h"
 #include "model/kernels/gemm_kernels.h"
 
 namespace gradsync::kernels {
@@ -32,6 +33,26 @@ void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int l
   } else {
     out.noalias() = product;
   }
+}
+
+// The build's own widest vectors, written with the compiler's vector extension: SSE2's 4 lanes
+// (a multiply and an add, no FMA) on a default x86-64 build, wider under -march=native.
+double peak_gflops_portable(double seconds) {
+#if defined(__AVX512F__)
+  constexpr int kLanes = 16;
+#elif defined(__AVX__)
+  constexpr int kLanes = 8;
+#else
+  constexpr int kLanes = 4;
+#endif
+  using Vector = float __attribute__((vector_size(4 * kLanes)));
+  Vector a, b;
+  for (int l = 0; l < kLanes; ++l) {
+    a[l] = 0.9999f;
+    b[l] = 1e-4f;
+  }
+  return fma_peak_gflops(seconds, kLanes, a, b,
+                         [](Vector x, Vector y, Vector z) { return x * y + z; });
 }
 
 }  // namespace gradsync::kernels

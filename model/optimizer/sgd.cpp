@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "model/kernels/cpu_kernels.h"
 
 namespace gradsync {
 
@@ -11,20 +12,11 @@ Sgd::Sgd(std::size_t size, const SgdOptions& options) : options_(options), veloc
 void Sgd::step(std::span<float> params, std::span<const float> grads) {
   GRADSYNC_CHECK(params.size() == velocity_.size() && grads.size() == velocity_.size(),
                  "optimizer range does not match the buffers it is given");
-  const float lr = static_cast<float>(options_.lr);
-  const float mu = static_cast<float>(options_.momentum);
-  const float wd = static_cast<float>(options_.weight_decay);
-  const std::size_t n = params.size();
-  float* p = params.data();
-  const float* g = grads.data();
-  float* v = velocity_.data();
   // torch.optim.SGD initialises the momentum buffer with the first gradient, not with zero.
-  const float keep = steps_ == 0 ? 0.f : mu;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
-    v[i] = keep * v[i] + d;
-    p[i] -= lr * (mu == 0.f ? d : v[i]);
-  }
+  const float momentum = static_cast<float>(options_.momentum);
+  sgd_update(params.size(), params.data(), grads.data(), velocity_.data(),
+             static_cast<float>(options_.lr), momentum, static_cast<float>(options_.weight_decay),
+             steps_ == 0 ? 0.f : momentum);
   ++steps_;
 }
 

@@ -6,7 +6,8 @@
 
 #include "common/error.h"
 #include "common/random.h"
-#include "model/cpu_gemm.h"
+#include "model/kernels/cpu_kernels.h"
+#include "tests/support/cpu_paths.h"
 
 namespace {
 
@@ -35,23 +36,6 @@ double error_in_bounds(const std::vector<float>& a, int lda, const std::vector<f
 }  // namespace
 
 namespace {
-
-// Runs `body` once per gemm path this CPU runs, forced; says which paths it skips.
-template <typename Body>
-void on_every_path(Body body) {
-  const gradsync::GemmPath before = gradsync::gemm_path();
-  for (const auto path :
-       {gradsync::GemmPath::kAvx512, gradsync::GemmPath::kAvx2, gradsync::GemmPath::kPortable}) {
-    if (!gradsync::cpu_runs(path)) {
-      MESSAGE("gemm path " << gradsync::gemm_path_name(path) << " skipped: this CPU lacks it");
-      continue;
-    }
-    CAPTURE(gradsync::gemm_path_name(path));
-    gradsync::set_gemm_path(path);
-    body();
-  }
-  gradsync::set_gemm_path(before);
-}
 
 void check_products() {
   // Shapes cover full blocks of both kernels (32 x 8, 16 x 6), row tails (masks), column tails
@@ -101,11 +85,11 @@ void check_products() {
 }  // namespace
 
 TEST_CASE("cpu gemm: nn and nt products match a double-precision reference, on every path") {
-  on_every_path(check_products);
+  gradsync::testing::on_every_gemm(check_products);
 }
 
 TEST_CASE("cpu gemm: accumulate adds to C on every path") {
-  on_every_path([] {
+  gradsync::testing::on_every_gemm([] {
     const int m = 33, n = 7, k = 5;
     const auto a = random_matrix(m, k, 4);
     const auto b = random_matrix(k, n, 5);
@@ -117,23 +101,22 @@ TEST_CASE("cpu gemm: accumulate adds to C on every path") {
   });
 }
 
-TEST_CASE("cpu gemm: GRADSYNC_GEMM names a path, or is one line naming the variable") {
-  using gradsync::GemmPath;
-  CHECK(gradsync::gemm_path_for("portable") == GemmPath::kPortable);
-  const GemmPath best = gradsync::gemm_path_for(nullptr);
+TEST_CASE("cpu kernels: GRADSYNC_KERNELS names a path, or is one line naming the variable") {
+  using gradsync::CpuPath;
+  CHECK(gradsync::cpu_path_for("portable") == CpuPath::kPortable);
+  const CpuPath best = gradsync::cpu_path_for(nullptr);
   CHECK(gradsync::cpu_runs(best));
-  CHECK(gradsync::gemm_path_for("") == best);
-  if (gradsync::cpu_runs(GemmPath::kAvx512)) CHECK(best == GemmPath::kAvx512);
-  CHECK_THROWS_WITH_AS(gradsync::gemm_path_for("sse"),
-                       "environment: GRADSYNC_GEMM: 'sse' is not a gemm path (avx512, avx2 or "
+  CHECK(gradsync::cpu_path_for("") == best);
+  if (gradsync::cpu_runs(CpuPath::kAvx512)) CHECK(best == CpuPath::kAvx512);
+  CHECK_THROWS_WITH_AS(gradsync::cpu_path_for("sse"),
+                       "environment: GRADSYNC_KERNELS: 'sse' is not a kernel path (avx512, avx2 or "
                        "portable)",
                        gradsync::ConfigError);
-  for (const auto path : {GemmPath::kAvx512, GemmPath::kAvx2}) {
+  for (const auto path : {CpuPath::kAvx512, CpuPath::kAvx2}) {
     if (gradsync::cpu_runs(path)) {
-      CHECK(gradsync::gemm_path_for(gradsync::gemm_path_name(path)) == path);
+      CHECK(gradsync::cpu_path_for(gradsync::cpu_path_name(path)) == path);
     } else {
-      CHECK_THROWS_AS(gradsync::gemm_path_for(gradsync::gemm_path_name(path)),
-                      gradsync::ConfigError);
+      CHECK_THROWS_AS(gradsync::cpu_path_for(gradsync::cpu_path_name(path)), gradsync::ConfigError);
     }
   }
 }
@@ -151,4 +134,25 @@ TEST_CASE("cpu gemm: transpose of non-square, non-tile-multiple matrices") {
     }
     CHECK(equal);
   }
+}
+
+TEST_CASE("cpu kernels: GRADSYNC_GEMM is library or own, or one line naming the variable") {
+  using gradsync::GemmSource;
+  CHECK(gradsync::gemm_source_for(nullptr) == GemmSource::kLibrary);
+  CHECK(gradsync::gemm_source_for("") == GemmSource::kLibrary);
+  CHECK(gradsync::gemm_source_for("library") == GemmSource::kLibrary);
+  CHECK(gradsync::gemm_source_for("own") == GemmSource::kOwn);
+  CHECK_THROWS_WITH_AS(gradsync::gemm_source_for("mkl"),
+                       "environment: GRADSYNC_GEMM: 'mkl' is not a source of products (library "
+                       "or own)",
+                       gradsync::ConfigError);
+}
+
+TEST_CASE("cpu kernels: a path's own products are its own, whatever is installed") {
+  gradsync::testing::on_every_cpu_path([] {
+    const gradsync::CpuPath path = gradsync::cpu_path();
+    gradsync::set_cpu_path(path, gradsync::GemmSource::kOwn);
+    CHECK(gradsync::gemm_name() == (path == gradsync::CpuPath::kPortable ? "eigen" : "own"));
+    gradsync::set_cpu_path(path);
+  });
 }
