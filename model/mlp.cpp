@@ -102,9 +102,8 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
     if (grad_ready_) grad_ready_(r.weight_offset, r.end());
     if (l == 0) break;  // nobody needs the gradient with respect to the input
     auto prev = deltas_[l - 1].leftCols(batch);
-    transpose(r.out, r.in, params_.data() + r.weight_offset, transposed_weight_.data());
-    gemm_nn(r.in, batch, r.out, transposed_weight_.data(), r.in, delta.data(), r.out, prev.data(),
-            r.in);
+    gemm_tn(r.in, batch, r.out, params_.data() + r.weight_offset, r.out, delta.data(), r.out,
+            prev.data(), r.in, transposed_weight_.data());
     // ReLU's derivative: pass the gradient where the activation was positive.
     relu_backward(r.in, batch, in.data(), r.in, prev.data(), r.in);
   }

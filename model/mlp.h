@@ -85,7 +85,7 @@ class Mlp final : public Model {
   FlatBuffer grads_;
   std::vector<Matrix> activations_;  // [0] = input, [l+1] = output of layer l (ReLU'd)
   std::vector<Matrix> deltas_;       // [l] = d(loss)/d(pre-activation of layer l)
-  FlatBuffer transposed_weight_;     // W^T of one layer, for the input gradient
+  FlatBuffer transposed_weight_;     // W^T of one layer: gemm_tn's scratch for the input gradient
   std::vector<std::int64_t> eval_indices_;
   std::vector<std::int32_t> batch_labels_;  // the labels of the batch's samples, checked
   GradReadyCallback grad_ready_;

@@ -60,6 +60,15 @@ kernels::KernelTable::Gemm library_gemm(CpuPath path) {
   return nullptr;
 }
 
+decltype(kernels::KernelTable::gemm_tn) library_gemm_tn(CpuPath path) {
+#if defined(GRADSYNC_X86_KERNELS)
+  if (path == CpuPath::kAvx512) return kernels::onednn_gemm_tn();
+  if (path == CpuPath::kAvx2) return kernels::openblas_gemm_tn();
+#endif
+  (void)path;
+  return nullptr;
+}
+
 // One table per path and source, built on first use of that pair (loading its library then); a
 // path whose library is absent gets its own table for both sources.
 struct Choice {
@@ -81,6 +90,7 @@ const Choice& choice_of(CpuPath path, GemmSource source) {
     if (library != nullptr) {
       with_library[p] = std::make_unique<kernels::KernelTable>(*table);
       with_library[p]->gemm = library;
+      with_library[p]->gemm_tn = library_gemm_tn(path);
       table = with_library[p].get();
     }
     built[p][s] = std::make_unique<Choice>(Choice{table, path, source});
@@ -206,6 +216,22 @@ void gemm_nn(int m, int n, int k, const float* a, int lda, const float* b, int l
 void gemm_nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
              int ldc, bool accumulate) {
   kernels_now().gemm(true, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+void gemm_tn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+             int ldc, float* scratch, bool accumulate) {
+  const kernels::KernelTable& now = kernels_now();
+  if (now.gemm_tn != nullptr) return now.gemm_tn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+  // A is K x M with leading dimension lda: its transpose, M x K, goes to the dense scratch.
+  if (lda == k) {
+    now.transpose(k, m, a, scratch);
+  } else {
+    for (int i = 0; i < m; ++i) {
+      for (int kk = 0; kk < k; ++kk)
+        scratch[static_cast<long>(kk) * m + i] = a[static_cast<long>(i) * lda + kk];
+    }
+  }
+  now.gemm(false, m, n, k, scratch, m, b, ldb, c, ldc, accumulate);
 }
 
 void transpose(int rows, int cols, const float* in, float* out) {

@@ -57,16 +57,30 @@ const OneDnn& onednn() {
   return loaded;
 }
 
-void onednn_product(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
-                    int ldb, float* c, int ldc, bool accumulate) {
-  if (m <= 0 || n <= 0) return;
+// Row-major C[rows x cols] = op(first) op(second) on one thread of the caller's OpenMP runtime.
+void onednn_row_major(char op_first, char op_second, int rows, int cols, int k, const float* first,
+                      int ld_first, const float* second, int ld_second, float* c, int ldc,
+                      bool accumulate) {
+  if (rows <= 0 || cols <= 0) return;
   const OneDnn& lib = onednn();
   thread_local const bool one_thread =
       lib.omp_set_num_threads != nullptr && (lib.omp_set_num_threads(1), true);
   (void)one_thread;
-  const int status = lib.sgemm(transposed_b ? 'T' : 'N', 'N', n, m, k, 1.f, b, ldb, a, lda,
-                               accumulate ? 1.f : 0.f, c, ldc);
+  const int status = lib.sgemm(op_first, op_second, rows, cols, k, 1.f, first, ld_first, second,
+                               ld_second, accumulate ? 1.f : 0.f, c, ldc);
   GRADSYNC_CHECK(status == 0, "oneDNN's dnnl_sgemm failed with status " + std::to_string(status));
+}
+
+void onednn_product(bool transposed_b, int m, int n, int k, const float* a, int lda, const float* b,
+                    int ldb, float* c, int ldc, bool accumulate) {
+  onednn_row_major(transposed_b ? 'T' : 'N', 'N', n, m, k, b, ldb, a, lda, c, ldc, accumulate);
+}
+
+// Column-major C = A^T B is row-major C^T = B^T A: column-major B (K x N) is row-major B^T as
+// it lies, and column-major A (K x M) is row-major A^T, read transposed.
+void onednn_product_tn(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                       float* c, int ldc, bool accumulate) {
+  onednn_row_major('N', 'T', n, m, k, b, ldb, a, lda, c, ldc, accumulate);
 }
 
 // ---- OpenBLAS -------------------------------------------------------------------------------
@@ -116,8 +130,17 @@ void openblas_product(bool transposed_b, int m, int n, int k, const float* a, in
                    ldb, accumulate ? 1.f : 0.f, c, ldc);
 }
 
+void openblas_product_tn(int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                         float* c, int ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  openblas().sgemm(kColMajor, kTrans, kNoTrans, m, n, k, 1.f, a, lda, b, ldb,
+                   accumulate ? 1.f : 0.f, c, ldc);
+}
+
 }  // namespace
 
+GemmTnFn onednn_gemm_tn() { return onednn().sgemm != nullptr ? onednn_product_tn : nullptr; }
+GemmTnFn openblas_gemm_tn() { return openblas().sgemm != nullptr ? openblas_product_tn : nullptr; }
 GemmFn onednn_gemm() { return onednn().sgemm != nullptr ? onednn_product : nullptr; }
 GemmFn openblas_gemm() { return openblas().sgemm != nullptr ? openblas_product : nullptr; }
 const char* onednn_kernels() { return onednn().kernels.c_str(); }

@@ -17,6 +17,9 @@ struct KernelTable {
   using Gemm = void (*)(bool transposed_b, int m, int n, int k, const float* a, int lda,
                         const float* b, int ldb, float* c, int ldc, bool accumulate);
   Gemm gemm;
+  // C = A^T B straight from A as it lies; null where the product needs A transposed first.
+  void (*gemm_tn)(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+                  int ldc, bool accumulate);
   void (*transpose)(int rows, int cols, const float* in, float* out);
   void (*bias_activation)(int rows, int cols, const float* bias, float* out, int ldo, bool relu);
   void (*relu_backward)(int rows, int cols, const float* activation, int lda, float* delta,

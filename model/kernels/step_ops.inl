@@ -142,7 +142,7 @@ void sgd_update(std::size_t n, float* __restrict p, const float* __restrict g,
 }  // namespace
 
 const KernelTable& GRADSYNC_KERNEL_TABLE() {
-  static const KernelTable table{GRADSYNC_KERNEL_GEMM,  transpose,
+  static const KernelTable table{GRADSYNC_KERNEL_GEMM,  nullptr,  transpose,
                                  bias_activation,       relu_backward,
                                  bias_gradient,         softmax_cross_entropy,
                                  sgd_update,            GRADSYNC_KERNEL_PEAK};

@@ -156,3 +156,41 @@ TEST_CASE("cpu kernels: a path's own products are its own, whatever is installed
     gradsync::set_cpu_path(path);
   });
 }
+
+TEST_CASE("cpu gemm: tn (the input gradient) matches a double-precision reference, on every path") {
+  gradsync::testing::on_every_gemm([] {
+    const int shapes[][3] = {{1, 1, 1},     {7, 7, 7},     {33, 9, 5},
+                             {256, 64, 10}, {257, 33, 31}, {256, 64, 256}};
+    for (const auto& shape : shapes) {
+      const int m = shape[0], n = shape[1], k = shape[2];
+      for (const int pad : {0, 3}) {  // A dense (lda = k), or with a leading dimension past it
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(pad);
+        const int lda = k + pad, ldc = m + 1;
+        const auto a = random_matrix(lda, m, 6);  // K x M: A^T is the M x K operand
+        const auto b = random_matrix(k, n, 7);
+        std::vector<float> c(std::size_t(ldc) * n, NAN), scratch(std::size_t(m) * k);
+        gradsync::gemm_tn(m, n, k, a.data(), lda, b.data(), k, c.data(), ldc, scratch.data());
+        // The reference reads A^T(i, kk) = a[i * lda + kk] as a transposed-B element would.
+        double worst = 0;
+        for (int j = 0; j < n; ++j) {
+          for (int i = 0; i < m; ++i) {
+            double sum = 0, magnitude = 0;
+            for (int kk = 0; kk < k; ++kk) {
+              const double term = double(a[std::size_t(i) * lda + kk]) * b[std::size_t(j) * k + kk];
+              sum += term;
+              magnitude += std::abs(term);
+            }
+            const double bound = k * double(FLT_EPSILON) * magnitude;
+            worst = std::max(worst,
+                             std::abs(c[std::size_t(j) * ldc + i] - sum) / std::max(bound, 1e-30));
+          }
+          CHECK(std::isnan(c[std::size_t(j) * ldc + m]));
+        }
+        CHECK(worst < 1.0);
+      }
+    }
+  });
+}
