@@ -88,19 +88,47 @@ class Communicator {
   // aborts the communicator, so that nothing waits for the other ranks at destruction.
   virtual void abort(const std::string& reason) = 0;
 
-  // Blocking forms: issue, then wait with timeout().
-  void allreduce(std::span<float> data, ReduceOp op) { allreduce_async(data, op)->wait(timeout()); }
-  void allreduce_into(std::span<const float> in, std::span<float> out, ReduceOp op) {
-    allreduce_into_async(in, out, op)->wait(timeout());
+  // Blocking forms: issue, then wait with timeout(). While one issues its call,
+  // issuing_blocking_call() is true on the calling thread: an implementation whose collectives
+  // run on a thread of its own may run this one on the caller's thread instead, when nothing
+  // else is queued, and save the two hand-offs between threads (TcpRing and Gloo do).
+  void allreduce(std::span<float> data, ReduceOp op) {
+    wait_for(issue_blocking([&] { return allreduce_async(data, op); }));
   }
-  void broadcast(std::span<float> data, int root) { broadcast_async(data, root)->wait(timeout()); }
+  void allreduce_into(std::span<const float> in, std::span<float> out, ReduceOp op) {
+    wait_for(issue_blocking([&] { return allreduce_into_async(in, out, op); }));
+  }
+  void broadcast(std::span<float> data, int root) {
+    wait_for(issue_blocking([&] { return broadcast_async(data, root); }));
+  }
   void allgather(std::span<const float> in, std::span<float> out) {
-    allgather_async(in, out)->wait(timeout());
+    wait_for(issue_blocking([&] { return allgather_async(in, out); }));
   }
   void reduce_scatter(std::span<const float> in, std::span<float> out, ReduceOp op) {
-    reduce_scatter_async(in, out, op)->wait(timeout());
+    wait_for(issue_blocking([&] { return reduce_scatter_async(in, out, op); }));
   }
-  void barrier() { barrier_async()->wait(timeout()); }
+  void barrier() {
+    wait_for(issue_blocking([&] { return barrier_async(); }));
+  }
+
+ protected:
+  static bool issuing_blocking_call() { return blocking_call_flag(); }
+
+ private:
+  static bool& blocking_call_flag() {
+    thread_local bool flag = false;
+    return flag;
+  }
+  template <typename Issue>
+  static std::shared_ptr<Work> issue_blocking(Issue issue) {
+    struct Scope {
+      bool before = blocking_call_flag();
+      Scope() { blocking_call_flag() = true; }
+      ~Scope() { blocking_call_flag() = before; }
+    } scope;
+    return issue();
+  }
+  void wait_for(const std::shared_ptr<Work>& work) { work->wait(timeout()); }
 };
 
 }  // namespace gradsync

@@ -238,30 +238,41 @@ class GlooCommunicator final : public Communicator {
   template <typename Body>
   std::shared_ptr<Work> issue(const std::string& description, gloo::CollectiveHeader header,
                               bool runs, std::uint64_t sent, std::uint64_t received, Body body) {
-    return queue_.submit(description, [this, header, runs, sent, received,
-                                       body = std::move(body)](tcp::RingWork& work) mutable {
-      throw_if_stopped(work, "never ran");
-      gloo::block_sigpipe_on_this_thread();  // Gloo writes from here too
-      const Clock::time_point deadline = Clock::now() + options_.timeout;
-      header.seq = std::int64_t(work.seq());
-      std::optional<gloo::Desync> desync;
-      try {
-        if (headers_) desync = gloo::find_desync(headers_->exchange(header, deadline), rank_);
-        if (!desync && runs) body(gloo::tag_of(work.what()), deadline);
-      } catch (const std::exception& e) {
-        throw_if_stopped(work, "interrupted");
-        failures_.fail(work, e);
-      }
-      if (desync) {
-        throw_if_stopped(work, "interrupted");
-        failures_.fail_desync(work, *desync);
-      }
-      if (runs) {
-        bytes_sent_ += sent;
-        bytes_received_ += received;
-      }
-      ++collectives_;
-    });
+    // A blocking call with nothing queued runs on the caller's thread (WorkQueue::submit): that
+    // thread gets SIGPIPE blocked for the call only, the queue's for good.
+    const bool here = issuing_blocking_call();
+    return queue_.submit(
+        description,
+        [this, header, runs, sent, received, here,
+         body = std::move(body)](tcp::RingWork& work) mutable {
+          throw_if_stopped(work, "never ran");
+          std::optional<gloo::SigpipeBlocked> for_this_call;
+          if (here) {
+            for_this_call.emplace();
+          } else {
+            gloo::block_sigpipe_on_this_thread();  // Gloo writes from here too
+          }
+          const Clock::time_point deadline = Clock::now() + options_.timeout;
+          header.seq = std::int64_t(work.seq());
+          std::optional<gloo::Desync> desync;
+          try {
+            if (headers_) desync = gloo::find_desync(headers_->exchange(header, deadline), rank_);
+            if (!desync && runs) body(gloo::tag_of(work.what()), deadline);
+          } catch (const std::exception& e) {
+            throw_if_stopped(work, "interrupted");
+            failures_.fail(work, e);
+          }
+          if (desync) {
+            throw_if_stopped(work, "interrupted");
+            failures_.fail_desync(work, *desync);
+          }
+          if (runs) {
+            bytes_sent_ += sent;
+            bytes_received_ += received;
+          }
+          ++collectives_;
+        },
+        here);
   }
 
   // Runs on the queue's thread: what was queued (`how` "never ran") or running ("interrupted")

@@ -80,7 +80,8 @@ class TcpRing final : public Communicator {
     const RingOp code = op == ReduceOp::kAvg ? RingOp::kAllreduceAvg : RingOp::kAllreduceSum;
     return issue(code, out.size(), 0, [this, in, out, code](RingWork& work) {
       // One rank: the sum is its own values (and the average too).
-      if (size_ == 1 && in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size_bytes());
+      if (size_ == 1 && in.data() != out.data())
+        std::memcpy(out.data(), in.data(), in.size_bytes());
       run(work, code, out.size(), 0, ring_steps(in, out, code == RingOp::kAllreduceAvg, true, 0));
     });
   }
@@ -181,7 +182,9 @@ class TcpRing final : public Communicator {
 
   template <typename Body>
   std::shared_ptr<Work> issue(RingOp op, std::size_t count, int root, Body body) {
-    return queue_.submit(describe_collective(op, count, root), std::move(body));
+    // A blocking call with nothing queued runs on the caller's thread (WorkQueue::submit).
+    return queue_.submit(describe_collective(op, count, root), std::move(body),
+                         issuing_blocking_call());
   }
 
   // Reduce-scatter then all-gather over N segments, as 2(N-1) ring steps. Step k sends segment
@@ -203,8 +206,8 @@ class TcpRing final : public Communicator {
       const int s_send = mod(rank_ - k + shift, size_);
       const int s_recv = mod(rank_ - k - 1 + shift, size_);
       RingStep step;
-      step.send = reinterpret_cast<const std::byte*>((k == 0 ? in.data() : out.data()) +
-                                                     seg.begin(s_send));
+      step.send =
+          reinterpret_cast<const std::byte*>((k == 0 ? in.data() : out.data()) + seg.begin(s_send));
       step.send_bytes = seg.size(s_send) * sizeof(float);
       step.recv = reinterpret_cast<std::byte*>(out.data() + seg.begin(s_recv));
       step.recv_bytes = seg.size(s_recv) * sizeof(float);

@@ -85,7 +85,8 @@ WorkQueue::WorkQueue(int rank, std::chrono::milliseconds comm_timeout,
       report_grace_(report_grace),
       thread_([this] { run(); }) {}
 
-std::shared_ptr<Work> WorkQueue::submit(const std::string& description, Task task) {
+std::shared_ptr<Work> WorkQueue::submit(const std::string& description, Task task,
+                                        bool here_if_idle) {
   std::unique_lock lock(mutex_);
   const std::uint64_t seq = ++issued_;
   auto work =
@@ -96,12 +97,35 @@ std::shared_ptr<Work> WorkQueue::submit(const std::string& description, Task tas
   } else if (stopping_) {
     work->finish(std::make_exception_ptr(Error("rank " + std::to_string(rank_) + ": " +
                                                work->what() + " issued to a closed communicator")));
+  } else if (here_if_idle && queue_.empty() && !running_) {
+    // Nothing ahead of it: run it here, as the thread would. running_ keeps the thread from
+    // starting anything submitted meanwhile until this one has finished.
+    running_ = true;
+    lock.unlock();
+    execute(*work, task);
+    changed_.notify_one();
   } else {
     queue_.emplace_back(work, std::move(task));
     lock.unlock();
     changed_.notify_one();
   }
   return work;
+}
+
+void WorkQueue::execute(RingWork& work, Task& task) {
+  work.mark_started();
+  std::exception_ptr error;
+  try {
+    task(work);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard lock(mutex_);
+  running_ = false;
+  if (error) failure_ = error;
+  // Complete after recording the failure: a caller that sees this Work fail and issues again
+  // must get the same error, not a fresh attempt.
+  work.finish(error);
 }
 
 void WorkQueue::stop() {
@@ -122,7 +146,8 @@ bool WorkQueue::settled() {
 void WorkQueue::run() {
   std::unique_lock lock(mutex_);
   while (true) {
-    changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // Not while a caller runs a task of its own (submit's here_if_idle): tasks run one at a time.
+    changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
     if (queue_.empty()) return;  // stopping, nothing left
     auto [work, task] = std::move(queue_.front());
     queue_.pop_front();
@@ -138,19 +163,8 @@ void WorkQueue::run() {
     }
     running_ = true;
     lock.unlock();
-    work->mark_started();
-    std::exception_ptr error;
-    try {
-      task(*work);
-    } catch (...) {
-      error = std::current_exception();
-    }
+    execute(*work, task);
     lock.lock();
-    running_ = false;
-    if (error) failure_ = error;
-    // Complete after recording the failure: a caller that sees this Work fail and issues again
-    // must get the same error, not a fresh attempt.
-    work->finish(error);
   }
 }
 

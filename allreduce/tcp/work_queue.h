@@ -82,8 +82,11 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   // Assigns the next sequence number (1, 2, ...; every rank numbers its calls alike) and queues
-  // the task. `description` reads like "allreduce of 1000 floats".
-  std::shared_ptr<Work> submit(const std::string& description, Task task);
+  // the task. `description` reads like "allreduce of 1000 floats". With `here_if_idle` (a caller
+  // that waits for the result at once) and nothing queued or running, the task runs on the
+  // caller's thread instead, in its turn all the same, and the Work returned has completed.
+  std::shared_ptr<Work> submit(const std::string& description, Task task,
+                               bool here_if_idle = false);
   void stop();
 
   // Every task issued has completed, and none failed: the communicator may end in order.
@@ -91,6 +94,9 @@ class WorkQueue {
 
  private:
   void run();
+  // Runs the task, then records its failure and completes the Work; running_ was set by the
+  // caller, and is cleared here.
+  void execute(RingWork& work, Task& task);
 
   const int rank_;
   const std::chrono::milliseconds comm_timeout_;
@@ -100,7 +106,7 @@ class WorkQueue {
   std::deque<std::pair<std::shared_ptr<RingWork>, Task>> queue_;
   std::uint64_t issued_ = 0;
   bool stopping_ = false;
-  bool running_ = false;  // a task is running on the thread
+  bool running_ = false;  // a task is running, on the thread or on a caller's
   std::exception_ptr failure_;
   std::thread thread_;  // last: starts after every member above exists
 };
