@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/malloc_policy.h"
 #include "common/failure_note.h"
+#include "model/kernels/cpu_kernels.h"
 
 int main(int argc, char** argv) {
   // Before any thread starts: ZeroMQ's receive buffers reuse freed pages (malloc_policy.h).
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    gradsync::check_kernel_environment();  // a bad GRADSYNC_KERNELS fails here, not mid-run
     return gradsync::run_parsed(commands);
   } catch (const gradsync::UsageError& e) {
     return gradsync::usage_error(app, e.what());

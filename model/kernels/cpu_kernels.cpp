@@ -180,6 +180,12 @@ bool cpu_runs(CpuPath path) { return cpu_has(path); }
 
 CpuPath cpu_path() { return active().load()->path; }
 
+void check_kernel_environment() {
+  // Parsed only: the tables (and the libraries they load) wait for the first product.
+  (void)cpu_path_for(std::getenv(kPathEnv));
+  (void)gemm_source_for(std::getenv(kGemmEnv));
+}
+
 void set_cpu_path(CpuPath path, GemmSource source) {
   if (!cpu_has(path)) {
     throw Error(std::string("kernel path ") + cpu_path_name(path) + ": this CPU cannot run it");

@@ -45,6 +45,9 @@ CpuPath cpu_path();
 // The path GRADSYNC_KERNELS's value `forced` names (null or empty: the fastest this CPU runs),
 // as cpu_path() reads it on first use; throws as cpu_path() does.
 CpuPath cpu_path_for(const char* forced);
+// Reads GRADSYNC_KERNELS and GRADSYNC_GEMM now, as the first product would: a command calls it
+// before it runs or writes anything, so that a bad value fails there. Throws as cpu_path().
+void check_kernel_environment();
 // GRADSYNC_GEMM's value (null or empty: library); throws ConfigError naming it otherwise.
 GemmSource gemm_source_for(const char* forced);
 // Forces a path and the source of its products (tests, benchmarks); throws Error when the CPU

@@ -3,6 +3,7 @@
 Exit 2 tells a script "you called it wrong" from 1, "it failed while running"
 (docs/errors.md); --help is not a mistake and exits 0.
 """
+import os
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,21 @@ with tempfile.TemporaryDirectory() as tmp:
         print(("ok   " if ok else "FAIL ") + f"{args}: exit {proc.returncode}")
         failures += not ok
 
-total = len(CASES) + 2
+# A bad kernel variable (model/kernels/cpu_kernels.h) is a configuration error, not a usage
+# one: exit 1, one line naming the variable, and checked before anything runs or is written.
+ENV_CASES = [({"GRADSYNC_KERNELS": "sse"}, ["GRADSYNC_KERNELS", "'sse'", "avx512, avx2"]),
+             ({"GRADSYNC_GEMM": "mkl"}, ["GRADSYNC_GEMM", "'mkl'", "library or own"])]
+for env, needles in ENV_CASES:
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([gradsync, "run", "quickstart", "--output", tmp + "/out"],
+                              capture_output=True, text=True, timeout=60, cwd=tmp,
+                              env={**os.environ, **env})
+        lines = proc.stderr.strip().splitlines()
+        ok = (proc.returncode == 1 and len(lines) == 1 and not os.path.exists(tmp + "/out")
+              and all(n in lines[0] for n in needles))
+        print(("ok   " if ok else "FAIL ") + f"{env}: exit {proc.returncode}: {proc.stderr.strip()}")
+        failures += not ok
+
+total = len(CASES) + 2 + len(ENV_CASES)
 print(f"{total - failures} passed, {failures} failed")
 sys.exit(1 if failures else 0)
