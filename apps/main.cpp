@@ -15,9 +15,10 @@
 #include "apps/sweep_command.h"
 #include "apps/teach_command.h"
 #include "apps/worker_command.h"
+#include "common/build_info.h"
 #include "common/error.h"
-#include "common/malloc_policy.h"
 #include "common/failure_note.h"
+#include "common/malloc_policy.h"
 #include "model/kernels/cpu_kernels.h"
 
 int main(int argc, char** argv) {
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
       "gradsync: one model, several gradient-synchronisation strategies, measured "
       "side by side"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", gradsync::version_line());
+  gradsync::set_command_line(argc, argv);
   // In the order `gradsync --help` lists them (a braced list is evaluated left to right).
   const std::vector<gradsync::Command> commands = {
       gradsync::add_run_command(app),    gradsync::add_sweep_command(app),

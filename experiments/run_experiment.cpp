@@ -25,6 +25,7 @@
 #include "worker/in_process.h"
 #include "worker/metrics_writer.h"
 #include "worker/model_factory.h"
+#include "worker/provenance.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_folder.h"
 #include "worker/run_plan.h"
@@ -72,8 +73,8 @@ bool starts_under_mpirun(const Config& config) {
 // pasted into a shell it starts the ranks as a user's own mpirun would (they then write their
 // own summary, as under any outer launcher).
 ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>& worker_args,
-                           const std::string& master, const std::string& port,
-                           long long origin_ns, const std::string& run_id) {
+                           const std::string& master, const std::string& port, long long origin_ns,
+                           const std::string& run_id) {
   MpirunOptions options;
   options.ranks = config.workers;
   options.as_root = ::geteuid() == 0;
@@ -376,6 +377,7 @@ PresetOutcome run_preset(const Preset& preset, const std::string& output_dir, in
   const fs::path dir = fresh_results_folder(root.string(), preset.name);
   point_latest_at(root.string(), dir.string());
   PresetOutcome outcome{dir.string(), {}};
+  std::cerr << "gradsync: " << provenance_line() << "\n";  // what produced these results
 
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const Config& config = configs[i];

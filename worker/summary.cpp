@@ -8,6 +8,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "worker/provenance.h"
 
 namespace gradsync {
 namespace {
@@ -44,8 +45,7 @@ StepStats less_waited(StepStats t, double waited) {
 
 RunSummary summarize(const Config& config, std::int64_t parameters,
                      const std::vector<LoopResult>& per_rank,
-                     const std::vector<NodeTraffic>& other_nodes,
-                     const std::vector<int>& ranks) {
+                     const std::vector<NodeTraffic>& other_nodes, const std::vector<int>& ranks) {
   GRADSYNC_CHECK(!per_rank.empty(), "a run has at least one rank");
   GRADSYNC_CHECK(ranks.empty() || ranks.size() == per_rank.size(), "a rank for every result");
   const LoopResult& lead = per_rank.front();
@@ -152,6 +152,7 @@ void write_summary(const std::string& path, const RunSummary& s) {
       {"collectives_per_step", s.collectives_per_step},
       {"dropped_workers", s.dropped_workers},
       {"evals", evals},
+      {"provenance", provenance(std::filesystem::path(path).parent_path().string())},
   };
   write_file_atomically(path, j.dump(2) + "\n");
 }
@@ -171,9 +172,8 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
            (s.dropped_workers.empty()
                 ? ""
                 : " (" + std::to_string(s.dropped_workers.size()) + " dropped)") +
-           " | " + std::to_string(s.global_batch) + " | " +
-           format("%.0f", s.samples_per_s) + " | " +
-           (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
+           " | " + std::to_string(s.global_batch) + " | " + format("%.0f", s.samples_per_s) +
+           " | " + (base > 0 ? format("%.2fx", s.samples_per_s / base) : "-") + " | " +
            // A run without evaluations (a synthetic model) has no accuracy to show.
            (s.evals.empty() ? "-" : format("%.2f%%", 100.0 * s.final_test_accuracy)) + " | " +
            (s.evals.empty()        ? "-"
