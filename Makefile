@@ -27,6 +27,10 @@ build: deps
 demo: build
 	@$(GRADSYNC) run quickstart > /dev/null
 	@$(PYTHON) plots/plot_results.py results/latest > /dev/null
+	@$(GRADSYNC) bench allreduce -n 2 -b 64K -e 16M -f 4 --backend tcp,gloo --json \
+	  > results/latest/bench-allreduce.json
+	@$(PYTHON) plots/plot_busbw.py results/latest/plots/busbw.png \
+	  results/latest/bench-allreduce.json > /dev/null
 	@echo
 	@cat results/latest/comparison.md
 	@echo
