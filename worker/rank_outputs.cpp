@@ -59,6 +59,7 @@ void write_rank_result(const std::string& path, const LoopResult& r) {
                                {"bytes_received", r.totals.bytes_received},
                                {"collectives", r.totals.collectives},
                                {"between_steps_s", r.between_steps_s},
+                               {"step_seconds", r.step_seconds},
                                {"evals", evals}});
 }
 
@@ -77,6 +78,7 @@ LoopResult read_rank_result(const std::string& path) {
     r.totals.bytes_received = j.at("bytes_received");
     r.totals.collectives = j.at("collectives");
     r.between_steps_s = j.at("between_steps_s");
+    r.step_seconds = j.at("step_seconds").get<std::vector<float>>();
     for (const auto& e : j.at("evals")) {
       r.evals.push_back({e.at(0), e.at(1), number_or_nan(e.at(2)), number_or_nan(e.at(3))});
     }

@@ -1,6 +1,7 @@
 #include "worker/summary.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +40,20 @@ StepStats less_waited(StepStats t, double waited) {
   waited -= from_wait;
   t.communicate_s -= std::min(waited, t.communicate_s);
   return t;
+}
+
+// The q-quantile (0 < q <= 1) by the nearest-rank rule: the smallest value with at least q of
+// the values at or below it.
+double quantile(const std::vector<float>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size(), std::max<std::size_t>(rank, 1)) - 1];
+}
+
+StepPercentiles percentiles(int rank, std::vector<float> steps) {
+  std::sort(steps.begin(), steps.end());
+  return {rank, quantile(steps, 0.5), quantile(steps, 0.9), quantile(steps, 0.99),
+          steps.empty() ? 0.0 : double(steps.back())};
 }
 
 }  // namespace
@@ -103,6 +118,9 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
     s.mean_step.wait_s += t.wait_s;
     rank_steps += static_cast<double>(per_rank[r].steps);
   }
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    s.step_time.push_back(percentiles(ranks.empty() ? int(r) : ranks[r], per_rank[r].step_seconds));
+  }
   for (const NodeTraffic& node : other_nodes) {
     if (node.bytes > s.busiest_bytes) {
       s.busiest_bytes = node.bytes;
@@ -129,6 +147,11 @@ void write_summary(const std::string& path, const RunSummary& s) {
                      {"test_loss", e.test_loss},
                      {"test_accuracy", e.test_accuracy}});
   }
+  nlohmann::json step_times = nlohmann::json::array();
+  for (const StepPercentiles& p : s.step_time) {
+    step_times.push_back(
+        {{"rank", p.rank}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"max", p.max}});
+  }
   nlohmann::json j = {
       {"run", s.run},
       {"strategy", s.strategy},
@@ -150,6 +173,7 @@ void write_summary(const std::string& path, const RunSummary& s) {
         {"communicate", s.mean_step.communicate_s},
         {"wait", s.mean_step.wait_s}}},
       {"collectives_per_step", s.collectives_per_step},
+      {"step_time_s", step_times},
       {"dropped_workers", s.dropped_workers},
       {"evals", evals},
       {"provenance", provenance(std::filesystem::path(path).parent_path().string())},
@@ -157,11 +181,25 @@ void write_summary(const std::string& path, const RunSummary& s) {
   write_file_atomically(path, j.dump(2) + "\n");
 }
 
+namespace {
+
+// The slowest rank's p99 step time, in ms, and which rank that is when there are several.
+std::string p99_cell(const RunSummary& s) {
+  if (s.step_time.empty()) return "-";
+  const auto slowest = std::max_element(
+      s.step_time.begin(), s.step_time.end(),
+      [](const StepPercentiles& a, const StepPercentiles& b) { return a.p99 < b.p99; });
+  return format("%.2f ms", 1e3 * slowest->p99) +
+         (s.step_time.size() > 1 ? " (rank " + std::to_string(slowest->rank) + ")" : "");
+}
+
+}  // namespace
+
 std::string comparison_table(const std::vector<RunSummary>& runs) {
   std::string out =
       "| run | strategy | backend | workers | global batch | samples/s | vs first | test acc | "
-      "time to target | busiest node moved | comm+wait share |\n"
-      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "time to target | busiest node moved | comm+wait share | p99 step |\n"
+      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   const double base = runs.empty() ? 0 : runs.front().samples_per_s;
   for (const RunSummary& s : runs) {
     const double step = s.mean_step.compute_s + s.mean_step.communicate_s + s.mean_step.wait_s;
@@ -180,7 +218,7 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
             : s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s)
                                    : "not reached") +
            " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " +
-           format("%.0f%%", 100.0 * comm_share) + " |\n";
+           format("%.0f%%", 100.0 * comm_share) + " | " + p99_cell(s) + " |\n";
   }
   return out;
 }

@@ -11,6 +11,13 @@
 
 namespace gradsync {
 
+// One rank's step time distribution (seconds). In a synchronous run the step after one of rank
+// 0's evaluations or checkpoints includes waiting it out: it shows in `max`, rarely in p99.
+struct StepPercentiles {
+  int rank = 0;
+  double p50 = 0, p90 = 0, p99 = 0, max = 0;
+};
+
 struct RunSummary {
   std::string run;
   std::string strategy;
@@ -31,6 +38,7 @@ struct RunSummary {
   // Per step, averaged over ranks; in a synchronous run without the time ranks spent waiting
   // out rank 0's evaluations and checkpoints (metrics.csv keeps each step as measured).
   StepStats mean_step;
+  std::vector<StepPercentiles> step_time;  // per rank, in rank order
   std::vector<EvalPoint> evals;
   // allreduce: collectives a step issued on rank 0 (its buckets, plus join's flag round), the
   // B the cost model's latency term counts; 0 for other strategies.
@@ -59,7 +67,7 @@ void write_summary(const std::string& path, const RunSummary& summary);
 
 // A markdown table with one row per run: strategy, workers, global batch, samples/s, speed-up
 // over the first run, test accuracy, time to target, bytes through the busiest node, and the
-// share of a step spent communicating or waiting.
+// share of a step spent communicating or waiting, and the slowest rank's p99 step time.
 std::string comparison_table(const std::vector<RunSummary>& runs);
 
 }  // namespace gradsync

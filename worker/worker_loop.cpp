@@ -108,6 +108,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       stats.compute_s += seconds_between(begin, computed);
       add(result.totals, stats);
       result.train_seconds += seconds_between(begin, end);
+      result.step_seconds.push_back(static_cast<float>(seconds_between(begin, end)));
       result.final_loss = loss;
       result.steps = step + 1 - first_step;
 

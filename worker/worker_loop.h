@@ -72,10 +72,13 @@ struct LoopSinks {
 };
 
 struct LoopResult {
-  std::int64_t steps = 0;        // steps this run took (a resumed run: from the checkpoint on)
-  double train_seconds = 0;      // wall time of the steps, evaluation and checkpoints excluded
-  double final_loss = 0;         // this rank's last training loss
-  StepStats totals;              // summed over steps
+  std::int64_t steps = 0;    // steps this run took (a resumed run: from the checkpoint on)
+  double train_seconds = 0;  // wall time of the steps, evaluation and checkpoints excluded
+  double final_loss = 0;     // this rank's last training loss
+  StepStats totals;          // summed over steps
+  // Each step's wall time (compute, communication and waiting) in order: the distribution
+  // behind the summary's percentiles, where stragglers show.
+  std::vector<float> step_seconds;
   std::vector<EvalPoint> evals;  // rank 0 only
   // This rank's own work between steps (checkpoints; rank 0's evaluations), outside its step
   // times. Synchronous peers wait it out inside their next step: summarize() takes it back out.

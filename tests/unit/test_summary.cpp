@@ -76,3 +76,26 @@ TEST_CASE("summary: only evaluations that a later step waits for count as betwee
   CHECK(every_step[0].evals.size() == 3);
   CHECK(every_step[0].between_steps_s > 0.0);
 }
+
+TEST_CASE(
+    "summary: step time percentiles per rank by the nearest-rank rule, the slowest in the table") {
+  const gradsync::Config config = two_ranks("allreduce");
+  std::vector<gradsync::LoopResult> ranks(2);
+  for (int i = 1; i <= 100; ++i) {
+    ranks[0].step_seconds.push_back(0.001f * float(i));        // 1..100 ms
+    ranks[1].step_seconds.push_back(0.002f * float(101 - i));  // 200..2 ms, reversed
+  }
+  ranks[0].steps = ranks[1].steps = 100;
+  const gradsync::RunSummary s = gradsync::summarize(config, 1000, ranks, {}, {0, 3});
+  REQUIRE(s.step_time.size() == 2);
+  CHECK(s.step_time[0].rank == 0);
+  CHECK(s.step_time[0].p50 == doctest::Approx(0.050));
+  CHECK(s.step_time[0].p90 == doctest::Approx(0.090));
+  CHECK(s.step_time[0].p99 == doctest::Approx(0.099));
+  CHECK(s.step_time[0].max == doctest::Approx(0.100));
+  CHECK(s.step_time[1].rank == 3);
+  CHECK(s.step_time[1].p99 == doctest::Approx(0.198));
+  const std::string table = gradsync::comparison_table({s});
+  CHECK(table.find("| p99 step |") != std::string::npos);
+  CHECK(table.find("| 198.00 ms (rank 3) |") != std::string::npos);
+}
