@@ -1,8 +1,22 @@
 #include "apps/command.h"
 
+#include <filesystem>
 #include <iostream>
 
 namespace gradsync {
+
+std::string presets_dir() {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    // GRADSYNC_INSTALLED_PRESETS: "../share/gradsync/presets" in the default layout.
+    const fs::path installed = (self.parent_path() / GRADSYNC_INSTALLED_PRESETS).lexically_normal();
+    if (fs::is_directory(installed, error)) return installed.string();
+  }
+  return GRADSYNC_SOURCE_DIR "/experiments/presets";
+}
+
 namespace {
 
 // "gradsync bench ps": the deepest subcommand the command line reached, for the help hint.

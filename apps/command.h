@@ -19,8 +19,10 @@
 
 namespace gradsync {
 
-// Where `gradsync run quickstart` looks for quickstart.yaml.
-inline constexpr const char* kPresetsDir = GRADSYNC_SOURCE_DIR "/experiments/presets";
+// Where `gradsync run quickstart` looks for quickstart.yaml: beside an installed binary,
+// <prefix>/share/gradsync/presets (the binary in <prefix>/bin; CMakeLists.txt's install rules);
+// else, for a binary in its build tree, the source tree's experiments/presets.
+std::string presets_dir();
 
 // One subcommand. Its options live in state that `run` owns, so a Command must outlive parsing.
 struct Command {

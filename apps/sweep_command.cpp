@@ -26,7 +26,7 @@ Command add_sweep_command(CLI::App& parent) {
 
   return {sweep, [options] {
             const Preset preset =
-                load_preset(find_preset(options->preset, kPresetsDir), options->overrides);
+                load_preset(find_preset(options->preset, presets_dir()), options->overrides);
             const SweepOutcome outcome = run_sweep(preset, options->output);
             std::cout << "\n"
                       << sweep_markdown(outcome.rows) << "\nresults: " << outcome.dir

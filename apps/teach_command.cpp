@@ -57,7 +57,7 @@ Command add_dp_vs_ddp_lesson(CLI::App& teach) {
   lesson->add_option("--output", options->output, "results root (default: output.dir)");
   return {lesson, [options] {
             const Preset preset =
-                load_preset(find_preset(options->preset, kPresetsDir), options->overrides);
+                load_preset(find_preset(options->preset, presets_dir()), options->overrides);
             const PresetOutcome outcome = run_preset(preset, options->output);
             std::cout << "\n"
                       << teach::render_dp_vs_ddp(teach::dp_vs_ddp_rows(preset.runs, outcome.runs))

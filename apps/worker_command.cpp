@@ -33,7 +33,7 @@ int run_worker(const WorkerOptions& o) {
   // --resume PATH is checkpoint.resume, as for `gradsync run`; auto is a restart (below).
   const bool restart = o.resume == "auto";
   if (!o.resume.empty() && !restart) overrides.push_back("checkpoint.resume=" + o.resume);
-  PresetRun run = resolve_one_run(given, kPresetsDir, overrides, o.only);
+  PresetRun run = resolve_one_run(given, presets_dir(), overrides, o.only);
   check_mpi_launcher(run.config, given);  // before the launcher's world size is read
   // The launcher decides how many ranks there are; a preset names its own count only for
   // `gradsync run`. Said once, by rank 0.
