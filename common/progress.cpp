@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <utility>
 
@@ -63,6 +64,14 @@ ProgressMode parse_progress_mode(const std::string& name) {
   throw Error("unknown progress mode '" + name + "' (expected one of: auto, terminal, plain, off)");
 }
 
+ProgressMode relayed_if_asked(ProgressMode configured) {
+  const char* relay = std::getenv(kProgressRelayEnv);
+  const bool asked = relay != nullptr && std::string(relay) == "1";
+  return asked && (configured == ProgressMode::kAuto || configured == ProgressMode::kTerminal)
+             ? ProgressMode::kRelayed
+             : configured;
+}
+
 ProgressReporter::ProgressReporter(std::string label, std::int64_t total_steps, std::int64_t epochs,
                                    std::int64_t samples_per_step, ProgressMode mode, std::FILE* out,
                                    ProgressTiming timing)
@@ -113,6 +122,10 @@ void ProgressReporter::update(std::int64_t step, std::int64_t epoch, double loss
     std::string line = format_line(step, epoch, loss, now);
     if (line.size() < kTerminalPadWidth) line.resize(kTerminalPadWidth, ' ');
     std::fprintf(out_, "\r%s", line.c_str());
+  } else if (mode_ == ProgressMode::kRelayed) {
+    const bool final_step = step + 1 >= total_steps_;
+    if (since_last < timing_.relay_interval_s && !(final_step && drew_)) return;
+    std::fprintf(out_, "%c%s\n", kProgressMark, format_line(step, epoch, loss, now).c_str());
   } else {
     if (since_last < timing_.plain_interval_s) return;
     std::fprintf(out_, "%s\n", format_line(step, epoch, loss, now).c_str());

@@ -190,7 +190,9 @@ const KeySpec kRows[] = {
     // already about half a GB of trace.json per rank.
     {"output.trace_steps", Type::kInteger, between(0, 1e6),
      "steps recorded in trace.json per rank", GRADSYNC_FIELD(output.trace_steps)},
-    {"output.progress", Type::kChoice, kUnbounded, "progress display",
+    {"output.progress", Type::kChoice, kUnbounded,
+     "progress display (auto: redrawn in place on a terminal, rank 0's of multi-process runs "
+     "too; elsewhere a plain line every 10 s)",
      GRADSYNC_FIELD(output.progress), progress_modes},
 };
 // clang-format on

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/progress.h"
 #include "common/stopwatch.h"
 #include "launch/child_process.h"
 #include "launch/failure_notes.h"
@@ -104,9 +105,9 @@ ExecImage exec_image(const ProcessSpec& spec) {
 
 Child start(const ProcessSpec& spec) {
   ExecImage image = exec_image(spec);
-  const ChildOutput child = spawn_with_output(image.argv.data(), image.envp.data(),
-                                              "cannot start the gradsync executable\n",
-                                              spec.keep_fds);
+  const ChildOutput child =
+      spawn_with_output(image.argv.data(), image.envp.data(),
+                        "cannot start the gradsync executable\n", spec.keep_fds);
   fcntl(child.output, F_SETFL, O_NONBLOCK);
   // Polled beside the outputs, so the loop wakes the moment a process exits and the first to
   // fail is named, not the lowest rank among those found dead at the next sweep. Without
@@ -137,14 +138,60 @@ const std::string& quoted_line(const Child& child) {
   return child.last_line;
 }
 
+// The progress line relayed children send (ProgressMode::kRelayed, when this launcher's stderr
+// is a terminal): kept at the bottom of the terminal and redrawn in place, every other line
+// printed above it. Launcher-wide, as stderr is; one thread relays.
+std::string& shown_progress() {
+  static std::string line;  // "[rank 0] [allreduce-4] step ..."; empty: none shown
+  return line;
+}
+
+// A whole line (without its newline) above the progress line, if one is shown.
+void print_line(const std::string& line) {
+  const std::string& progress = shown_progress();
+  if (!progress.empty()) std::fputs("\r\033[K", stderr);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  if (!progress.empty()) std::fputs(progress.c_str(), stderr);
+}
+
+void print_child_line(const Child& child, std::string_view text) {
+  print_line("[" + child.spec->name + "] " + std::string(text));
+}
+
+void draw_progress(const Child& child, std::string_view text) {
+  std::string& progress = shown_progress();
+  progress = "[" + child.spec->name + "] " + std::string(text);
+  std::fprintf(stderr, "\r\033[K%s", progress.c_str());
+  std::fflush(stderr);
+}
+
+// Leaves the progress line on screen as it last was, and later output below it.
+struct ProgressLineEnd {
+  ~ProgressLineEnd() {
+    if (shown_progress().empty()) return;
+    std::fputc('\n', stderr);
+    shown_progress().clear();
+  }
+};
+
+// One whole line from a child: a progress line drawn in place, any other relayed with the
+// child's name and kept for a failure to quote.
+void relay_line(Child& child, std::string_view line) {
+  if (!line.empty() && line.front() == kProgressMark) {
+    draw_progress(child, line.substr(1));
+    return;
+  }
+  print_child_line(child, line);
+  note_line(child, line);
+}
+
 // Relays whole lines from a child, prefixed with its name; returns false at end of stream.
 bool relay(Child& child) {
   char buffer[4096];
   const ssize_t n = read(child.output, buffer, sizeof buffer);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
     if (!child.partial.empty()) {
-      std::fprintf(stderr, "[%s] %s\n", child.spec->name.c_str(), child.partial.c_str());
-      note_line(child, child.partial);
+      relay_line(child, child.partial);
       child.partial.clear();
     }
     close(child.output);
@@ -156,11 +203,7 @@ bool relay(Child& child) {
   std::size_t start = 0;
   for (std::size_t nl; (nl = child.partial.find_first_of("\n\r", start)) != std::string::npos;
        start = nl + 1) {
-    if (nl > start) {
-      std::fprintf(stderr, "[%s] %.*s\n", child.spec->name.c_str(), static_cast<int>(nl - start),
-                   child.partial.data() + start);
-      note_line(child, std::string_view(child.partial.data() + start, nl - start));
-    }
+    if (nl > start) relay_line(child, std::string_view(child.partial.data() + start, nl - start));
   }
   child.partial.erase(0, start);
   return true;
@@ -211,8 +254,14 @@ InterruptGuard::~InterruptGuard() {
 
 void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options) {
   const InterruptGuard guard;  // first: an interrupt while starting is seen in the loop below
+  const ProgressLineEnd progress_line_end;  // whichever way this returns
   // The children's specs, with where to leave a failure note and under which name.
   std::vector<ProcessSpec> processes = given;
+  // On a terminal the children's progress comes marked, to be drawn in place (at least once a
+  // second) rather than as a plain line every 10 s.
+  if (isatty(STDERR_FILENO)) {
+    for (ProcessSpec& spec : processes) spec.env.emplace_back(kProgressRelayEnv, "1");
+  }
   const FailureNotesFolder notes_folder(options.failure_dir);
   if (!options.failure_dir.empty()) {
     for (ProcessSpec& spec : processes) {
@@ -296,8 +345,8 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
         c.status = status;
         c.exited_ns = unix_now_ns();
         if (failed(status) && !terminating && c.spec->expendable) {
-          std::fprintf(stderr, "gradsync: %s (pid %d) %s; the run goes on without it\n",
-                       c.spec->name.c_str(), int(c.pid), describe_status(status).c_str());
+          print_line("gradsync: " + c.spec->name + " (pid " + std::to_string(c.pid) + ") " +
+                     describe_status(status) + "; the run goes on without it");
         } else if (failed(status) && !terminating) {
           culprit = &c;
           terminating.emplace();
@@ -319,18 +368,17 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
     if (!polled) usleep(20000);  // outputs closed, processes still exiting, no pidfds
     const double grace = std::chrono::duration<double>(options.grace).count();
     // Only expendable processes left, the others all done: they had `grace` to finish too.
-    const bool only_expendable_left = std::all_of(children.begin(), children.end(), [](auto& c) {
-      return c.status || c.spec->expendable;
-    });
+    const bool only_expendable_left = std::all_of(
+        children.begin(), children.end(), [](auto& c) { return c.status || c.spec->expendable; });
     if (!terminating && only_expendable_left) {
       if (!leftover) leftover.emplace();
       if (leftover->seconds() > grace) {
         for (Child& c : children) {
           if (c.status) continue;
-          std::fprintf(stderr,
-                       "gradsync: %s (pid %d) still running %s after every other process "
-                       "finished (stopped or hung; the run went on without it): killed\n",
-                       c.spec->name.c_str(), int(c.pid), seconds_text(options.grace).c_str());
+          print_line("gradsync: " + c.spec->name + " (pid " + std::to_string(c.pid) +
+                     ") still running " + seconds_text(options.grace) +
+                     " after every other process finished (stopped or hung; the run went on "
+                     "without it): killed");
           kill(c.pid, SIGKILL);
           abandoned = true;
         }
@@ -363,8 +411,8 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
       for (const Child& c : children) {
         exited.push_back({c.spec->name, c.status && failed(*c.status), c.exited_ns});
       }
-      const FailureOrder order = order_failures(
-          exited, std::size_t(culprit - children.data()), read_failure_notes(options.failure_dir));
+      const FailureOrder order = order_failures(exited, std::size_t(culprit - children.data()),
+                                                read_failure_notes(options.failure_dir));
       culprit = &children[order.first];
       culprit_note = order.note;
       after = order.after;

@@ -59,7 +59,7 @@ LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_
 
 ProgressReporter progress_reporter(const Config& config, const RunPlan& plan) {
   return ProgressReporter(config.name, plan.steps, plan.epochs, plan.samples_per_step,
-                          parse_progress_mode(config.output.progress));
+                          relayed_if_asked(parse_progress_mode(config.output.progress)));
 }
 
 SgdOptions sgd_options(const Config& config) {

@@ -72,12 +72,12 @@ Sgemm gradsync_path(gradsync::CpuPath path) {
   return [path, scratch = std::vector<float>(784 * 512)](
              bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
              const float* b, int ldb, float* c, int ldc) mutable {
-    gradsync::set_cpu_path(path);
+    // The path's own products, whatever library is installed (those are candidates of their own).
+    gradsync::set_cpu_path(path, gradsync::GemmSource::kOwn);
     if (trans_a) {
-      // As the MLP does: W^T into a scratch buffer, then the nn product (A is k x m here).
-      gradsync::transpose(k, m, a, scratch.data());
-      a = scratch.data();
-      lda = m;
+      // As the MLP does (gemm_tn: W^T into a scratch buffer, then the nn product).
+      gradsync::gemm_tn(m, n, k, a, lda, b, ldb, c, ldc, scratch.data());
+      return;
     }
     if (trans_b) {
       gradsync::gemm_nt(m, n, k, a, lda, b, ldb, c, ldc);
@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
                           arch_id && arch_name ? arch_name(arch_id()) : "?"});
   }
   if (void* h = open_library("libdnnl.so.2", "libdnnl2")) {
-    // dnnl_cpu_isa_t's value (dnnl_types.h): 0xe7 avx512_core_bf16, 0xf avx2, ...
+    // dnnl_cpu_isa_t's value (dnnl_types.h): 0xe7 avx512_core_bf16, 0x7 avx2, ...
     auto isa_now = symbol<int (*)()>(h, "dnnl_get_effective_cpu_isa");
     char label[32];
     std::snprintf(label, sizeof label, "isa 0x%x", isa_now != nullptr ? isa_now() : 0);

@@ -1,6 +1,7 @@
 #include "model/kernels/cpu_kernels.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -23,9 +24,10 @@ bool cpu_has(CpuPath path) {
 #if defined(GRADSYNC_X86_KERNELS)
   switch (path) {
     case CpuPath::kAvx512:
+      // AVX2 too: the path's transpose is the AVX2 one.
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case CpuPath::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case CpuPath::kPortable:
@@ -50,52 +52,87 @@ const kernels::KernelTable& own_table(CpuPath path) {
   }
 }
 
-// The library that takes a path's products where it is installed, else null.
-kernels::KernelTable::Gemm library_gemm(CpuPath path) {
-#if defined(GRADSYNC_X86_KERNELS)
-  if (path == CpuPath::kAvx512) return kernels::onednn_gemm();
-  if (path == CpuPath::kAvx2) return kernels::openblas_gemm();
-#endif
-  (void)path;
-  return nullptr;
-}
-
-decltype(kernels::KernelTable::gemm_tn) library_gemm_tn(CpuPath path) {
-#if defined(GRADSYNC_X86_KERNELS)
-  if (path == CpuPath::kAvx512) return kernels::onednn_gemm_tn();
-  if (path == CpuPath::kAvx2) return kernels::openblas_gemm_tn();
-#endif
-  (void)path;
-  return nullptr;
-}
-
-// One table per path and source, built on first use of that pair (loading its library then); a
-// path whose library is absent gets its own table for both sources.
-struct Choice {
-  const kernels::KernelTable* table;
-  CpuPath path;
-  GemmSource source;
+// The library that takes a path's products, loaded now where it is installed; its products
+// (nn/nt, and tn as it lies) and what it says it runs. Nothing where it is not installed.
+struct Library {
+  kernels::KernelTable::Gemm gemm = nullptr;
+  decltype(kernels::KernelTable::gemm_tn) gemm_tn = nullptr;
+  std::string label;
 };
 
+Library library_for(CpuPath path) {
+#if defined(GRADSYNC_X86_KERNELS)
+  if (path == CpuPath::kAvx512 && kernels::onednn_gemm() != nullptr) {
+    return {kernels::onednn_gemm(), kernels::onednn_gemm_tn(),
+            std::string("onednn:") + kernels::onednn_kernels()};
+  }
+  if (path == CpuPath::kAvx2 && kernels::openblas_gemm() != nullptr) {
+    return {kernels::openblas_gemm(), kernels::openblas_gemm_tn(),
+            std::string("openblas:") + kernels::openblas_kernels()};
+  }
+#endif
+  (void)path;
+  return {};
+}
+
+// One path and source of products: its table (the own one, or a copy with the library's
+// products) and what gemm_name() says of it.
+struct Choice {
+  kernels::KernelTable table;
+  CpuPath path;
+  std::string gemm;
+};
+
+// Built on first use of each path and source (loading that path's library then), kept for the
+// process's life; set_cpu_path() never builds a path this CPU cannot run.
 const Choice& choice_of(CpuPath path, GemmSource source) {
   static std::mutex mutex;
-  static std::unique_ptr<Choice> built[3][2];
-  static std::unique_ptr<kernels::KernelTable> with_library[3];
+  static std::unique_ptr<const Choice> built[3][2];
   const int p = static_cast<int>(path), s = static_cast<int>(source);
   std::lock_guard<std::mutex> lock(mutex);
   if (!built[p][s]) {
-    const kernels::KernelTable* table = &own_table(path);
-    const kernels::KernelTable::Gemm library =
-        source == GemmSource::kLibrary ? library_gemm(path) : nullptr;
-    if (library != nullptr) {
-      with_library[p] = std::make_unique<kernels::KernelTable>(*table);
-      with_library[p]->gemm = library;
-      with_library[p]->gemm_tn = library_gemm_tn(path);
-      table = with_library[p].get();
+    auto choice = std::make_unique<Choice>(
+        Choice{own_table(path), path, path == CpuPath::kPortable ? "eigen" : "own"});
+    if (source == GemmSource::kLibrary) {
+      const Library library = library_for(path);
+      if (library.gemm != nullptr) {
+        choice->table.gemm = library.gemm;
+        choice->table.gemm_tn = library.gemm_tn;
+        choice->gemm = library.label;
+      }
     }
-    built[p][s] = std::make_unique<Choice>(Choice{table, path, source});
+    built[p][s] = std::move(choice);
   }
   return *built[p][s];
+}
+
+// What every call goes through: chosen from the two variables on first use (main() makes that
+// happen before any thread starts: check_kernel_environment), replaced only by set_cpu_path().
+std::atomic<const Choice*>& active() {
+  static std::atomic<const Choice*> choice{
+      &choice_of(cpu_path_for(std::getenv(kPathEnv)), gemm_source_for(std::getenv(kGemmEnv)))};
+  return choice;
+}
+
+const kernels::KernelTable& kernels_now() {
+  return active().load(std::memory_order_acquire)->table;
+}
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// C = 0 (or left as it is, when accumulating) for a product with nothing to sum: what the own
+// kernels do, and what a library refuses or does its own way when K is 0.
+bool nothing_to_sum(int m, int n, int k, float* c, int ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return true;
+  if (k > 0) return false;
+  if (!accumulate) {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) c[static_cast<long>(j) * ldc + i] = 0.f;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -119,23 +156,6 @@ CpuPath cpu_path_for(const char* forced) {
   throw ConfigError("environment", kPathEnv,
                     "'" + name + "' is not a kernel path (avx512, avx2 or portable)");
 }
-
-namespace {
-
-// What every call goes through: chosen on first use, replaced only by set_cpu_path(). The
-// tables of the paths this CPU cannot run are never built, so nothing loads a library (or
-// reads a variable) before the first product.
-std::atomic<const Choice*>& active() {
-  static std::atomic<const Choice*> choice{
-      &choice_of(cpu_path_for(std::getenv(kPathEnv)), gemm_source_for(std::getenv(kGemmEnv)))};
-  return choice;
-}
-
-const kernels::KernelTable& kernels_now() {
-  return *active().load(std::memory_order_relaxed)->table;
-}
-
-}  // namespace
 
 GemmSource gemm_source_for(const char* forced) {
   if (forced == nullptr || *forced == '\0' || std::string(forced) == "library") {
@@ -178,54 +198,41 @@ const char* cpu_path_isa(CpuPath path) {
 
 bool cpu_runs(CpuPath path) { return cpu_has(path); }
 
-CpuPath cpu_path() { return active().load()->path; }
+CpuPath cpu_path() { return active().load(std::memory_order_acquire)->path; }
 
-void check_kernel_environment() {
-  // Parsed only: the tables (and the libraries they load) wait for the first product.
-  (void)cpu_path_for(std::getenv(kPathEnv));
-  (void)gemm_source_for(std::getenv(kGemmEnv));
-}
+void check_kernel_environment() { (void)cpu_path(); }
 
 void set_cpu_path(CpuPath path, GemmSource source) {
   if (!cpu_has(path)) {
     throw Error(std::string("kernel path ") + cpu_path_name(path) + ": this CPU cannot run it");
   }
-  active().store(&choice_of(path, source));
+  active().store(&choice_of(path, source), std::memory_order_release);
 }
 
-std::string gemm_name() {
-  const Choice& now = *active().load();
-  if (now.path == CpuPath::kPortable) return "eigen";
-#if defined(GRADSYNC_X86_KERNELS)
-  if (now.table->gemm == kernels::onednn_gemm()) {
-    return std::string("onednn:") + kernels::onednn_kernels();
-  }
-  if (now.table->gemm == kernels::openblas_gemm()) {
-    return std::string("openblas:") + kernels::openblas_kernels();
-  }
-#endif
-  return "own";
-}
+std::string gemm_name() { return active().load(std::memory_order_acquire)->gemm; }
 
 double measure_peak_gflops(CpuPath path, double seconds) {
   if (!cpu_has(path)) {
     throw Error(std::string("kernel path ") + cpu_path_name(path) + ": this CPU cannot run it");
   }
-  return own_table(path).peak_gflops(seconds);
+  return own_table(path).peak_gflops(seconds, monotonic_seconds);
 }
 
 void gemm_nn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
              int ldc, bool accumulate) {
+  if (nothing_to_sum(m, n, k, c, ldc, accumulate)) return;
   kernels_now().gemm(false, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_nt(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
              int ldc, bool accumulate) {
+  if (nothing_to_sum(m, n, k, c, ldc, accumulate)) return;
   kernels_now().gemm(true, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 void gemm_tn(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
              int ldc, float* scratch, bool accumulate) {
+  if (nothing_to_sum(m, n, k, c, ldc, accumulate)) return;
   const kernels::KernelTable& now = kernels_now();
   if (now.gemm_tn != nullptr) return now.gemm_tn(m, n, k, a, lda, b, ldb, c, ldc, accumulate);
   // A is K x M with leading dimension lda: its transpose, M x K, goes to the dense scratch.

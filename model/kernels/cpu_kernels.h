@@ -20,7 +20,8 @@
 // without floating-point contraction, so they give bit-identical results on every path: paths
 // differ only in the order the products sum in.
 //
-// Pure functions; thread-safe; no allocation.
+// Thread-safe. The first call (or check_kernel_environment(), which main() makes before any
+// thread starts) chooses the path and loads its library; the kernels themselves allocate nothing.
 #pragma once
 
 #include <cstddef>
@@ -45,8 +46,10 @@ CpuPath cpu_path();
 // The path GRADSYNC_KERNELS's value `forced` names (null or empty: the fastest this CPU runs),
 // as cpu_path() reads it on first use; throws as cpu_path() does.
 CpuPath cpu_path_for(const char* forced);
-// Reads GRADSYNC_KERNELS and GRADSYNC_GEMM now, as the first product would: a command calls it
-// before it runs or writes anything, so that a bad value fails there. Throws as cpu_path().
+// Chooses the path now, as the first product would: reads GRADSYNC_KERNELS and GRADSYNC_GEMM
+// and loads the path's library. main() calls it before it runs or writes anything, so that a
+// bad value fails there, and before any thread starts (loading OpenBLAS sets an environment
+// variable for the moment). Throws as cpu_path().
 void check_kernel_environment();
 // GRADSYNC_GEMM's value (null or empty: library); throws ConfigError naming it otherwise.
 GemmSource gemm_source_for(const char* forced);

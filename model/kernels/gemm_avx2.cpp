@@ -167,8 +167,8 @@ void transpose_avx2(int rows, int cols, const float* in, float* out) {
   }
 }
 
-double peak_gflops_avx2(double seconds) {
-  return fma_peak_gflops(seconds, 8, _mm256_set1_ps(0.9999f), _mm256_set1_ps(1e-4f),
+double peak_gflops_avx2(double seconds, double (*now)()) {
+  return fma_peak_gflops(seconds, now, 8, _mm256_set1_ps(0.9999f), _mm256_set1_ps(1e-4f),
                          [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); });
 }
 

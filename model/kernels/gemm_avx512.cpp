@@ -110,8 +110,8 @@ void gemm_avx512(bool transposed_b, int m, int n, int k, const float* a, int lda
   }
 }
 
-double peak_gflops_avx512(double seconds) {
-  return fma_peak_gflops(seconds, 16, _mm512_set1_ps(0.9999f), _mm512_set1_ps(1e-4f),
+double peak_gflops_avx512(double seconds, double (*now)()) {
+  return fma_peak_gflops(seconds, now, 16, _mm512_set1_ps(0.9999f), _mm512_set1_ps(1e-4f),
                          [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); });
 }
 

@@ -21,9 +21,10 @@ void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int l
 // avx512 paths' transpose.
 void transpose_avx2(int rows, int cols, const float* in, float* out);
 
-// One core's fp32 peak on each set's widest vectors, measured for about `seconds` (fma_peak.h).
-double peak_gflops_avx512(double seconds);
-double peak_gflops_avx2(double seconds);
-double peak_gflops_portable(double seconds);
+// One core's fp32 peak on each set's widest vectors, measured for about `seconds` by the clock
+// `now` (seconds; fma_peak.h).
+double peak_gflops_avx512(double seconds, double (*now)());
+double peak_gflops_avx2(double seconds, double (*now)());
+double peak_gflops_portable(double seconds, double (*now)());
 
 }  // namespace gradsync::kernels

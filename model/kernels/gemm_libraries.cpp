@@ -99,7 +99,9 @@ const OpenBlas& openblas() {
     OpenBlas lib;
     // OpenBLAS picks its kernels from cpuid when it loads, and reads OPENBLAS_CORETYPE then
     // only: set for the load (on a CPU with AVX-512 it would take those) and put back after,
-    // so that no process started later inherits it.
+    // so that no process started later inherits it. Loaded while the process has one thread
+    // (check_kernel_environment() from main), since setenv races with getenv elsewhere. An
+    // OpenBLAS already in the process keeps the kernels it chose: the label says which.
     const char* before = std::getenv("OPENBLAS_CORETYPE");
     const std::string saved = before != nullptr ? before : "";
     const bool hold_to_avx2 = __builtin_cpu_supports("avx512f");
@@ -116,6 +118,10 @@ const OpenBlas& openblas() {
     }
     if (handle == nullptr) return lib;
     lib.sgemm = reinterpret_cast<CblasSgemm>(dlsym(handle, "cblas_sgemm"));
+    // The fallback name may find a threaded build: a rank's step runs on one core.
+    if (auto threads = reinterpret_cast<void (*)(int)>(dlsym(handle, "openblas_set_num_threads"))) {
+      threads(1);
+    }
     auto core = reinterpret_cast<const char* (*)()>(dlsym(handle, "openblas_get_corename"));
     lib.kernels = core != nullptr ? core() : "?";
     return lib;

@@ -37,7 +37,7 @@ void gemm_portable(bool transposed_b, int m, int n, int k, const float* a, int l
 
 // The build's own widest vectors, written with the compiler's vector extension: SSE2's 4 lanes
 // (a multiply and an add, no FMA) on a default x86-64 build, wider under -march=native.
-double peak_gflops_portable(double seconds) {
+double peak_gflops_portable(double seconds, double (*now)()) {
 #if defined(__AVX512F__)
   constexpr int kLanes = 16;
 #elif defined(__AVX__)
@@ -51,7 +51,7 @@ double peak_gflops_portable(double seconds) {
     a[l] = 0.9999f;
     b[l] = 1e-4f;
   }
-  return fma_peak_gflops(seconds, kLanes, a, b,
+  return fma_peak_gflops(seconds, now, kLanes, a, b,
                          [](Vector x, Vector y, Vector z) { return x * y + z; });
 }
 

@@ -31,7 +31,7 @@ struct KernelTable {
                                                float* delta, int ldd);
   void (*sgd_update)(std::size_t n, float* params, const float* grads, float* velocity, float lr,
                      float momentum, float weight_decay, float keep);
-  double (*peak_gflops)(double seconds);
+  double (*peak_gflops)(double seconds, double (*now)());
 };
 
 // step_ops_<path>.cpp; the x86 ones exist only where GRADSYNC_X86_KERNELS is defined.

@@ -10,7 +10,6 @@
 // merged with another's at link time. The files are compiled without floating-point
 // contraction: every path computes each element with the same IEEE operations in the same
 // order, and the results are bit-identical whatever the vector width.
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +21,12 @@
 namespace gradsync::kernels {
 namespace {
 
+// Helpers of our own rather than std::max, std::min, std::max_element or std::fill: a standard
+// template instantiated here would be a weak symbol the linker may share with the copy another
+// path's file compiled for another instruction set (CMakeLists.txt here).
+inline float larger(float a, float b) { return a > b ? a : b; }
+inline int smaller(int a, int b) { return a < b ? a : b; }
+
 #if defined(GRADSYNC_KERNEL_TRANSPOSE)
 constexpr auto transpose = GRADSYNC_KERNEL_TRANSPOSE;
 #else
@@ -29,9 +34,9 @@ void transpose(int rows, int cols, const float* in, float* out) {
   // 16 x 16 tiles, so that both the reads and the writes stay within a few cache lines.
   constexpr int kTile = 16;
   for (int j0 = 0; j0 < cols; j0 += kTile) {
-    const int j1 = std::min(j0 + kTile, cols);
+    const int j1 = smaller(j0 + kTile, cols);
     for (int i0 = 0; i0 < rows; i0 += kTile) {
-      const int i1 = std::min(i0 + kTile, rows);
+      const int i1 = smaller(i0 + kTile, rows);
       for (int i = i0; i < i1; ++i) {
         for (int j = j0; j < j1; ++j) {
           out[static_cast<long>(i) * cols + j] = in[static_cast<long>(j) * rows + i];
@@ -46,7 +51,7 @@ void bias_activation(int rows, int cols, const float* bias, float* out, int ldo,
   for (int j = 0; j < cols; ++j) {
     float* __restrict o = out + static_cast<long>(j) * ldo;
     if (relu) {
-      for (int i = 0; i < rows; ++i) o[i] = std::max(o[i] + bias[i], 0.f);
+      for (int i = 0; i < rows; ++i) o[i] = larger(o[i] + bias[i], 0.f);
     } else {
       for (int i = 0; i < rows; ++i) o[i] = o[i] + bias[i];
     }
@@ -63,7 +68,9 @@ void relu_backward(int rows, int cols, const float* activation, int lda, float* 
 
 void bias_gradient(int rows, int cols, const float* delta, int ldd, float* grad, bool accumulate) {
   // Column by column, each row's sum in the same order on every path (vectorised across rows).
-  if (!accumulate) std::fill(grad, grad + rows, 0.f);
+  if (!accumulate) {
+    for (int i = 0; i < rows; ++i) grad[i] = 0.f;
+  }
   for (int j = 0; j < cols; ++j) {
     const float* __restrict d = delta + static_cast<long>(j) * ldd;
     float* __restrict g = grad;
@@ -75,7 +82,7 @@ void bias_gradient(int rows, int cols, const float* delta, int ldd, float* grad,
 // with |r| <= ln2 / 2, then 2^n * a degree-6 polynomial for e^r (Cephes' expf). Written without
 // library calls or branches, so the compiler vectorises the loops around it.
 inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.3f);  // below this e^x is denormal: as good as 0 for a softmax
+  x = larger(x, -87.3f);  // below this e^x is denormal: as good as 0 for a softmax
   // Round to nearest by adding and taking away 1.5 * 2^23 (no library call, no SSE4.1 needed).
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln2 in two parts
@@ -95,11 +102,12 @@ inline float exp_nonpositive(float x) {
 SoftmaxCrossEntropy softmax_cross_entropy(int classes, int cols, const float* logits, int ldl,
                                           const std::int32_t* labels, float grad_scale,
                                           float* delta, int ldd) {
-  SoftmaxCrossEntropy result;
+  SoftmaxCrossEntropy result{};  // aggregate initialisation: no constructor to instantiate
   for (int j = 0; j < cols; ++j) {
     const float* z = logits + static_cast<long>(j) * ldl;
     const int label = labels[j];
-    const int argmax = static_cast<int>(std::max_element(z, z + classes) - z);
+    int argmax = 0;  // the first largest, as std::max_element would pick
+    for (int c = 1; c < classes; ++c) argmax = z[c] > z[argmax] ? c : argmax;
     const float zmax = z[argmax];
     // Subtracting the max keeps exp() from overflowing; log-sum-exp then gives the loss. The
     // sum runs in class order either way, so the loss is the same with or without gradients.

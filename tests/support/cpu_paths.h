@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "model/kernels/cpu_kernels.h"
@@ -24,7 +25,7 @@ void on_every_cpu_path(Body body) {
     set_cpu_path(path);
     body();
   }
-  set_cpu_path(before);
+  set_cpu_path(before, gemm_source_for(std::getenv("GRADSYNC_GEMM")));
 }
 
 template <typename Body>
@@ -38,7 +39,7 @@ void on_every_gemm(Body body) {
       body();
       if (gemm == "own" || gemm == "eigen") break;  // no library here: own was just run
     }
-    set_cpu_path(path);
+    set_cpu_path(path, gemm_source_for(std::getenv("GRADSYNC_GEMM")));
   });
 }
 

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <vector>
@@ -192,5 +193,53 @@ TEST_CASE("cpu gemm: tn (the input gradient) matches a double-precision referenc
         CHECK(worst < 1.0);
       }
     }
+  });
+}
+
+TEST_CASE("cpu gemm: nt and tn accumulate too, on every path and source") {
+  gradsync::testing::on_every_gemm([] {
+    const int m = 33, n = 7, k = 5;
+    const auto a = random_matrix(k, m, 8);  // k * m floats: M x K for nt, K x M for tn
+    const auto b = random_matrix(n, k, 9);
+    const auto bk = random_matrix(k, n, 10);
+    std::vector<float> scratch(std::size_t(m) * k);
+    std::vector<float> once(std::size_t(m) * n), twice(std::size_t(m) * n);
+    // nt: A is M x K (lda m), B is N x K (ldb n).
+    gradsync::gemm_nt(m, n, k, a.data(), m, b.data(), n, once.data(), m);
+    gradsync::gemm_nt(m, n, k, a.data(), m, b.data(), n, twice.data(), m);
+    gradsync::gemm_nt(m, n, k, a.data(), m, b.data(), n, twice.data(), m, /*accumulate=*/true);
+    for (std::size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == doctest::Approx(2 * once[i]));
+    // tn: A is K x M (lda k), B is K x N (ldb k).
+    gradsync::gemm_tn(m, n, k, a.data(), k, bk.data(), k, once.data(), m, scratch.data());
+    gradsync::gemm_tn(m, n, k, a.data(), k, bk.data(), k, twice.data(), m, scratch.data());
+    gradsync::gemm_tn(m, n, k, a.data(), k, bk.data(), k, twice.data(), m, scratch.data(),
+                      /*accumulate=*/true);
+    for (std::size_t i = 0; i < once.size(); ++i) CHECK(twice[i] == doctest::Approx(2 * once[i]));
+  });
+}
+
+TEST_CASE("cpu gemm: empty products: K = 0 gives zeros (or leaves C when accumulating)") {
+  gradsync::testing::on_every_gemm([] {
+    const int m = 5, n = 3;
+    const std::vector<float> none(1, NAN);  // never read
+    std::vector<float> scratch(1);
+    for (const bool accumulate : {false, true}) {
+      CAPTURE(accumulate);
+      std::vector<float> c(std::size_t(m) * n, 7.f);
+      gradsync::gemm_nn(m, n, 0, none.data(), m, none.data(), 1, c.data(), m, accumulate);
+      for (float x : c) CHECK(x == (accumulate ? 7.f : 0.f));
+      std::fill(c.begin(), c.end(), 7.f);
+      gradsync::gemm_nt(m, n, 0, none.data(), m, none.data(), n, c.data(), m, accumulate);
+      for (float x : c) CHECK(x == (accumulate ? 7.f : 0.f));
+      std::fill(c.begin(), c.end(), 7.f);
+      gradsync::gemm_tn(m, n, 0, none.data(), 1, none.data(), 1, c.data(), m, scratch.data(),
+                        accumulate);
+      for (float x : c) CHECK(x == (accumulate ? 7.f : 0.f));
+    }
+    // M or N = 0: nothing to write.
+    std::vector<float> c(4, 7.f);
+    gradsync::gemm_nn(0, 2, 3, none.data(), 1, none.data(), 3, c.data(), 1);
+    gradsync::gemm_nt(2, 0, 3, none.data(), 2, none.data(), 1, c.data(), 2);
+    for (float x : c) CHECK(x == 7.f);
   });
 }
