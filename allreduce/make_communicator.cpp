@@ -104,6 +104,20 @@ std::vector<std::string> compiled_backends() {
   return names;
 }
 
+std::vector<std::pair<std::string, std::string>> backend_library_versions() {
+  std::vector<std::pair<std::string, std::string>> versions;
+#ifdef GRADSYNC_HAVE_GLOO
+  versions.emplace_back("gloo", gloo_version());
+#endif
+#ifdef GRADSYNC_HAVE_MPI
+  versions.emplace_back("mpi", mpi_library_version());
+#endif
+#ifdef GRADSYNC_HAVE_NCCL
+  versions.emplace_back("nccl", NcclCommunicator::version());
+#endif
+  return versions;
+}
+
 bool nccl_compiled_in() {
 #ifdef GRADSYNC_HAVE_NCCL
   return true;

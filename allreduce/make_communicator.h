@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allreduce/communicator.h"
@@ -46,5 +47,9 @@ bool nccl_compiled_in();
 // The backends this build has, in comm.backend's order ("auto", "tcp", then "gloo", "mpi", "nccl"
 // where compiled in): what `gradsync run --keys` lists.
 std::vector<std::string> compiled_backends();
+
+// The version of each communication library this build has, by backend ("gloo" "0.5.0", "mpi"
+// "Open MPI v4.1.4", "nccl" "2.28.9"): what a result's provenance records.
+std::vector<std::pair<std::string, std::string>> backend_library_versions();
 
 }  // namespace gradsync

@@ -11,15 +11,6 @@
 #include "common/build_info.h"
 #include "common/run_id.h"
 #include "model/kernels/cpu_kernels.h"
-#ifdef GRADSYNC_HAVE_GLOO
-#include "allreduce/gloo/gloo_communicator.h"
-#endif
-#ifdef GRADSYNC_HAVE_MPI
-#include "allreduce/mpi/mpi_communicator.h"
-#endif
-#ifdef GRADSYNC_HAVE_NCCL
-#include "allreduce/nccl/nccl_communicator.h"
-#endif
 
 namespace gradsync {
 namespace {
@@ -48,15 +39,7 @@ nlohmann::json library_versions() {
   zmq_version(&major, &minor, &patch);
   nlohmann::json libraries = {{"zeromq", std::to_string(major) + "." + std::to_string(minor) + "." +
                                              std::to_string(patch)}};
-#ifdef GRADSYNC_HAVE_GLOO
-  libraries["gloo"] = gloo_version();
-#endif
-#ifdef GRADSYNC_HAVE_MPI
-  libraries["mpi"] = mpi_library_version();
-#endif
-#ifdef GRADSYNC_HAVE_NCCL
-  libraries["nccl"] = NcclCommunicator::version();
-#endif
+  for (const auto& [backend, version] : backend_library_versions()) libraries[backend] = version;
   return libraries;
 }
 

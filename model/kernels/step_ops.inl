@@ -24,7 +24,9 @@ namespace {
 // Helpers of our own rather than std::max, std::min, std::max_element or std::fill: a standard
 // template instantiated here would be a weak symbol the linker may share with the copy another
 // path's file compiled for another instruction set (CMakeLists.txt here).
-inline float larger(float a, float b) { return a > b ? a : b; }
+// Both keep a NaN in `x`: a diverging run must show in its loss, not turn into 0 (ReLU) or into
+// e^-87 (the softmax's clamp).
+inline float at_least(float x, float floor) { return x < floor ? floor : x; }
 inline int smaller(int a, int b) { return a < b ? a : b; }
 
 #if defined(GRADSYNC_KERNEL_TRANSPOSE)
@@ -51,7 +53,7 @@ void bias_activation(int rows, int cols, const float* bias, float* out, int ldo,
   for (int j = 0; j < cols; ++j) {
     float* __restrict o = out + static_cast<long>(j) * ldo;
     if (relu) {
-      for (int i = 0; i < rows; ++i) o[i] = larger(o[i] + bias[i], 0.f);
+      for (int i = 0; i < rows; ++i) o[i] = at_least(o[i] + bias[i], 0.f);
     } else {
       for (int i = 0; i < rows; ++i) o[i] = o[i] + bias[i];
     }
@@ -82,7 +84,7 @@ void bias_gradient(int rows, int cols, const float* delta, int ldd, float* grad,
 // with |r| <= ln2 / 2, then 2^n * a degree-6 polynomial for e^r (Cephes' expf). Written without
 // library calls or branches, so the compiler vectorises the loops around it.
 inline float exp_nonpositive(float x) {
-  x = larger(x, -87.3f);  // below this e^x is denormal: as good as 0 for a softmax
+  x = at_least(x, -87.3f);  // below this e^x is denormal: as good as 0 for a softmax
   // Round to nearest by adding and taking away 1.5 * 2^23 (no library call, no SSE4.1 needed).
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;
   const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln2 in two parts
@@ -93,7 +95,8 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
+  // A NaN x makes p NaN, and so the result; n is kept a number for the conversion.
+  const std::int32_t bits = (static_cast<std::int32_t>(n == n ? n : 0.f) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;

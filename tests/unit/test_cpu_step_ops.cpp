@@ -234,3 +234,22 @@ TEST_CASE("cpu step ops: transpose and the peak measurement on every path") {
     CHECK(peak > 0.1);  // even an emulator does more
   });
 }
+
+TEST_CASE("cpu step ops: a NaN stays a NaN through bias + ReLU and the softmax") {
+  on_every_cpu_path([] {
+    // ReLU as max(x, 0) would turn it into 0 and hide a diverging run.
+    std::vector<float> out = {1.f, NAN, -2.f, 3.f, 0.5f, -1.f, NAN, 2.f, 0.f};
+    const std::vector<float> bias = {0.f, 0.f, 0.f};
+    gradsync::bias_activation(3, 3, bias.data(), out.data(), 3, true);
+    CHECK(std::isnan(out[1]));
+    CHECK(std::isnan(out[6]));
+    CHECK(out[2] == 0.f);
+    // A NaN logit (not the label's, not the largest) still makes the loss NaN.
+    const std::vector<float> logits = {0.5f, NAN, 2.f, 1.f};
+    const std::vector<std::int32_t> labels = {0};
+    std::vector<float> delta(4);
+    const auto result = gradsync::softmax_cross_entropy(4, 1, logits.data(), 4, labels.data(), 1.f,
+                                                        delta.data(), 4);
+    CHECK(std::isnan(result.loss_sum));
+  });
+}
