@@ -78,9 +78,13 @@ struct PsConfig {
 // link saturates as a real one would. 0: no cap.
 // namespaces (root, multi-process runs): the same cap enforced by the kernel instead, each
 // process in its own network namespace on a tbf-shaped veth (launch/namespace_network.h).
+// slow_ranks (allreduce, ps; not with namespaces): these workers' links run at slow_link_gbps
+// instead, a straggler on a slower NIC; the shards and the other ranks keep link_gbps.
 struct NetworkConfig {
   double link_gbps = 0;
   bool namespaces = false;
+  std::vector<int> slow_ranks;
+  double slow_link_gbps = 0;
 };
 
 // `gradsync sweep`: every run of the preset at each of these worker counts.

@@ -64,6 +64,55 @@ void check_link_with_nccl(const Origins& origins, const std::string& source, con
                         "or ps on gpu");
 }
 
+// network.slow_ranks: stragglers on a slower emulated link. Each is a process of its own with a
+// Link of its own (worker/run_plan.cpp), so only allreduce and ps have them, and only where
+// gradsync paces the sockets itself: not in namespaces (the kernel shapes every process at
+// link_gbps there), not over another library's sockets (gloo, mpi, nccl).
+void check_slow_ranks(const Origins& origins, const std::string& source, const Config& config) {
+  const NetworkConfig& network = config.network;
+  if (network.slow_ranks.empty() && network.slow_link_gbps <= 0) return;
+  const std::string where = origin_of(
+      origins, {"network.slow_ranks", "network.slow_link_gbps", "network"}, source + ":1");
+  if (network.slow_ranks.empty()) {
+    throw ConfigError(origin_of(origins, {"network.slow_link_gbps"}, where), "network.slow_ranks",
+                      "network.slow_link_gbps is set but no rank is slow: list the workers it "
+                      "applies to, e.g. network.slow_ranks: [1]");
+  }
+  if (network.slow_link_gbps <= 0) {
+    throw ConfigError(where, "network.slow_link_gbps",
+                      "network.slow_ranks needs the slow ranks' link rate in Gbit/s, e.g. "
+                      "network.slow_link_gbps: 0.1");
+  }
+  for (int rank : network.slow_ranks) {
+    if (rank >= config.workers) {
+      throw ConfigError(origin_of(origins, {"network.slow_ranks"}, where), "network.slow_ranks",
+                        "rank " + std::to_string(rank) + ", but the run has " +
+                            std::to_string(config.workers) + " workers (ranks 0 to " +
+                            std::to_string(config.workers - 1) + ")");
+    }
+  }
+  if (config.strategy != "allreduce" && config.strategy != "ps") {
+    throw ConfigError(where, "network.slow_ranks",
+                      config.strategy +
+                          " runs its workers as threads of one process over one link: a slow rank "
+                          "needs a process of its own (allreduce, ps)");
+  }
+  if (network.namespaces) {
+    throw ConfigError(where, "network.slow_ranks",
+                      "with network.namespaces the kernel shapes every process at "
+                      "network.link_gbps; slow ranks are gradsync's own pacing: leave "
+                      "namespaces false");
+  }
+  const std::string& backend = config.comm.backend;
+  if (config.strategy == "allreduce" &&
+      (backend == "gloo" || backend == "mpi" || reduces_over_nccl(config))) {
+    throw ConfigError(where, "network.slow_ranks",
+                      (reduces_over_nccl(config) ? std::string("nccl") : backend) +
+                          "'s transfers are not gradsync's to pace: slow ranks need "
+                          "comm.backend tcp (or auto on cpu)");
+  }
+}
+
 // The namespace network puts every process of a run on one /24 (launch/namespace_network.cpp):
 // 249 processes at most, shards and ranks together.
 constexpr int kMaxNamespaceProcesses = 249;
@@ -128,6 +177,7 @@ void check_combinations(const Origins& origins, const std::string& source, const
   check_backend(origins, source, config);
   check_link_with_nccl(origins, source, config);
   check_processes(origins, source, config);
+  check_slow_ranks(origins, source, config);
   if (config.strategy == "single" && config.workers != 1) {
     throw ConfigError(origin_of(origins, {"workers", "strategy"}, source + ":1"), "workers",
                       "`single` runs one worker, got " + std::to_string(config.workers) +

@@ -70,14 +70,14 @@ std::chrono::milliseconds comm_timeout(const Config& config) {
   return std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1000.0));
 }
 
-StrategyOptions strategy_options(const Config& config,
-                                 const std::vector<std::string>& ps_endpoints) {
+StrategyOptions strategy_options(const Config& config, const std::vector<std::string>& ps_endpoints,
+                                 int rank) {
   StrategyOptions options;
   options.name = config.strategy;
   options.workers = config.workers;
   options.sgd = sgd_options(config);
   options.timeout = comm_timeout(config);
-  options.link = make_link(emulated_link_gbps(config));
+  options.link = make_link(emulated_link_gbps(config, rank));
   options.device = model_device(config);
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
@@ -94,8 +94,13 @@ bool runs_as_processes(const Config& config) {
   return config.strategy == "allreduce" || config.strategy == "ps";
 }
 
-double emulated_link_gbps(const Config& config) {
-  return config.network.namespaces && runs_as_processes(config) ? 0 : config.network.link_gbps;
+double emulated_link_gbps(const Config& config, int rank) {
+  const NetworkConfig& network = config.network;
+  if (network.namespaces && runs_as_processes(config)) return 0;
+  // A straggler's own NIC (preset checks allow slow ranks only where each rank is a process).
+  const bool slow = rank >= 0 && std::find(network.slow_ranks.begin(), network.slow_ranks.end(),
+                                           rank) != network.slow_ranks.end();
+  return slow ? network.slow_link_gbps : network.link_gbps;
 }
 
 std::size_t bucket_bytes(const Config& config) {

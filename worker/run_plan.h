@@ -40,13 +40,15 @@ SgdOptions sgd_options(const Config& config);
 std::chrono::milliseconds comm_timeout(const Config& config);
 
 // What make_strategies needs for any strategy; `ps_endpoints` are the shards of a ps worker
-// (gradsync worker --ps-endpoints), one per ps.servers.
+// (gradsync worker --ps-endpoints), one per ps.servers. `rank`: the worker process's rank, whose
+// link may be one of network.slow_ranks; -1 for the in-process strategies (single, dp).
 StrategyOptions strategy_options(const Config& config,
-                                 const std::vector<std::string>& ps_endpoints = {});
+                                 const std::vector<std::string>& ps_endpoints = {}, int rank = -1);
 
 // The rate the transports' emulated links enforce: network.link_gbps, unless the kernel shapes
-// this run's links (network.namespaces, for runs of several processes).
-double emulated_link_gbps(const Config& config);
+// this run's links (network.namespaces, for runs of several processes); for a worker `rank`
+// listed in network.slow_ranks, network.slow_link_gbps. rank -1: no worker (a shard).
+double emulated_link_gbps(const Config& config, int rank = -1);
 
 // Whether the run is one process per rank (allreduce, ps) rather than threads of one (single, dp).
 bool runs_as_processes(const Config& config);

@@ -18,6 +18,18 @@ struct StepPercentiles {
   double p50 = 0, p90 = 0, p99 = 0, max = 0;
 };
 
+// The straggler of a run: the rank with the highest p99 step time (the first in rank order on a
+// tie), and the median of the other ranks' p99 (the mean of the middle two when they are even
+// in number), the step time it is measured against.
+struct SlowestRank {
+  int rank = 0;
+  double p99 = 0;
+  double others_median_p99 = 0;
+};
+
+// Absent with fewer than two ranks: one rank is nobody's straggler.
+std::optional<SlowestRank> slowest_rank(const std::vector<StepPercentiles>& ranks);
+
 struct RunSummary {
   std::string run;
   std::string strategy;
@@ -39,6 +51,7 @@ struct RunSummary {
   // out rank 0's evaluations and checkpoints (metrics.csv keeps each step as measured).
   StepStats mean_step;
   std::vector<StepPercentiles> step_time;  // per rank, in rank order
+  std::optional<SlowestRank> slowest;      // slowest_rank(step_time)
   std::vector<EvalPoint> evals;
   // allreduce: collectives a step issued on rank 0 (its buckets, plus join's flag round), the
   // B the cost model's latency term counts; 0 for other strategies.
@@ -67,7 +80,8 @@ void write_summary(const std::string& path, const RunSummary& summary);
 
 // A markdown table with one row per run: strategy, workers, global batch, samples/s, speed-up
 // over the first run, test accuracy, time to target, bytes through the busiest node, and the
-// share of a step spent communicating or waiting, and the slowest rank's p99 step time.
+// share of a step spent communicating or waiting, and the slowest rank's p99 step time. Below
+// the table, a line per run of several ranks naming its slowest rank against the others.
 std::string comparison_table(const std::vector<RunSummary>& runs);
 
 }  // namespace gradsync

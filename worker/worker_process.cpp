@@ -356,7 +356,7 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
     }
   }
 
-  StrategyOptions strategy_settings = strategy_options(config, ps_endpoints);
+  StrategyOptions strategy_settings = strategy_options(config, ps_endpoints, env.rank);
   strategy_settings.ps_run_id = run_id;
   std::shared_ptr<Communicator> comm;  // allreduce only
   if (config.strategy == "allreduce")

@@ -162,6 +162,41 @@ TEST_CASE("preset: combinations that would fail inside a run are refused at load
            "ps: {mode: async, continue_without_dead_workers: true}\n"));
 }
 
+TEST_CASE("preset: network.slow_ranks names workers of a run of processes, with their rate") {
+  const std::string ps = "data: {kind: synthetic}\nstrategy: ps\nworkers: 3\n";
+  CHECK_NOTHROW(load(ps + "network: {slow_ranks: [1], slow_link_gbps: 0.1}\n"));
+  CHECK(load(ps + "network: {link_gbps: 1, slow_ranks: [0, 2], slow_link_gbps: 0.1}\n")
+            .runs[0]
+            .network.slow_ranks == std::vector<int>{0, 2});
+  CHECK(load(ps, {"network.slow_ranks=1,2", "network.slow_link_gbps=0.5"})
+            .runs[0]
+            .network.slow_link_gbps == 0.5);
+  CHECK(error_of(ps + "network: {slow_ranks: [1]}\n") ==
+        "presets/x.yaml:4: network.slow_link_gbps: network.slow_ranks needs the slow ranks' link "
+        "rate in Gbit/s, e.g. network.slow_link_gbps: 0.1");
+  CHECK(error_of(ps + "network: {slow_link_gbps: 0.1}\n") ==
+        "presets/x.yaml:4: network.slow_ranks: network.slow_link_gbps is set but no rank is slow: "
+        "list the workers it applies to, e.g. network.slow_ranks: [1]");
+  CHECK(error_of(ps + "network: {slow_ranks: [3], slow_link_gbps: 0.1}\n") ==
+        "presets/x.yaml:4: network.slow_ranks: rank 3, but the run has 3 workers (ranks 0 to 2)");
+  CHECK(error_of(ps + "network: {slow_ranks: [-1], slow_link_gbps: 0.1}\n")
+            .starts_with("presets/x.yaml:4: network.slow_ranks: element 1: "));
+  CHECK(error_of(ps + "network: {slow_ranks: [1], slow_link_gbps: 1e-9}\n")
+            .starts_with("presets/x.yaml:4: network.slow_link_gbps: must be 0 or in [0.001, "));
+  CHECK(error_of("data: {kind: synthetic}\nstrategy: dp\nworkers: 2\n"
+                 "network: {slow_ranks: [1], slow_link_gbps: 0.1}\n") ==
+        "presets/x.yaml:4: network.slow_ranks: dp runs its workers as threads of one process "
+        "over one link: a slow rank needs a process of its own (allreduce, ps)");
+  CHECK(error_of(ps + "network: {namespaces: true, slow_ranks: [1], slow_link_gbps: 0.1}\n")
+            .starts_with("presets/x.yaml:4: network.slow_ranks: with network.namespaces the "
+                         "kernel shapes every process at network.link_gbps"));
+  const std::string ring = "data: {kind: synthetic}\nstrategy: allreduce\nworkers: 2\n";
+  CHECK_NOTHROW(load(ring + "network: {slow_ranks: [1], slow_link_gbps: 0.1}\n"));
+  CHECK(error_of(ring + "comm: {backend: gloo}\nnetwork: {slow_ranks: [1], slow_link_gbps: 1}\n") ==
+        "presets/x.yaml:5: network.slow_ranks: gloo's transfers are not gradsync's to pace: slow "
+        "ranks need comm.backend tcp (or auto on cpu)");
+}
+
 TEST_CASE("preset: choices list the valid values") {
   CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
         "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, ps)");

@@ -98,4 +98,54 @@ TEST_CASE(
   const std::string table = gradsync::comparison_table({s});
   CHECK(table.find("| p99 step |") != std::string::npos);
   CHECK(table.find("| 198.00 ms (rank 3) |") != std::string::npos);
+  REQUIRE(s.slowest.has_value());
+  CHECK(s.slowest->rank == 3);
+  CHECK(table.find("\nslowest rank of " + s.run +
+                   ": rank 3, p99 step 198.00 ms against 99.00 ms "
+                   "(the others' median p99), 2.00x\n") != std::string::npos);
+}
+
+TEST_CASE("summary: the slowest rank has the highest p99, against the others' median") {
+  using gradsync::StepPercentiles;
+  auto p99s = [](std::vector<double> values) {
+    std::vector<StepPercentiles> ranks;
+    for (std::size_t r = 0; r < values.size(); ++r) {
+      ranks.push_back({.rank = int(r) * 2, .p99 = values[r]});  // ranks 0, 2, 4...: not positions
+    }
+    return ranks;
+  };
+  // One rank is nobody's straggler.
+  CHECK_FALSE(gradsync::slowest_rank({}).has_value());
+  CHECK_FALSE(gradsync::slowest_rank(p99s({0.5})).has_value());
+  // Two: the other's p99 is the median.
+  auto two = gradsync::slowest_rank(p99s({0.010, 0.030}));
+  REQUIRE(two.has_value());
+  CHECK(two->rank == 2);
+  CHECK(two->p99 == doctest::Approx(0.030));
+  CHECK(two->others_median_p99 == doctest::Approx(0.010));
+  // Four: three others, the middle one; the slowest need not be last.
+  auto four = gradsync::slowest_rank(p99s({0.012, 0.090, 0.010, 0.020}));
+  REQUIRE(four.has_value());
+  CHECK(four->rank == 2);
+  CHECK(four->others_median_p99 == doctest::Approx(0.012));
+  // Five: four others, the mean of the middle two.
+  auto five = gradsync::slowest_rank(p99s({0.01, 0.02, 0.03, 0.04, 0.5}));
+  REQUIRE(five.has_value());
+  CHECK(five->rank == 8);
+  CHECK(five->others_median_p99 == doctest::Approx(0.025));
+  // A tie goes to the first in rank order; the one it tied with counts among the others.
+  auto tie = gradsync::slowest_rank(p99s({0.02, 0.05, 0.05}));
+  REQUIRE(tie.has_value());
+  CHECK(tie->rank == 2);
+  CHECK(tie->others_median_p99 == doctest::Approx(0.035));
+  // A run of one rank: its p99 in the table, no rank named, no line below.
+  gradsync::Config one;
+  std::vector<gradsync::LoopResult> lone(1);
+  lone[0].step_seconds = {0.004f};
+  lone[0].steps = 1;
+  const gradsync::RunSummary s = gradsync::summarize(one, 10, lone);
+  CHECK_FALSE(s.slowest.has_value());
+  const std::string table = gradsync::comparison_table({s});
+  CHECK(table.find("| 4.00 ms |") != std::string::npos);
+  CHECK(table.find("slowest rank") == std::string::npos);
 }
