@@ -27,9 +27,19 @@
 #include <span>
 #include <string>
 
+#include "common/stopwatch.h"
+
 namespace gradsync {
 
 enum class ReduceOp { kSum, kAvg };
+
+// When a collective really began and ended on its communicator's thread (after waiting its
+// turn in the queue), for the trace; default-constructed where the backend cannot tell.
+struct WorkTimes {
+  Clock::time_point started{};
+  Clock::time_point finished{};
+  bool known() const { return finished != Clock::time_point{}; }
+};
 
 // Handle to an issued collective.
 class Work {
@@ -38,6 +48,9 @@ class Work {
   // Blocks until the collective completes; throws its error, or TimeoutError after `timeout`.
   virtual void wait(std::chrono::milliseconds timeout) = 0;
   virtual bool completed() const = 0;
+  // Known once completed() on backends that run collectives on a thread of their own (tcp,
+  // gloo, mpi); NCCL's run on the GPU, where the host does not see them start.
+  virtual WorkTimes times() const { return {}; }
 };
 
 // Traffic counters of this rank since creation (payload bytes, not headers).

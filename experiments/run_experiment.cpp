@@ -240,8 +240,7 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
       processes[i].argv = network->wrap(static_cast<int>(i), processes[i].argv);
     }
   }
-  std::vector<std::string> traces;
-  for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
+  const std::vector<std::string> traces = run_trace_paths(config, run_dir);
   // A run that drops its dead workers goes on without them: restarting it would undo that.
   const bool drops_workers = config.strategy == "ps" && config.ps.continue_without_dead_workers;
   if (drops_workers && max_restarts > 0) {

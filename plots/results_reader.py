@@ -70,7 +70,8 @@ def load_summary(path):
 
 
 def load_metrics(path):
-    """Returns (train_s, loss) arrays of the lowest rank (rank 0 when present), one per step.
+    """Returns (train_s, loss, step_s): arrays of the lowest rank (rank 0 when present), one per
+    step, and every rank's step times, {rank: seconds per step in step order}.
 
     train_s is the training time at the end of each step: the rank's compute_s + communicate_s
     + wait_s summed over its steps so far. That is the clock of summary.json's evals[].time_s
@@ -78,7 +79,8 @@ def load_metrics(path):
     add up to the step within rounding), so the loss curve and the accuracy points can share an
     axis. metrics.csv's own time_s is wall time since the launcher started: it also holds
     process start-up, data loading, evaluations and checkpoints, which differ between
-    strategies and would shift one run's curve against another's."""
+    strategies and would shift one run's curve against another's. A step time is the same sum
+    of one row's phases: summary.json's step_time_s percentiles, to within rounding."""
     rows = []
     try:
         with open(path, newline="") as f:
@@ -102,11 +104,18 @@ def load_metrics(path):
     rank = min(r[0] for r in rows)
     # in step order, as the running sum needs
     mine = sorted(r[1:] for r in rows if r[0] == rank)
-    return np.cumsum([m[1] for m in mine]), np.array([m[2] for m in mine])
+    by_rank = {}
+    for r in sorted(rows):
+        by_rank.setdefault(r[0], []).append(r[2])
+    step_s = {r: np.array(times) for r, times in by_rank.items()}
+    return np.cumsum([m[1] for m in mine]), np.array([m[2] for m in mine]), step_s
 
 
 def load_trace(path):
-    """Returns (spans, rank labels); spans are (rank, name, step, ts_us, dur_us)."""
+    """Returns (spans, track labels); spans are (track, name, step, ts_us, dur_us).
+
+    A track is pid * 16 + tid: a rank's (or a shard's) process holds its compute and
+    communication tracks (shards: receive, apply, reply), labelled by their thread_name."""
     doc = read_json(path)
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
@@ -115,9 +124,10 @@ def load_trace(path):
     try:
         for e in events:
             if e.get("ph") == "M" and e.get("name") == "thread_name":
-                labels[int(e["tid"])] = str(e["args"]["name"])
+                labels[int(e.get("pid", 0)) * 16 + int(e["tid"])] = str(e["args"]["name"])
             elif e.get("ph") == "X":
-                spans.append((int(e["tid"]), str(e["name"]), int(e.get("args", {}).get("step", 0)),
+                track = int(e.get("pid", 0)) * 16 + int(e["tid"])
+                spans.append((track, str(e["name"]), int(e.get("args", {}).get("step", 0)),
                               float(e["ts"]), float(e["dur"])))
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise PlotError(f"{path}: bad trace event ({e!r})") from None
@@ -129,7 +139,7 @@ def load_run(folder):
     base = os.path.basename(os.path.normpath(folder))
     run = {"name": str(summary.get("run") or base), "folder": base, "summary": summary,
            "color": None, "timeline": True}
-    run["train_s"], run["loss"] = load_metrics(os.path.join(folder, "metrics.csv"))
+    run["train_s"], run["loss"], run["step_s"] = load_metrics(os.path.join(folder, "metrics.csv"))
     trace = os.path.join(folder, "trace.json")
     run["trace"] = None
     if os.path.exists(trace):

@@ -1,4 +1,6 @@
-"""timeline_<run>.png: the first TIMELINE_STEPS steps of a run's trace, one row per rank."""
+"""timeline_<run>.png: the first TIMELINE_STEPS steps of a run's trace, one row per track: each
+rank's compute and communication (overlapped all-reduces sit beside backward), each ps shard's
+receive, apply and reply."""
 import os
 import re
 import sys
@@ -34,7 +36,7 @@ def plot_timeline(run, out):
     ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_yticks(range(len(ranks)), [labels.get(r, f"rank {r}") for r in ranks])
     ax.invert_yaxis()
-    ax.set(title=f"{run['name']}: steps {first}-{first + TIMELINE_STEPS - 1} per rank",
+    ax.set(title=f"{run['name']}: steps {first}-{first + TIMELINE_STEPS - 1}",
            xlabel="time since first span (ms)")
     ax.grid(axis="x", alpha=0.3)
     name = re.sub(r"[^A-Za-z0-9._-]", "_", run["name"])

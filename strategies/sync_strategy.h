@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "common/step_stats.h"
+#include "common/trace_span.h"
 #include "model/optimizer/optimizer.h"
 
 namespace gradsync {
@@ -48,6 +49,12 @@ class SyncStrategy {
   // communicate / wait seconds and bytes of the last synchronize(). compute_s holds only
   // compute the strategy itself did (an optimizer update); the loop adds forward/backward.
   virtual StepStats last_step_stats() const = 0;
+
+  // The last step's communication as it really ran, for the trace's communication track: each
+  // collective or message exchange with its own start and end, which may lie within backward
+  // (overlap). Valid until the next gradient_ready() or synchronize(). Default: none; the
+  // loop's "synchronize" span on the compute track still shows the time spent.
+  virtual std::span<const TraceSpan> last_step_spans() const { return {}; }
 
   // The optimizer this rank updates parameters with, for checkpoints; null where the update
   // runs elsewhere (ps: on the server shards; dp: replicas other than 0). Valid after init().

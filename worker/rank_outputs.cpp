@@ -43,6 +43,19 @@ std::string rank_trace_path(const std::string& run_dir, int rank) {
   return (fs::path(run_dir) / ("trace.rank" + std::to_string(rank) + ".json")).string();
 }
 
+std::string shard_trace_path(const std::string& run_dir, int shard) {
+  return (fs::path(run_dir) / ("trace.shard" + std::to_string(shard) + ".json")).string();
+}
+
+std::vector<std::string> run_trace_paths(const Config& config, const std::string& run_dir) {
+  std::vector<std::string> paths;
+  for (int r = 0; r < config.workers; ++r) paths.push_back(rank_trace_path(run_dir, r));
+  for (int k = 0; config.strategy == "ps" && k < config.ps.servers; ++k) {
+    paths.push_back(shard_trace_path(run_dir, k));
+  }
+  return paths;
+}
+
 void write_rank_result(const std::string& path, const LoopResult& r) {
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : r.evals) {
@@ -117,14 +130,14 @@ void merge_traces(const std::vector<std::string>& inputs, const std::string& out
     // Each rank counted its own dropped spans; the run's trace reports them all.
     if (trace.contains("otherData")) {
       dropped += trace["otherData"].value("dropped_spans", std::int64_t{0});
-      cap = trace["otherData"].value("max_spans_per_rank", nlohmann::json(nullptr));
+      cap = trace["otherData"].value("max_spans_per_owner", nlohmann::json(nullptr));
     }
     fs::remove(path);
   }
-  write_json_atomically(out,
-                        {{"traceEvents", events},
-                         {"displayTimeUnit", "ms"},
-                         {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_rank", cap}}}});
+  write_json_atomically(
+      out, {{"traceEvents", events},
+            {"displayTimeUnit", "ms"},
+            {"otherData", {{"dropped_spans", dropped}, {"max_spans_per_owner", cap}}}});
 }
 
 void wait_for_run_outputs(const Config& config, const std::string& run_dir, int rank,
@@ -156,9 +169,7 @@ void wait_for_run_outputs(const Config& config, const std::string& run_dir, int 
 }
 
 RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
-  std::vector<std::string> traces;
-  for (int r = 0; r < config.workers; ++r) traces.push_back(rank_trace_path(run_dir, r));
-  merge_traces(traces, (fs::path(run_dir) / "trace.json").string());
+  merge_traces(run_trace_paths(config, run_dir), (fs::path(run_dir) / "trace.json").string());
   // A worker the shards dropped (ps.continue_without_dead_workers) wrote no result: the
   // summary is the others', and names it.
   const bool may_drop = config.strategy == "ps" && config.ps.continue_without_dead_workers;

@@ -1,7 +1,8 @@
 // What a rank process leaves in the run folder for the launcher, and how the launcher folds
 // it into the run's files:
 //   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations)
-//   trace.rank<R>.json  that rank's Chrome trace, merged into trace.json (one track per rank)
+//   trace.rank<R>.json  that rank's Chrome trace, merged into trace.json
+//   trace.shard<K>.json a ps shard's Chrome trace, merged likewise
 // The per-rank files are removed once merged.
 #pragma once
 
@@ -18,6 +19,9 @@ namespace gradsync {
 
 std::string rank_result_path(const std::string& run_dir, int rank);
 std::string rank_trace_path(const std::string& run_dir, int rank);
+std::string shard_trace_path(const std::string& run_dir, int shard);
+// Every per-process trace a run of `config` writes: its ranks', then its ps shards'.
+std::vector<std::string> run_trace_paths(const Config& config, const std::string& run_dir);
 
 // Atomic (temporary file, then rename). Throws Error naming the path.
 void write_rank_result(const std::string& path, const LoopResult& result);
@@ -31,8 +35,8 @@ void write_server_traffic(const std::string& path, std::uint64_t bytes_sent,
 // sent + received; throws Error naming the path when missing or malformed.
 std::uint64_t read_server_traffic(const std::string& path);
 
-// Concatenates the ranks' trace events into `out` and removes the inputs. Missing inputs (a
-// rank that died) are skipped.
+// Concatenates the processes' trace events into `out` and removes the inputs. Missing inputs
+// (a rank that died) are skipped. They share one time axis already (worker/trace_writer.h).
 void merge_traces(const std::vector<std::string>& inputs, const std::string& out);
 
 // Blocks until every other process of a run left its result file (rank<R>.json for R != `rank`;

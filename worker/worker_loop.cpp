@@ -17,16 +17,18 @@ void add(StepStats& total, const StepStats& step) {
   total.collectives += step.collectives;
 }
 
-// The strategy reports durations, not timestamps; within synchronize() waiting for the slowest
-// peer comes before moving data in every synchronous strategy, so the spans are laid out so.
+// The compute track holds what the training thread did (forward and backward, then
+// synchronize(): waiting for the reductions still running, and the update); the communication
+// track the strategy's collectives or messages as they really ran, beside backward where
+// they overlapped it.
 void trace_step(TraceWriter& trace, int rank, std::int64_t step, Clock::time_point begin,
-                Clock::time_point computed, Clock::time_point end, const StepStats& stats) {
-  using std::chrono::duration_cast;
+                Clock::time_point computed, Clock::time_point end, const SyncStrategy& strategy) {
   trace.add_span(rank, "compute", step, begin, computed);
-  const auto wait_end =
-      computed + duration_cast<Clock::duration>(std::chrono::duration<double>(stats.wait_s));
-  if (stats.wait_s > 0) trace.add_span(rank, "wait", step, computed, std::min(wait_end, end));
-  if (wait_end < end) trace.add_span(rank, "communicate", step, wait_end, end);
+  trace.add_span(rank, "synchronize", step, computed, end);
+  for (TraceSpan span : strategy.last_step_spans()) {
+    span.step = step;
+    trace.add_span(rank, TraceTrack::kCommunication, span);
+  }
 }
 
 // Resuming: the checkpoint's parameters go in before strategy.init(), which spreads rank 0's to
@@ -117,7 +119,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
             MetricsRow{step, rank, epoch, seconds_between(origin, end), loss, stats});
       }
       if (sinks.trace && step - first_step < options.trace_steps) {
-        trace_step(*sinks.trace, rank, step, begin, computed, end, stats);
+        trace_step(*sinks.trace, rank, step, begin, computed, end, strategy);
       }
       if (sinks.checkpointer && sinks.checkpointer->due(step + 1)) {
         checkpoint(*sinks.checkpointer, step, model, strategy, sinks.trace,

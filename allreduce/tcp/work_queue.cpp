@@ -57,6 +57,12 @@ bool RingWork::completed() const {
   return state_ == State::kDone;
 }
 
+WorkTimes RingWork::times() const {
+  std::lock_guard lock(mutex_);
+  if (state_ != State::kDone) return {};
+  return WorkTimes{started_, finished_};
+}
+
 void RingWork::mark_started() {
   std::lock_guard lock(mutex_);
   state_ = State::kRunning;
@@ -73,6 +79,7 @@ void RingWork::finish(std::exception_ptr error) {
   {
     std::lock_guard lock(mutex_);
     state_ = State::kDone;
+    finished_ = Clock::now();
     error_ = std::move(error);
   }
   done_.notify_all();

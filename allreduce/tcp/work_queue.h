@@ -43,6 +43,7 @@ class RingWork final : public Work {
   // TimeoutError saying the collective is still queued or running.
   void wait(std::chrono::milliseconds timeout) override;
   bool completed() const override;
+  WorkTimes times() const override;
 
   std::uint64_t seq() const { return seq_; }
   const std::string& what() const { return what_; }
@@ -67,6 +68,7 @@ class RingWork final : public Work {
   std::condition_variable done_;
   State state_ = State::kQueued;
   Clock::time_point started_;
+  Clock::time_point finished_{};
   std::exception_ptr error_;
   std::exception_ptr provisional_;
 };

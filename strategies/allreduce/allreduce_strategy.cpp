@@ -36,6 +36,7 @@ void AllreduceStrategy::settle() {
     }
   }
   in_flight_.clear();
+  issued_at_.clear();
   deferred_.clear();
 }
 
@@ -52,6 +53,7 @@ void AllreduceStrategy::gradient_ready(std::span<float> grads, std::size_t begin
     step_started_ = true;
     pending_begin_ = pending_end_ = grads.size();
     issued_ranges_.clear();
+    spans_.clear();
   }
   // Ranges must arrive back to front and contiguous: that is what lets a bucket be one range.
   GRADSYNC_CHECK(end == pending_begin_ && begin < end,
@@ -66,11 +68,15 @@ void AllreduceStrategy::close_bucket(std::span<float> grads) {
   if (range.first == range.second) return;
   issued_ranges_.push_back(range);
   if (options_.overlap) {
-    in_flight_.push_back(comm_->allreduce_async(
-        grads.subspan(range.first, range.second - range.first), reduce_op()));
+    issue(grads.subspan(range.first, range.second - range.first));
   } else {
     deferred_.push_back(range);
   }
+}
+
+void AllreduceStrategy::issue(std::span<float> bucket) {
+  issued_at_.push_back(Clock::now());
+  in_flight_.push_back(comm_->allreduce_async(bucket, reduce_op()));
 }
 
 void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> params) {
@@ -80,15 +86,23 @@ void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> par
     pending_begin_ = 0;
     pending_end_ = grads.size();
     issued_ranges_.clear();
+    spans_.clear();
   }
   pending_begin_ = 0;  // whatever backward left: the first layers' gradients
   close_bucket(grads);
-  for (const auto& [begin, end] : deferred_) {
-    in_flight_.push_back(comm_->allreduce_async(grads.subspan(begin, end - begin), reduce_op()));
-  }
+  for (const auto& [begin, end] : deferred_) issue(grads.subspan(begin, end - begin));
   deferred_.clear();
-  for (const auto& work : in_flight_) work->wait(comm_->timeout());
+  for (std::size_t b = 0; b < in_flight_.size(); ++b) {
+    in_flight_[b]->wait(comm_->timeout());
+    WorkTimes times = in_flight_[b]->times();
+    if (!times.known()) times = WorkTimes{issued_at_[b], Clock::now()};
+    TraceSpan span{"allreduce", -1, times.started, times.finished};
+    span.bytes = (issued_ranges_[b].second - issued_ranges_[b].first) * sizeof(float);
+    span.index = static_cast<int>(b);
+    spans_.push_back(span);
+  }
   in_flight_.clear();
+  issued_at_.clear();
   step_started_ = false;
   if (options_.join_uneven) {
     // Summed, not averaged: only the ranks that still train contributed a gradient.

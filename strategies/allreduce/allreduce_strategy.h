@@ -57,6 +57,10 @@ class AllreduceStrategy final : public SyncStrategy {
   void finish(std::span<float> grads, std::span<float> params) override;
   void abort(const std::string& reason) override;
   StepStats last_step_stats() const override { return stats_; }
+  // One "allreduce" span per bucket (index: the bucket, last layers' first), from when the
+  // communicator began it to when it finished; where the backend cannot tell (NCCL), from its
+  // issue to the wait that saw it done.
+  std::span<const TraceSpan> last_step_spans() const override { return spans_; }
   Optimizer* optimizer() override { return sgd_.get(); }
 
   // Buckets of the last step as [begin, end) ranges, in the order they were issued (tests).
@@ -68,6 +72,7 @@ class AllreduceStrategy final : public SyncStrategy {
   // Waits (bounded by the communicator's timeout) for the bucket reductions still in flight.
   void settle();
   void close_bucket(std::span<float> grads);
+  void issue(std::span<float> bucket);
   // The flag round that ends a step under join_uneven: returns how many ranks trained.
   int count_active(bool active);
   ReduceOp reduce_op() const { return options_.join_uneven ? ReduceOp::kSum : ReduceOp::kAvg; }
@@ -83,6 +88,8 @@ class AllreduceStrategy final : public SyncStrategy {
   std::size_t pending_end_ = 0;
   bool step_started_ = false;
   std::vector<std::shared_ptr<Work>> in_flight_;
+  std::vector<Clock::time_point> issued_at_;  // beside in_flight_
+  std::vector<TraceSpan> spans_;
   std::vector<std::pair<std::size_t, std::size_t>> deferred_;  // overlap off
   std::vector<std::pair<std::size_t, std::size_t>> issued_ranges_;
   std::int64_t steps_ = 0;

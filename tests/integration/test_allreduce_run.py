@@ -72,8 +72,8 @@ with tempfile.TemporaryDirectory() as out:
         rows = list(csv.DictReader(open(os.path.join(d, "metrics.csv"))))
         check(len(rows) == 120 * workers, f"{run}: {len(rows)} rows, expected {120 * workers}")
         trace = json.load(open(os.path.join(d, "trace.json")))
-        tracks = {e["tid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
-        check(tracks == set(range(workers)), f"{run}: one trace track per rank, got {tracks}")
+        ranks = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+        check(ranks == set(range(workers)), f"{run}: one trace process per rank, got {ranks}")
         leftovers = [n for n in os.listdir(d) if n.startswith("rank") or ".rank" in n]
         check(leftovers == [], f"{run}: per-rank files merged and removed: {leftovers}")
         if workers > 1:

@@ -106,9 +106,9 @@ with tempfile.TemporaryDirectory() as tmp:
         check(diff <= 1e-6, f"{run}: resumed parameters differ from uninterrupted by {diff:g}")
         check_resumed(run, os.path.join(resumed, run), WORKERS[run], step50, 50, 80)
         # The trace counts its steps from where the run starts: one compute span per rank for
-        # each of steps 50..50+TRACE_STEPS-1 (each rank's track is its tid), none before.
+        # each of steps 50..50+TRACE_STEPS-1 (each rank is a process, pid), none before.
         trace = json.load(open(os.path.join(resumed, run, "trace.json")))
-        spans = sorted((e["tid"], e["args"]["step"]) for e in trace["traceEvents"]
+        spans = sorted((e["pid"], e["args"]["step"]) for e in trace["traceEvents"]
                        if e.get("ph") == "X" and e["name"] == "compute")
         want = [(r, s) for r in range(WORKERS[run]) for s in range(50, 50 + TRACE_STEPS)]
         check(spans == want, f"{run}: compute spans (rank, step) {want[0]}..{want[-1]}, "

@@ -92,9 +92,9 @@ def run_by_hand(config_text, label, late):
             check(found == want, f"{label}: summary.json of the whole run {want}, found {found}")
         if "trace.json" in names:
             # Every rank's spans, merged: one compute span per rank per step (the default
-            # output.trace_steps, 200, covers all 40), each rank on its own track (tid).
+            # output.trace_steps, 200, covers all 40), each rank a process of its own (pid).
             events = json.load(open(os.path.join(run_dir, "trace.json")))["traceEvents"]
-            spans = sorted((e["tid"], e["args"]["step"]) for e in events
+            spans = sorted((e["pid"], e["args"]["step"]) for e in events
                            if e.get("ph") == "X" and e["name"] == "compute")
             want = [(r, s) for r in range(WORKERS) for s in range(STEPS)]
             check(spans == want,

@@ -44,8 +44,8 @@ with tempfile.TemporaryDirectory() as out:
                   f"{run}: replica 0 sends (N-1) models per step")
             check(summary["busiest_node"]["name"] == "replica 0", f"{run}: replica 0 is the busiest")
         trace = json.load(open(os.path.join(d, "trace.json")))
-        names = {e["tid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
-        check(names == set(range(workers)), f"{run}: one trace track per rank")
+        ranks = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+        check(ranks == set(range(workers)), f"{run}: one trace process per rank, got {ranks}")
         config_text = open(os.path.join(d, "config.yaml")).read()
         check(f"workers: {workers}" in config_text, f"{run}: config.yaml is the resolved config")
     # The plot script reads what gradsync writes, not a fixture of it.

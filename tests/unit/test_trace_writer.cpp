@@ -58,7 +58,10 @@ TEST_CASE("trace writer: writes valid JSON with spans in microseconds from the o
   const auto origin = Clock::now();
   TraceWriter trace(origin, 100);
   trace.add_span(0, "compute", 7, origin + microseconds(1500), origin + microseconds(2500));
-  trace.add_span(1, "communicate", 8, origin + microseconds(3000), origin + microseconds(3250));
+  TraceSpan reduce{"allreduce", 8, origin + microseconds(3000), origin + microseconds(3250)};
+  reduce.bytes = 4096;
+  reduce.index = 2;
+  trace.add_span(1, TraceTrack::kCommunication, reduce);
   trace.write(path);
 
   CHECK_FALSE(fs::exists(path + ".tmp"));
@@ -77,37 +80,79 @@ TEST_CASE("trace writer: writes valid JSON with spans in microseconds from the o
   CHECK(compute.at("ts").get<double>() == doctest::Approx(1500.0));
   CHECK(compute.at("dur").get<double>() == doctest::Approx(1000.0));
   CHECK(compute.at("args").at("step") == 7);
-  const json& communicate = by_name.at("communicate");
+  // Rank 1's process, its communication track.
+  const json& communicate = by_name.at("allreduce");
+  CHECK(communicate.at("pid") == 1);
   CHECK(communicate.at("tid") == 1);
   CHECK(communicate.at("ts").get<double>() == doctest::Approx(3000.0));
   CHECK(communicate.at("dur").get<double>() == doctest::Approx(250.0));
   CHECK(communicate.at("args").at("step") == 8);
+  CHECK(communicate.at("args").at("bytes") == 4096);
+  CHECK(communicate.at("args").at("index") == 2);
 }
 
-TEST_CASE("trace writer: names every rank seen and the process") {
+TEST_CASE("trace writer: names every rank and shard seen, and their tracks") {
   TraceTempDir dir;
   const std::string path = dir.file("trace.json");
   const auto origin = Clock::now();
   TraceWriter trace(origin, 10);
-  // Ranks 0 and 2 only: rank 1 never reported, so it gets no track.
+  // Ranks 0 and 2 and shard 1 only: rank 1 never reported, so it gets no process.
   trace.add_span(2, "compute", 0, origin, origin + microseconds(10));
   trace.add_span(0, "compute", 0, origin, origin + microseconds(10));
+  trace.add_span(1, TraceTrack::kShardApply, TraceSpan{"apply", 0, origin, origin});
   trace.write(path);
   const json doc = read_json(path);
 
-  const auto names = events(doc, "M", "thread_name");
-  REQUIRE(names.size() == 2);
-  std::map<int, std::string> by_tid;
-  for (const auto& e : names) {
-    CHECK(e.at("pid") == 0);
-    by_tid[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+  std::map<int, std::string> processes;
+  for (const auto& e : events(doc, "M", "process_name")) {
+    processes[e.at("pid").get<int>()] = e.at("args").at("name").get<std::string>();
   }
-  CHECK(by_tid.at(0) == "rank 0");
-  CHECK(by_tid.at(2) == "rank 2");
+  CHECK(processes == std::map<int, std::string>{
+                         {0, "rank 0"}, {2, "rank 2"}, {kShardProcessBase + 1, "shard 1"}});
+  std::map<std::pair<int, int>, std::string> tracks;
+  for (const auto& e : events(doc, "M", "thread_name")) {
+    tracks[{e.at("pid").get<int>(), e.at("tid").get<int>()}] =
+        e.at("args").at("name").get<std::string>();
+  }
+  CHECK(tracks.at({2, 0}) == "rank 2 compute");
+  CHECK(tracks.at({2, 1}) == "rank 2 communication");
+  CHECK(tracks.at({kShardProcessBase + 1, 0}) == "shard 1 receive");
+  CHECK(tracks.at({kShardProcessBase + 1, 1}) == "shard 1 apply");
+  CHECK(tracks.at({kShardProcessBase + 1, 2}) == "shard 1 reply");
+  CHECK(tracks.size() == 2 * 2 + 3);
+}
 
-  const auto process = events(doc, "M", "process_name");
-  REQUIRE(process.size() == 1);
-  CHECK(process[0].at("args").at("name") == "gradsync");
+TEST_CASE("trace writer: a push and the shard span receiving it are joined by one arrow") {
+  TraceTempDir dir;
+  const std::string path = dir.file("trace.json");
+  const auto origin = Clock::now();
+  TraceWriter trace(origin, 10);
+  TraceSpan push{"push_pull", 3, origin + microseconds(100), origin + microseconds(900)};
+  push.flow_out = trace_flow_id(1, 0, 3);
+  TraceSpan receive{"receive", 3, origin + microseconds(300), origin + microseconds(600)};
+  receive.index = 1;
+  receive.flow_in = trace_flow_id(1, 0, 3);
+  trace.add_span(1, TraceTrack::kCommunication, push);
+  trace.add_span(0, TraceTrack::kShardReceive, receive);
+  trace.write(path);
+  const json doc = read_json(path);
+
+  const auto starts = events(doc, "s");
+  const auto ends = events(doc, "f");
+  REQUIRE(starts.size() == 1);
+  REQUIRE(ends.size() == 1);
+  CHECK(starts[0].at("id") == ends[0].at("id"));
+  CHECK(starts[0].at("pid") == 1);
+  CHECK(ends[0].at("pid") == kShardProcessBase);
+  CHECK(ends[0].at("bp") == "e");
+  CHECK(ends[0].at("ts").get<double>() == doctest::Approx(300.0));
+  // Ids differ by rank, shard and step, and none is 0 ("no arrow").
+  CHECK(trace_flow_id(0, 0, 0) != 0);
+  CHECK(trace_flow_id(1, 0, 3) != trace_flow_id(0, 1, 3));
+  CHECK(trace_flow_id(1, 0, 3) != trace_flow_id(1, 0, 4));
+  for (const auto& e : events(doc, "X")) {
+    if (e.at("name") == "receive") CHECK(e.at("args").at("worker") == 1);
+  }
 }
 
 TEST_CASE("trace writer: caps spans per rank and counts the dropped ones") {
@@ -126,7 +171,7 @@ TEST_CASE("trace writer: caps spans per rank and counts the dropped ones") {
   int rank0 = 0;
   int rank1 = 0;
   for (const auto& e : events(doc, "X")) {
-    if (e.at("tid") == 0) {
+    if (e.at("pid") == 0) {
       ++rank0;
       CHECK(e.at("args").at("step").get<int>() < 3);  // the earliest spans are the ones kept
     } else {
