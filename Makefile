@@ -2,6 +2,7 @@
 #   make demo   install what is missing, build, run the quickstart preset, plot it
 #   make test   install what is missing, build, run every test (ctest)
 #   make bench  also install the peers (PyTorch on OpenBLAS, ...) and compare against them
+#   make install [DESTDIR=D] [PREFIX=/usr/local]   what `make` built, into D/PREFIX (README)
 #   make fuzz            libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each   (docs/testing.md)
 #   make check-sanitize  every test under ASan+UBSan (build-asan), then TSan (build-tsan)
 BUILD ?= build
@@ -9,9 +10,10 @@ JOBS ?= $(shell nproc)
 PYTHON := /usr/bin/python3
 GRADSYNC := $(BUILD)/bin/gradsync
 FUZZ_SECONDS ?= 60
+PREFIX ?= /usr/local
 FUZZ_TARGETS := fuzz_wire_format fuzz_idx_reader fuzz_preset fuzz_checkpoint
 
-.PHONY: all deps build demo test bench clean fuzz check-sanitize
+.PHONY: all deps build demo test bench install clean fuzz check-sanitize
 
 all: build
 
@@ -40,6 +42,16 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The GNU layout under DESTDIR/PREFIX, as packaging expects (Debian's dh_auto_install runs
+# `make install DESTDIR=debian/tmp`): bin/gradsync, share/gradsync/{presets,plots}, the libraries,
+# include/gradsync/ and lib/cmake/gradsync/ for find_package(gradsync). It installs what `make`
+# (or `make build`) built and builds nothing itself, so it needs no network and no root but for
+# writing into PREFIX. tests/integration/test_install.py runs it into a temporary DESTDIR.
+install:
+	@test -f $(BUILD)/CMakeCache.txt || \
+	  { echo "make install: no build in $(BUILD); run make first" >&2; exit 1; }
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The peers first, then the build (what configure finds is what the build has).
 bench: deps
