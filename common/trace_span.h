@@ -39,6 +39,10 @@ class TraceSink {
   virtual ~TraceSink() = default;
   // `owner`: the rank for kCompute and kCommunication, the shard for the shard tracks.
   virtual void add_span(int owner, TraceTrack track, const TraceSpan& span) = 0;
+  // Time zero from now on: the moment the run's rendezvous ended, as this process saw it (a
+  // rank: its strategy's init returned; a shard: it answered the requests held for INIT), so
+  // that every process's spans share one time axis. Called before the first span.
+  virtual void set_origin(Clock::time_point origin) = 0;
 };
 
 // The id of the arrow from worker `rank`'s push of `step` to shard `shard`'s receipt of it.

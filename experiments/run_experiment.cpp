@@ -202,7 +202,9 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
                                        "--run-dir", run_dir,   "--shard",  std::to_string(k),
                                        "--port",    shard_port};
       if (network) argv.insert(argv.end(), {"--bind", host_of(k)});
-      processes.push_back({"server " + std::to_string(k), argv, {}});
+      // The ranks' time zero too: the shard's trace spans then share their time axis exactly.
+      processes.push_back(
+          {"server " + std::to_string(k), argv, {{kOriginEnv, std::to_string(origin_ns)}}});
       if (!network) {
         const int fd = shard_sockets.back().fd();
         processes.back().env.emplace_back(kShardFdEnv, std::to_string(fd));

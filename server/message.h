@@ -29,6 +29,7 @@ struct Outgoing {
   std::string peer;
   wire::Header header;
   Buffer payload;  // absent (size 0) unless header.payload_bytes > 0
+  int rank = -1;   // the worker a REPLY answers, for the trace (server/shard_trace.h)
 
   // "REPLY from 0 step 3 keys [0, 512) payload 2048 B aux 0 to 00800041a7"
   std::string to_string() const;

@@ -58,9 +58,9 @@ std::uint64_t ParamStore::save_optimizer(std::span<float> momentum) const {
 Buffer ParamStore::snapshot(Chunk chunk) const {
   // The chunk's Hold is the owner: while ZeroMQ has it, writable() sees the chunk as held.
   std::size_t c = chunk.begin / kChunkFloats;
-  GRADSYNC_CHECK(c < chunks_.size() && chunks_[c].begin == chunk.begin &&
-                     chunks_[c].end == chunk.end,
-                 "a snapshot must be of one of the store's chunks");
+  GRADSYNC_CHECK(
+      c < chunks_.size() && chunks_[c].begin == chunk.begin && chunks_[c].end == chunk.end,
+      "a snapshot must be of one of the store's chunks");
   const std::span<const float> all(*current_);
   return {std::as_bytes(all.subspan(chunk.begin, chunk.size())), holds_[c]};
 }
@@ -109,6 +109,7 @@ const float* ParamStore::floats_of(const Buffer& buffer, std::size_t n) {
 void ParamStore::apply(std::size_t c, std::span<const Buffer> grads) {
   GRADSYNC_CHECK(c < chunks_.size(), "no such chunk");
   GRADSYNC_CHECK(!grads.empty(), "an average of no gradients");
+  ++applies_;
   const auto [begin, end] = chunks_[c];
   const std::size_t n = end - begin;
   std::vector<const float*> g;

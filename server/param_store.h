@@ -65,6 +65,8 @@ class ParamStore {
   std::size_t size() const { return size_; }
   // Updates that had to copy because a snapshot was still being sent (for tests and stats).
   std::uint64_t copies_on_write() const { return copies_; }
+  // apply() calls so far (the trace's "apply" spans are the calls that raised it).
+  std::uint64_t applies() const { return applies_; }
 
  private:
   // What a snapshot of one chunk owns: the array (kept alive) and, by being shared, the mark
@@ -88,6 +90,7 @@ class ParamStore {
   std::vector<float> average_;  // one chunk
   std::vector<std::vector<float>> unaligned_;
   std::uint64_t copies_ = 0;
+  std::uint64_t applies_ = 0;
 };
 
 }  // namespace gradsync

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/link_shaper.h"
 #include "server/shard_state.h"
+#include "server/shard_trace.h"
 #include "server/zap_handler.h"
 #include "server/zmq_transport.h"
 
@@ -61,6 +62,7 @@ class PsShard::Impl {
       }
     };
     const auto range = balanced_ranges(options_.model_size, options_.shards)[options_.shard];
+    range_ = range;
     // The ZAP handler must listen before the socket binds: libzmq consults it from the first
     // connection on.
     if (options_.curve) {
@@ -96,11 +98,9 @@ class PsShard::Impl {
     const std::string host = ipv6 ? "[" + options_.bind_host + "]" : options_.bind_host;
     const std::string address =
         "tcp://" + host + ":" + (options_.port == 0 ? "*" : std::to_string(options_.port));
-    if (options_.listen_fd >= 0 &&
-        zmq_setsockopt(router_.handle(), ZMQ_USE_FD, &options_.listen_fd,
-                       sizeof options_.listen_fd) != 0) {
-      throw Error(name_ + ": cannot serve on the socket handed down: " +
-                  zmq_strerror(zmq_errno()));
+    if (options_.listen_fd >= 0 && zmq_setsockopt(router_.handle(), ZMQ_USE_FD, &options_.listen_fd,
+                                                  sizeof options_.listen_fd) != 0) {
+      throw Error(name_ + ": cannot serve on the socket handed down: " + zmq_strerror(zmq_errno()));
     }
     try {
       router_.bind(address);
@@ -223,6 +223,11 @@ class PsShard::Impl {
     try {
       if (send_message(router_, &message.peer, message.header, message.payload)) {
         bytes_sent_ += wire::kHeaderBytes + message.payload.size();
+        const wire::Header& h = message.header;
+        if (h.type == wire::MessageType::kReply && message.rank >= 0) {
+          replies_.sent(message.rank, h.step, h.key_begin == range_.begin, h.key_end == range_.end,
+                        message.payload.size(), Clock::now());
+        }
       } else {
         problem = "its queue is full (it stopped reading)";
       }
@@ -276,6 +281,8 @@ class PsShard::Impl {
   std::atomic<std::uint64_t> bytes_sent_{0};
   std::atomic<std::uint64_t> bytes_received_{0};
   LinkShaper<Outgoing, Frames> shaper_{options_.link};
+  KeyRange range_{};  // this shard's keys (set once the options are validated)
+  ShardTrace replies_{options_.trace, options_.shard};  // the reply spans, as they leave
   const ShardState::Sink send_ = [this](Outgoing&& message) { send(std::move(message)); };
 };
 

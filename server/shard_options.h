@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/link.h"
+#include "common/trace_span.h"
 #include "model/optimizer/sgd.h"
 #include "server/curve_keys.h"
 
@@ -49,6 +50,9 @@ struct PsShardOptions {
   // The run's id (common/run_id.h): a HELLO or heartbeat carrying another is refused and
   // logged, and blames no one.
   std::uint64_t run_id = 0;
+  // Where the shard's receive, apply and reply spans go (server/shard_trace.h); null: none.
+  // Called from the serving thread only.
+  TraceSink* trace = nullptr;
 
   // Checkpoints (sync mode only): after step t when t is a multiple of checkpoint_every or is
   // checkpoint_last_step, the shard writes its range with its optimizer state to

@@ -60,7 +60,9 @@ void ShardState::open_start_gate() {
 }
 
 void ShardState::answer_deferred() {
-  // Answer what waited for the parameters, in arrival order, as if it came now.
+  // Answer what waited for the parameters, in arrival order, as if it came now. The workers'
+  // init ends with these answers: the trace's time zero, as theirs is.
+  trace_.start_clock(Clock::now());
   while (!before_init_.empty() && !failure_) {
     const Deferred d = std::move(before_init_.front());
     before_init_.pop_front();

@@ -52,7 +52,8 @@ ShardState::ShardState(const PsShardOptions& options, Clock::time_point now)
       out_(options_, range_),
       sessions_(options_, now, out_),
       params_(options_, range_, sessions_, out_),  // a resumed shard is initialised here
-      policy_(make_policy(options_, params_, sessions_, out_)) {
+      policy_(make_policy(options_, params_, sessions_, out_)),
+      trace_(options.trace, options.shard) {
   options_.resume.reset();  // the checkpoint's copy is in params_ now
 }
 
@@ -174,6 +175,10 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     case MessageType::kPushPull:
       // Rank 0's INIT may still be on its way, or a worker has not joined yet (the start
       // gate): answer once both happened.
+      if (type == MessageType::kPushPull) {
+        trace_.received(rank, header.step, chunk == 0, chunk + 1 == store().chunks().size(),
+                        payload.size(), now);
+      }
       if (!params_.initialised() || !sessions_.everyone_joined()) {
         return hold(peer, {rank, header, payload, chunk, now});
       }
@@ -202,7 +207,10 @@ void ShardState::hello(const std::string& peer, const wire::Header& header, Cloc
 
 void ShardState::push(int rank, const wire::Header& header, const Buffer& payload,
                       std::size_t chunk) {
+  const std::uint64_t applies = store().applies();
+  const Clock::time_point begin = trace_.on() ? Clock::now() : Clock::time_point{};
   if (auto failure = policy_->push(rank, header, payload, chunk)) fail(std::move(*failure));
+  if (store().applies() != applies) trace_.applied(rank, header.step, begin, Clock::now());
 }
 
 void ShardState::bye(int rank) {

@@ -90,6 +90,7 @@
 #include "server/shard_options.h"
 #include "server/shard_output.h"
 #include "server/shard_sessions.h"
+#include "server/shard_trace.h"
 
 namespace gradsync {
 
@@ -169,6 +170,7 @@ class ShardState {
   std::optional<Buffer> pending_init_;  // rank 0's INIT, held at the start gate
   std::optional<ShardFailure> failure_;
   std::uint64_t rejected_ = 0;
+  ShardTrace trace_;  // receive and apply spans (PsShard records the replies)
 };
 
 }  // namespace gradsync

@@ -8,9 +8,10 @@
 
 namespace gradsync {
 
-// A step's trace holds compute, wait, communicate and at times checkpoint and evaluate: five
-// spans at most.
-constexpr std::int64_t kSpansPerStep = 5;
+// A step's trace holds compute and synchronize, at times checkpoint and evaluate, and a
+// communication span per bucket (allreduce) or shard (ps): room for 60 of those a step. The
+// loop traces only output.trace_steps steps; this cap only bounds the memory if it did not.
+constexpr std::int64_t kSpansPerStep = 4 + 60;
 
 RunPlan plan_run(const Config& config, const TrainTest& data) {
   RunPlan plan;

@@ -11,6 +11,8 @@
 #include "worker/model_factory.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
+#include "worker/trace_writer.h"
+#include "worker/worker_process.h"
 
 namespace gradsync {
 namespace {
@@ -72,6 +74,36 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
   options.link = make_link(emulated_link_gbps(config));
   add_checkpointing(options, config, plan, run_dir);
+  // Receive and apply spans per worker and step, and the replies, for the run's trace.json:
+  // about 2N + 1 a step, over the ranks' first output.trace_steps steps.
+  // Under gradsync run the launcher's clock origin is every rank's time zero, and the shard's;
+  // otherwise the shard takes the moment its workers' init ends (TraceSink::set_origin).
+  const std::optional<Clock::time_point> shared = launcher_origin();
+  TraceWriter trace(shared.value_or(Clock::now()),
+                    plan.trace_spans_per_rank * (config.workers + 1));
+  struct KeepOrigin final : TraceSink {
+    TraceWriter& trace;
+    explicit KeepOrigin(TraceWriter& t) : trace(t) {}
+    void add_span(int owner, TraceTrack track, const TraceSpan& span) override {
+      trace.add_span(owner, track, span);
+    }
+    void set_origin(Clock::time_point) override {}
+  } keep_origin(trace);
+  if (config.output.trace_steps > 0) {
+    options.trace = shared ? static_cast<TraceSink*>(&keep_origin) : &trace;
+  }
+  // Also after a failure: the steps before it are worth seeing; the failure is what gets
+  // reported, so a trace that cannot be written must not replace it.
+  struct WriteTrace {
+    const TraceWriter& trace;
+    std::string path;
+    ~WriteTrace() {
+      try {
+        trace.write(path);
+      } catch (const std::exception&) {
+      }
+    }
+  } write_trace{trace, shard_trace_path(run_dir, shard)};
 
   PsShard server(options);
   if (on_listening) {

@@ -39,7 +39,7 @@ class TraceWriter final : public TraceSink {
   TraceWriter(Clock::time_point origin, std::int64_t max_spans_per_owner);
 
   // Moves time zero, for spans added from now on (before any is, to keep one time axis).
-  void set_origin(Clock::time_point origin);
+  void set_origin(Clock::time_point origin) override;
 
   void add_span(int owner, TraceTrack track, const TraceSpan& span) override;
   // A span on rank `rank`'s compute track: "compute", "synchronize", "evaluate"...

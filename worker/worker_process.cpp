@@ -40,13 +40,14 @@
 
 namespace gradsync {
 namespace fs = std::filesystem;
-namespace {
 
-Clock::time_point launcher_origin() {
+std::optional<Clock::time_point> launcher_origin() {
   const char* text = std::getenv(kOriginEnv);
-  if (text == nullptr) return Clock::now();
+  if (text == nullptr) return std::nullopt;
   return Clock::time_point(std::chrono::nanoseconds(std::strtoll(text, nullptr, 10)));
 }
+
+namespace {
 
 // The local IP address this host sends from to reach host:port (a connected UDP socket sends
 // nothing; it only asks the kernel for the route).
@@ -314,7 +315,7 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
     run_id = run_id_for(options.config_yaml);
   }
 
-  const Clock::time_point origin = launcher_origin();
+  const Clock::time_point origin = launcher_origin().value_or(Clock::now());
   const TrainTest data = load_data(config.data, config.train.seed);
   const RunPlan plan = plan_run(config, data);
   // Declared before the strategy, so destroyed after it: a failing step may leave a bucket

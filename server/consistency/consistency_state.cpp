@@ -82,7 +82,7 @@ Outgoing ConsistencyState::reply_chunk(int rank, std::size_t chunk, std::uint64_
   return {sessions_.peer(rank),
           wire::make_header(MessageType::kReply, shard_, step, range_.begin + c.begin,
                             range_.begin + c.end, c.size() * sizeof(float), staleness),
-          store_.snapshot(c)};
+          store_.snapshot(c), rank};
 }
 
 }  // namespace gradsync

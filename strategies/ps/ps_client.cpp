@@ -57,9 +57,9 @@ class PsClient::Impl {
       throw;
     }
     if (options_.heartbeat.count() > 0) {
-      heartbeat_ = std::make_unique<HeartbeatSender>(context_, options_.endpoints, options_.rank,
-                                                     options_.run_id, options_.heartbeat,
-                                                     options_.curve);
+      heartbeat_ =
+          std::make_unique<HeartbeatSender>(context_, options_.endpoints, options_.rank,
+                                            options_.run_id, options_.heartbeat, options_.curve);
     }
   }
 
@@ -96,6 +96,8 @@ class PsClient::Impl {
                   std::to_string(options_.rank));
     }
     Request request{next_ticket_++, kind, step, in, {}, static_cast<int>(links_.size()), {}};
+    request.stats.issued = Clock::now();
+    request.stats.answered.assign(links_.size(), Clock::time_point{});
     const MessageType type = type_of(kind);
     // INIT and PULL name each shard's whole range; a push_pull sends one PUSHPULL per chunk of
     // it (wire_format.h), so a shard can answer chunk c while chunk c + 1 is on its way; the
@@ -332,6 +334,7 @@ class PsClient::Impl {
     request.cursor[k] = h.key_end;
     if (init || h.key_end == r.end) {
       request.cursor[k] = kAnswered;
+      request.stats.answered[static_cast<std::size_t>(k)] = Clock::now();
       --request.remaining;
     }
   }

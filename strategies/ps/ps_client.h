@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "common/link.h"
+#include "common/stopwatch.h"
 #include "server/curve_keys.h"
 #include "server/key_range.h"
 
@@ -84,6 +85,9 @@ struct PushPullStats {
   std::uint64_t bytes_sent = 0;      // headers and payloads, over every shard
   std::uint64_t bytes_received = 0;  // the same for the replies (one header per chunk)
   std::uint32_t max_staleness = 0;   // over the shards' replies: steps the params lag behind
+  // For the trace: when the request was issued, and per shard when its last reply was filed.
+  Clock::time_point issued{};
+  std::vector<Clock::time_point> answered;
 };
 
 class PsClient {

@@ -22,6 +22,14 @@ void PsStrategy::init(std::span<float> params) {
 void PsStrategy::synchronize(std::span<float> grads, std::span<float> params) {
   Stopwatch round_trip;
   const PushPullStats result = client_->wait(client_->push_pull(step_, grads, params));
+  spans_.clear();
+  for (std::size_t k = 0; k < result.answered.size(); ++k) {
+    TraceSpan span{"push_pull", static_cast<std::int64_t>(step_), result.issued,
+                   result.answered[k]};
+    span.index = static_cast<int>(k);
+    span.flow_out = trace_flow_id(rank_, static_cast<int>(k), static_cast<std::int64_t>(step_));
+    spans_.push_back(span);
+  }
   ++step_;
   stats_ = StepStats{};
   // The worker cannot tell server time from network time: the whole round trip is

@@ -37,6 +37,9 @@ class PsStrategy final : public SyncStrategy {
   void init(std::span<float> params) override;
   void synchronize(std::span<float> grads, std::span<float> params) override;
   StepStats last_step_stats() const override { return stats_; }
+  // One "push_pull" span per shard (index: the shard), from the push's issue to that shard's
+  // last reply filed, each with an arrow to the shard's receipt of the push.
+  std::span<const TraceSpan> last_step_spans() const override { return spans_; }
 
  private:
   PsClientOptions options_;
@@ -44,6 +47,7 @@ class PsStrategy final : public SyncStrategy {
   std::unique_ptr<PsClient> client_;
   std::uint64_t step_ = 0;
   StepStats stats_;
+  std::vector<TraceSpan> spans_;
 };
 
 }  // namespace gradsync

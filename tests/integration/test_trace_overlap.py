@@ -5,6 +5,11 @@ starts before that rank's "compute" span (forward and backward) of the same step
 spans carry real start and end times, not durations laid end to end. With overlap off, none
 does. Both ranks' processes are in the merged file, each with its compute and communication
 tracks, and their spans share one time axis (the same step starts within a few ms on both).
+
+ps-2 (two workers, two shards, sync): each shard is a process with receive, apply and reply
+tracks; every traced step of every worker has a receive span on each shard, joined to the
+worker's push_pull span by an arrow (a flow start and end with the same id), and a shard
+receives a step's push only after the worker began it.
 """
 import json
 import os
@@ -54,4 +59,28 @@ with tempfile.TemporaryDirectory() as out:
     check(early["overlap-off"] == 0,
           f"overlap off: no all-reduce span starts before its step's backward ends "
           f"({early['overlap-off']} do)")
+    events = json.load(open(os.path.join(top, "ps-2", "trace.json")))["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e["name"] == "thread_name"}
+    for shard in range(2):
+        for tid, track in enumerate(["receive", "apply", "reply"]):
+            check(names.get((1000 + shard, tid)) == f"shard {shard} {track}",
+                  f"ps-2: shard {shard} has its {track} track: {names}")
+    spans = [e for e in events if e.get("ph") == "X"]
+    pushes = {(e["pid"], e["args"]["index"], e["args"]["step"]): e for e in spans
+              if e["name"] == "push_pull"}
+    receives = {(e["args"]["worker"], e["pid"] - 1000, e["args"]["step"]): e for e in spans
+                if e["name"] == "receive"}
+    check(len(pushes) == 2 * 2 * 12 and set(pushes) == set(receives),
+          f"ps-2: a push_pull span per worker, shard and step ({len(pushes)}), and a receive "
+          f"span for each on its shard ({len(receives)})")
+    late = [k for k in pushes if k in receives and receives[k]["ts"] < pushes[k]["ts"] - 2e3]
+    check(late == [], f"ps-2: no shard receives a push before the worker began it: {late[:3]}")
+    starts = {e["id"]: (e["pid"], e["tid"]) for e in events if e.get("ph") == "s"}
+    ends = {e["id"]: (e["pid"], e["tid"]) for e in events if e.get("ph") == "f"}
+    joined = [i for i in starts if i in ends and starts[i][0] < 1000 <= ends[i][0]]
+    check(len(starts) == len(pushes) and len(joined) == len(starts),
+          f"ps-2: every push's arrow ends on a shard ({len(joined)} of {len(starts)})")
+    applies = [e for e in spans if e["name"] == "apply"]
+    check(len(applies) >= 2 * 12, f"ps-2: each shard applies every step ({len(applies)} spans)")
 check.finish()
