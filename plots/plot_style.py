@@ -2,7 +2,9 @@
 import matplotlib.pyplot as plt
 
 PHASE_COLORS = {"compute": "tab:blue", "communicate": "tab:orange", "wait": "tab:red",
-                "evaluate": "tab:green"}
+                "evaluate": "tab:green", "synchronize": "tab:gray", "allreduce": "tab:orange",
+                "push_pull": "tab:orange", "receive": "tab:purple", "apply": "tab:olive",
+                "reply": "tab:cyan"}
 # More runs than this in one plot: legends move outside the axes, bar labels turn.
 MANY_RUNS = 6
 

@@ -10,9 +10,13 @@ ps-2 (two workers, two shards, sync): each shard is a process with receive, appl
 tracks; every traced step of every worker has a receive span on each shard, joined to the
 worker's push_pull span by an arrow (a flow start and end with the same id), and a shard
 receives a step's push only after the worker began it.
+
+plots/plot_trace.py draws the overlap run's trace as a PNG (the README's picture), and says in
+one line, exiting non-zero, when there is no trace.
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -20,6 +24,8 @@ from collections import defaultdict
 from checks import Checks, run_preset
 
 gradsync, preset = sys.argv[1], sys.argv[2]
+PLOT_TRACE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "plots",
+                          "plot_trace.py")
 check = Checks()
 
 
@@ -83,4 +89,14 @@ with tempfile.TemporaryDirectory() as out:
           f"ps-2: every push's arrow ends on a shard ({len(joined)} of {len(starts)})")
     applies = [e for e in spans if e["name"] == "apply"]
     check(len(applies) >= 2 * 12, f"ps-2: each shard applies every step ({len(applies)} spans)")
+
+    png = os.path.join(out, "trace.png")
+    drawn = subprocess.run(["/usr/bin/python3", PLOT_TRACE, os.path.join(top, "overlap-on"), png,
+                            "--steps", "2"], capture_output=True, text=True, timeout=120)
+    check(drawn.returncode == 0 and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+          and os.path.getsize(png) > 10000, f"plot_trace.py drew the trace: {drawn.stderr[-300:]}")
+    missing = subprocess.run(["/usr/bin/python3", PLOT_TRACE, os.path.join(out, "none"), png],
+                             capture_output=True, text=True, timeout=60)
+    check(missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1
+          and "none" in missing.stderr, f"no trace: one line naming it: {missing.stderr!r}")
 check.finish()
