@@ -12,7 +12,7 @@
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
 #include "worker/trace_writer.h"
-#include "worker/worker_process.h"
+#include "worker/clock_origin.h"
 
 namespace gradsync {
 namespace {

@@ -41,12 +41,6 @@
 namespace gradsync {
 namespace fs = std::filesystem;
 
-std::optional<Clock::time_point> launcher_origin() {
-  const char* text = std::getenv(kOriginEnv);
-  if (text == nullptr) return std::nullopt;
-  return Clock::time_point(std::chrono::nanoseconds(std::strtoll(text, nullptr, 10)));
-}
-
 namespace {
 
 // The local IP address this host sends from to reach host:port (a connected UDP socket sends

@@ -8,12 +8,11 @@
 // tells them the run folder, and an allreduce ring forms through it.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
-#include "common/stopwatch.h"
+#include "worker/clock_origin.h"
 
 namespace gradsync {
 
@@ -51,10 +50,5 @@ void check_mpi_launcher(const Config& config, const std::string& preset);
 // ps.servers); a ConfigError naming WORLD_SIZE when that leaves none.
 int ps_workers(const Config& config, int launched);
 
-// The environment variable with the launcher's clock origin (steady_clock nanoseconds), so the
-// ranks' traces share one time axis.
-inline constexpr const char* kOriginEnv = "GRADSYNC_ORIGIN_NS";
-// That origin, when this process has one (gradsync run started it).
-std::optional<Clock::time_point> launcher_origin();
 
 }  // namespace gradsync
