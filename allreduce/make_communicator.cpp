@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "allreduce/shm/shm_communicator.h"
 #include "common/error.h"
 #ifdef GRADSYNC_HAVE_GLOO
 #include "allreduce/gloo/gloo_communicator.h"
@@ -62,10 +63,10 @@ std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,
                                                 const CommunicatorOptions& options) {
   const std::string& backend = options.backend;
-  if (backend != "auto" && backend != "tcp" && backend != "gloo" && backend != "mpi" &&
-      backend != "nccl") {
+  if (backend != "auto" && backend != "tcp" && backend != "shm" && backend != "gloo" &&
+      backend != "mpi" && backend != "nccl") {
     throw ConfigError("comm", "comm.backend",
-                      "unknown backend '" + backend + "' (valid: auto, tcp, gloo, mpi, nccl)");
+                      "unknown backend '" + backend + "' (valid: auto, tcp, shm, gloo, mpi, nccl)");
   }
   const bool host = options.device < 0;
   if (host != (backend != "nccl") && backend != "auto") {
@@ -73,6 +74,18 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
                       host ? "nccl reduces GPU buffers, and these are in host memory"
                            : backend + " reduces host buffers, and these are on cuda:" +
                                  std::to_string(options.device));
+  }
+  if (backend == "shm") {
+    if (options.algorithm != "default") {
+      throw ConfigError("comm", "comm.algorithm",
+                        "'" + options.algorithm + "' is gloo's; shm takes only default");
+    }
+    ShmOptions shm;
+    shm.timeout = options.tcp.timeout;
+    // Beside the ring's keys in the same Store, never in their way.
+    shm.store_prefix = options.tcp.store_prefix + "/shm";
+    shm.run_id = options.run_id;
+    return make_shm_communicator(store, rank, size, shm);
   }
   if (backend == "gloo") return make_gloo(store, rank, size, options);
   if (backend == "mpi") return make_mpi(store, rank, size, options);
@@ -93,7 +106,7 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
 }
 
 std::vector<std::string> compiled_backends() {
-  std::vector<std::string> names = {"auto", "tcp"};
+  std::vector<std::string> names = {"auto", "tcp", "shm"};
 #ifdef GRADSYNC_HAVE_GLOO
   names.push_back("gloo");
 #endif

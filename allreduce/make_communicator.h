@@ -1,6 +1,7 @@
 // make_communicator: the Communicator of `backend` (comm.backend) for where a rank's buffers
-// live. auto: TcpRing for host memory (device -1), NcclCommunicator for a CUDA device; tcp, gloo
-// (allreduce/gloo/) and mpi (allreduce/mpi/, ranks started by mpirun) reduce host buffers, nccl
+// live. auto: TcpRing for host memory (device -1), NcclCommunicator for a CUDA device; tcp, shm
+// (allreduce/shm/, ranks of one host), gloo (allreduce/gloo/) and mpi (allreduce/mpi/, ranks
+// started by mpirun) reduce host buffers, nccl
 // device ones, ordered after `producer_stream` (the model's stream, so bucket reductions start
 // after their layer's gradient kernels; see allreduce/nccl/nccl_communicator.h).
 //
@@ -15,6 +16,7 @@
 // device in a build without NCCL. The Store must outlive the communicator.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -29,13 +31,14 @@ struct CUstream_st;  // cudaStream_t's pointee, so this header needs no CUDA hea
 namespace gradsync {
 
 struct CommunicatorOptions {
-  std::string backend = "auto";            // auto | tcp | gloo | mpi | nccl (comm.backend)
+  std::string backend = "auto";            // auto | tcp | shm | gloo | mpi | nccl (comm.backend)
   std::string algorithm = "default";       // comm.algorithm: gloo's ring, ring_chunked, ...
   TcpRingOptions tcp;                      // timeout and bind_host for every backend; the rest
                                            // for TcpRing only
   int device = -1;                         // -1: host buffers (TcpRing); else CUDA ordinal (NCCL)
   CUstream_st* producer_stream = nullptr;  // NCCL: collectives wait for this stream's work
   bool desync_check = true;                // gloo, mpi: the header exchange (comm.desync_check)
+  std::uint64_t run_id = 0;                // shm: names its segment (common/run_id.h)
 };
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,

@@ -1,0 +1,528 @@
+#include "allreduce/shm/shm_communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "allreduce/collective_checks.h"
+#include "allreduce/collective_kind.h"
+#include "allreduce/shm/shm_segment.h"
+#include "allreduce/shm/shm_wait.h"
+#include "allreduce/tcp/work_queue.h"
+#include "common/error.h"
+
+namespace gradsync {
+namespace {
+
+using std::chrono::milliseconds;
+using tcp::RingWork;
+
+constexpr std::uint64_t kMagic = 0x3130306d73737267ull;  // "grssm001"
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kReasonBytes = 1024;
+// A sleeping waiter wakes at least this often to look at its deadline and the awaited process.
+constexpr milliseconds kSleepSlice{10};
+
+// What a rank says it is doing, for the desync check: written before the collective's first
+// barrier, read by the others after it. Two, by sequence parity: a rank may already describe
+// its next collective while a slower one still reads this one.
+struct Descriptor {
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;
+  std::uint32_t op = 0;
+  std::int32_t root = 0;
+  bool operator==(const Descriptor&) const = default;
+};
+
+struct alignas(128) RankCell {
+  std::atomic<std::uint32_t> phase;     // barriers passed: the futex word others sleep on
+  std::atomic<std::uint32_t> sleepers;  // ranks asleep on `phase`: wake only when there are
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::uint64_t> started;  // last collective sequence number begun, and finished
+  std::atomic<std::uint64_t> finished;
+  Descriptor current[2];
+};
+
+struct Header {
+  std::uint64_t magic;
+  std::uint32_t ranks;
+  std::uint64_t chunk_bytes;
+  // 0: running; 1: a rank is writing its reason; 2: the reason is there.
+  std::atomic<std::uint32_t> aborted;
+  std::int32_t aborted_by;
+  char reason[kReasonBytes];
+};
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::size_t cells_offset() { return round_up(sizeof(Header), kPage); }
+std::size_t data_offset(int ranks) {
+  return round_up(cells_offset() + sizeof(RankCell) * static_cast<std::size_t>(ranks), kPage);
+}
+std::size_t segment_bytes(int ranks, std::size_t chunk) {
+  return data_offset(ranks) + 2 * (static_cast<std::size_t>(ranks) + 1) * chunk;
+}
+
+// Wrap-safe "counter a has reached b".
+bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// out[i] = (((s[0][i] + s[1][i]) + s[2][i]) + ...), divided by `divisor` when it is not 0:
+// the same order for every element, whichever rank sums it. Blocks of 1024 floats keep the
+// running sum in L1 across the slots.
+void sum_slots(float* out, const std::vector<const float*>& slots, std::size_t begin,
+               std::size_t end, float divisor) {
+  constexpr std::size_t kBlock = 1024;
+  for (std::size_t b = begin; b < end; b += kBlock) {
+    const std::size_t e = std::min(end, b + kBlock);
+    float* __restrict o = out + b;
+    const std::size_t n = e - b;
+    const float* __restrict first = slots[0] + b;
+    for (std::size_t i = 0; i < n; ++i) o[i] = first[i];
+    for (std::size_t k = 1; k < slots.size(); ++k) {
+      const float* __restrict s = slots[k] + b;
+      for (std::size_t i = 0; i < n; ++i) o[i] += s[i];
+    }
+    if (divisor != 0.0f) {
+      for (std::size_t i = 0; i < n; ++i) o[i] /= divisor;
+    }
+  }
+}
+
+class ShmCommunicator final : public Communicator {
+ public:
+  ShmCommunicator(Store& store, int rank, int size, const ShmOptions& options)
+      : rank_(rank),
+        size_(size),
+        options_(options),
+        chunk_floats_(std::max<std::size_t>(options.chunk_bytes / sizeof(float), 64) / 64 * 64),
+        grace_(std::min(options.timeout, milliseconds(1000))),
+        spin_(size <= static_cast<int>(std::thread::hardware_concurrency())),
+        queue_(rank, options.timeout, grace_) {
+    if (size_ > 1) attach(store);
+  }
+
+  // A collective still waiting (its peers gone after a failure elsewhere) sees closing_ within
+  // one sleep slice and fails: the queue's thread is joined without waiting out the timeout.
+  ~ShmCommunicator() override {
+    closing_ = true;
+    queue_.stop();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  milliseconds timeout() const override { return options_.timeout; }
+
+  std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {
+    return allreduce_into_async(data, data, op);
+  }
+
+  std::shared_ptr<Work> allreduce_into_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    check_allreduce_into_buffers(in.data(), in.size(), out.data(), out.size());
+    const auto kind =
+        op == ReduceOp::kAvg ? CollectiveKind::kAllreduceAvg : CollectiveKind::kAllreduceSum;
+    return issue(kind, in.size(), 0, [this, in, out, op](RingWork& work) {
+      run_allreduce(work, in, out, op == ReduceOp::kAvg);
+    });
+  }
+
+  std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
+    GRADSYNC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) +
+                                                  " is not a rank of " + std::to_string(size_));
+    return issue(CollectiveKind::kBroadcast, data.size(), root,
+                 [this, data, root](RingWork& work) { run_broadcast(work, data, root); });
+  }
+
+  std::shared_ptr<Work> allgather_async(std::span<const float> in, std::span<float> out) override {
+    GRADSYNC_CHECK(out.size() == in.size() * static_cast<std::size_t>(size_),
+                   "allgather: out.size() must be size() * in.size()");
+    return issue(CollectiveKind::kAllgather, out.size(), 0,
+                 [this, in, out](RingWork& work) { run_allgather(work, in, out); });
+  }
+
+  std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
+                                             ReduceOp op) override {
+    check_reduce_scatter_sizes(in.size(), out.size(), size_);
+    const auto kind = op == ReduceOp::kAvg ? CollectiveKind::kReduceScatterAvg
+                                           : CollectiveKind::kReduceScatterSum;
+    return issue(kind, in.size(), 0, [this, in, out, op](RingWork& work) {
+      run_reduce_scatter(work, in, out, op == ReduceOp::kAvg);
+    });
+  }
+
+  std::shared_ptr<Work> barrier_async() override {
+    return issue(CollectiveKind::kBarrier, std::size_t(size_), 0, [this](RingWork& work) {
+      begin(work);
+      sync(work);
+    });
+  }
+
+  CommCounters counters() const override {
+    CommCounters c;
+    c.bytes_sent = bytes_sent_.load();
+    c.bytes_received = bytes_received_.load();
+    c.collectives = collectives_.load();
+    return c;
+  }
+
+  void abort(const std::string& reason) override {
+    if (size_ > 1) mark_aborted(reason);
+    closing_ = true;
+    queue_.stop();
+  }
+
+ private:
+  // ---- set-up ---------------------------------------------------------------------------------
+
+  void attach(Store& store) {
+    const std::string prefix = options_.store_prefix + "/";
+    const std::size_t bytes = segment_bytes(size_, chunk_floats_ * sizeof(float));
+    const std::string host = shm_host_id();
+    store.set(prefix + "host/" + std::to_string(rank_), host);
+    for (int r = 0; r < size_; ++r) {
+      const std::string theirs = store.get(prefix + "host/" + std::to_string(r), options_.timeout);
+      if (theirs != host) {
+        throw PeerError(r, theirs, "shm set-up",
+                        "comm.backend shm needs every rank on one host, and this rank is on " +
+                            host + " (choose tcp, gloo or mpi across hosts)");
+      }
+    }
+    if (rank_ == 0) {
+      segment_ = ShmSegment::create(shm_segment_name(options_.run_id), bytes);
+      auto* header = new (segment_.data()) Header{};
+      header->ranks = static_cast<std::uint32_t>(size_);
+      header->chunk_bytes = chunk_floats_ * sizeof(float);
+      for (int r = 0; r < size_; ++r) new (cell_address(r)) RankCell{};
+      std::atomic_thread_fence(std::memory_order_release);
+      header->magic = kMagic;
+      store.set(prefix + "name", segment_.name());
+    } else {
+      const std::string name = store.get(prefix + "name", options_.timeout);
+      segment_ = ShmSegment::open(name, bytes);
+      const Header& h = header();
+      if (h.magic != kMagic || h.ranks != std::uint32_t(size_) ||
+          h.chunk_bytes != chunk_floats_ * sizeof(float)) {
+        throw Error("shared memory " + name + ": made for " + std::to_string(h.ranks) +
+                    " ranks and chunks of " + std::to_string(h.chunk_bytes) + " bytes, this rank " +
+                    "expects " + std::to_string(size_) + " and " +
+                    std::to_string(chunk_floats_ * sizeof(float)) + " (mixed builds or options?)");
+      }
+    }
+    cell(rank_).pid.store(static_cast<std::int32_t>(::getpid()));
+    store.set(prefix + "mapped/" + std::to_string(rank_), "1");
+    if (rank_ == 0) {
+      std::vector<std::string> keys;
+      for (int r = 1; r < size_; ++r) keys.push_back(prefix + "mapped/" + std::to_string(r));
+      store.wait(keys, options_.timeout);
+      // Everyone has it mapped: the name can go, so no kill leaves a segment behind.
+      segment_.unlink();
+    }
+  }
+
+  // ---- layout ---------------------------------------------------------------------------------
+
+  Header& header() const { return *reinterpret_cast<Header*>(segment_.data()); }
+  std::byte* cell_address(int r) const {
+    return segment_.data() + cells_offset() + sizeof(RankCell) * static_cast<std::size_t>(r);
+  }
+  RankCell& cell(int r) const { return *reinterpret_cast<RankCell*>(cell_address(r)); }
+  // Set s (0 or 1): slots 0..N-1 (one per rank), then the result area.
+  float* area(int set, int index) const {
+    const std::size_t area_floats = chunk_floats_;
+    const std::size_t n = static_cast<std::size_t>(set) * (static_cast<std::size_t>(size_) + 1) +
+                          static_cast<std::size_t>(index);
+    return reinterpret_cast<float*>(segment_.data() + data_offset(size_)) + n * area_floats;
+  }
+  float* slot(int set, int r) const { return area(set, r); }
+  float* result(int set) const { return area(set, size_); }
+  int next_set() { return static_cast<int>(chunks_++ & 1u); }
+
+  // ---- collectives ----------------------------------------------------------------------------
+
+  template <typename Body>
+  std::shared_ptr<Work> issue(CollectiveKind kind, std::size_t count, int root, Body body) {
+    return queue_.submit(
+        describe_collective(kind, count, root),
+        [this, kind, count, root, body = std::move(body)](RingWork& work) mutable {
+          current_ = Descriptor{work.seq(), count, std::uint32_t(kind), root};
+          // One rank: the bodies only copy (an out-of-place allreduce, an allgather).
+          const bool barrier = kind == CollectiveKind::kBarrier;
+          if (barrier ? size_ > 1 : count > 0) body(work);
+          ++collectives_;
+          if (size_ > 1) cell(rank_).finished.store(work.seq());
+        },
+        issuing_blocking_call());
+  }
+
+  // Says which collective this rank is in; the first sync() of it checks the others agree.
+  void begin(RingWork& work) {
+    RankCell& me = cell(rank_);
+    me.current[work.seq() & 1] = current_;
+    me.started.store(work.seq());
+    checked_ = false;
+    work_started_ = Clock::now();
+  }
+
+  void run_allreduce(RingWork& work, std::span<const float> in, std::span<float> out,
+                     bool average) {
+    if (size_ == 1) {
+      if (in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size() * sizeof(float));
+      return;
+    }
+    begin(work);
+    const std::size_t n = in.size();
+    std::vector<const float*> slots(static_cast<std::size_t>(size_));
+    for (std::size_t off = 0; off < n; off += chunk_floats_) {
+      const std::size_t len = std::min(chunk_floats_, n - off);
+      const int set = next_set();
+      std::memcpy(slot(set, rank_), in.data() + off, len * sizeof(float));
+      sync(work);
+      for (int r = 0; r < size_; ++r) slots[static_cast<std::size_t>(r)] = slot(set, r);
+      const auto [b, e] = slice(len, rank_);
+      sum_slots(result(set), slots, b, e, average ? float(size_) : 0.0f);
+      sync(work);
+      std::memcpy(out.data() + off, result(set), len * sizeof(float));
+      bytes_sent_ += (len + (e - b)) * sizeof(float);
+      bytes_received_ += (len + (e - b) * static_cast<std::size_t>(size_ - 1)) * sizeof(float);
+    }
+  }
+
+  void run_broadcast(RingWork& work, std::span<float> data, int root) {
+    if (size_ == 1) return;
+    begin(work);
+    for (std::size_t off = 0; off < data.size(); off += chunk_floats_) {
+      const std::size_t len = std::min(chunk_floats_, data.size() - off);
+      const int set = next_set();
+      if (rank_ == root) std::memcpy(slot(set, root), data.data() + off, len * sizeof(float));
+      sync(work);
+      if (rank_ != root) std::memcpy(data.data() + off, slot(set, root), len * sizeof(float));
+      (rank_ == root ? bytes_sent_ : bytes_received_) += len * sizeof(float);
+    }
+  }
+
+  void run_allgather(RingWork& work, std::span<const float> in, std::span<float> out) {
+    if (size_ == 1) {
+      std::memcpy(out.data(), in.data(), in.size() * sizeof(float));
+      return;
+    }
+    begin(work);
+    const std::size_t m = in.size();
+    for (std::size_t off = 0; off < m; off += chunk_floats_) {
+      const std::size_t len = std::min(chunk_floats_, m - off);
+      const int set = next_set();
+      std::memcpy(slot(set, rank_), in.data() + off, len * sizeof(float));
+      sync(work);
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(out.data() + static_cast<std::size_t>(r) * m + off, slot(set, r),
+                    len * sizeof(float));
+      }
+      bytes_sent_ += len * sizeof(float);
+      bytes_received_ += len * static_cast<std::size_t>(size_ - 1) * sizeof(float);
+    }
+  }
+
+  // Block r of `in` reduced into rank r's `out`: a slot holds the same stretch of every block,
+  // and rank r sums its block's stretch over the slots straight into `out`.
+  void run_reduce_scatter(RingWork& work, std::span<const float> in, std::span<float> out,
+                          bool average) {
+    if (size_ == 1) {
+      std::memcpy(out.data(), in.data(), in.size() * sizeof(float));
+      return;
+    }
+    begin(work);
+    const std::size_t m = out.size();
+    const std::size_t n = static_cast<std::size_t>(size_);
+    const std::size_t stretch = std::max<std::size_t>(chunk_floats_ / n, 1);
+    std::vector<const float*> slots(n);
+    for (std::size_t off = 0; off < m; off += stretch) {
+      const std::size_t len = std::min(stretch, m - off);
+      const int set = next_set();
+      float* mine = slot(set, rank_);
+      for (std::size_t j = 0; j < n; ++j) {
+        std::memcpy(mine + j * len, in.data() + j * m + off, len * sizeof(float));
+      }
+      sync(work);
+      for (std::size_t r = 0; r < n; ++r) {
+        slots[r] = slot(set, static_cast<int>(r)) + static_cast<std::size_t>(rank_) * len;
+      }
+      // sum_slots indexes from its begin: shift the output so index 0 lands at out[off].
+      sum_slots(out.data() + off, slots, 0, len, average ? float(size_) : 0.0f);
+      bytes_sent_ += n * len * sizeof(float);
+      bytes_received_ += (n - 1) * len * sizeof(float);
+    }
+  }
+
+  // Rank r's part of a chunk of `len` floats: cut at multiples of 16 floats (64-byte lines), so
+  // two ranks never write one cache line of the result.
+  std::pair<std::size_t, std::size_t> slice(std::size_t len, int r) const {
+    const std::size_t lines = (len + 15) / 16;
+    const auto cut = [&](int k) {
+      return std::min(len, lines * static_cast<std::size_t>(k) / std::size_t(size_) * 16);
+    };
+    return {cut(r), cut(r + 1)};
+  }
+
+  // ---- barriers -------------------------------------------------------------------------------
+
+  // Raises this rank's phase, then waits until every rank's has reached it. The first of a
+  // collective also checks that every rank is in the same one.
+  void sync(RingWork& work) {
+    RankCell& me = cell(rank_);
+    const std::uint32_t target = me.phase.fetch_add(1, std::memory_order_seq_cst) + 1;
+    if (me.sleepers.load(std::memory_order_seq_cst) > 0) shm::futex_wake_all(&me.phase);
+    const Clock::time_point deadline = work_started_ + options_.timeout;
+    for (int k = 0; k < size_; ++k) {
+      if (k != rank_) wait_for(work, k, target, deadline);
+    }
+    if (!checked_) {
+      checked_ = true;
+      check_same_collective(work);
+    }
+  }
+
+  void wait_for(RingWork& work, int k, std::uint32_t target, Clock::time_point deadline) {
+    RankCell& them = cell(k);
+    int spins = spin_ ? 4000 : 0;
+    Clock::time_point next_liveness = Clock::now() + std::chrono::milliseconds(50);
+    while (!reached(them.phase.load(std::memory_order_acquire), target)) {
+      if (header().aborted.load(std::memory_order_acquire) != 0) fail_aborted(work);
+      if (closing_)
+        throw Error(describe(current_) + " interrupted: the communicator was destroyed");
+      if (spins-- > 0) {
+        shm::cpu_relax();
+        continue;
+      }
+      them.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = them.phase.load(std::memory_order_seq_cst);
+      const Clock::time_point now = Clock::now();
+      if (!reached(seen, target) && header().aborted.load() == 0 && now < deadline) {
+        shm::futex_wait(&them.phase, seen, std::min<Clock::duration>(kSleepSlice, deadline - now));
+      }
+      them.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (reached(them.phase.load(std::memory_order_acquire), target)) break;
+      const Clock::time_point after = Clock::now();
+      if (after >= deadline) fail_timed_out(work, k);
+      if (after >= next_liveness) {
+        if (!shm::process_alive(them.pid.load())) fail_dead(work, k);
+        next_liveness = after + std::chrono::milliseconds(50);
+      }
+    }
+  }
+
+  void check_same_collective(RingWork& work) {
+    const Descriptor mine = cell(rank_).current[work.seq() & 1];
+    for (int k = 0; k < size_; ++k) {
+      const Descriptor theirs = cell(k).current[work.seq() & 1];
+      if (k == rank_ || theirs == mine) continue;
+      const std::string what = describe(mine);
+      fail(work, PeerError(k, pid_text(k), what,
+                           "desync: rank " + std::to_string(rank_) + " is in " + what +
+                               " but rank " + std::to_string(k) + " is in " + describe(theirs)));
+    }
+  }
+
+  // ---- failures -------------------------------------------------------------------------------
+
+  static std::string describe(const Descriptor& d) {
+    return "collective #" + std::to_string(d.seq) + " " +
+           describe_collective(static_cast<CollectiveKind>(d.op), d.count, d.root);
+  }
+  std::string pid_text(int k) const { return "shm, pid " + std::to_string(cell(k).pid.load()); }
+
+  [[noreturn]] void fail_timed_out(RingWork& work, int k) {
+    const RankCell& them = cell(k);
+    fail(work, TimeoutError(k, pid_text(k), describe(current_),
+                            "did not reach it within " +
+                                std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
+                                " s (its last collective started #" +
+                                std::to_string(them.started.load()) + ", finished #" +
+                                std::to_string(them.finished.load()) + ")"));
+  }
+
+  [[noreturn]] void fail_dead(RingWork& work, int k) {
+    fail(work, PeerError(k, pid_text(k), describe(current_),
+                         "its process exited (killed?) before reaching the collective"));
+  }
+
+  [[noreturn]] void fail_aborted(RingWork& work) {
+    const Header& h = header();
+    // The reason follows the flag at once; a moment's spin covers the window between them.
+    for (int i = 0; i < 100000 && h.aborted.load(std::memory_order_acquire) != 2; ++i) {
+      shm::cpu_relax();
+    }
+    const std::string reason = h.aborted.load() == 2
+                                   ? std::string(h.reason, strnlen(h.reason, kReasonBytes))
+                                   : std::string("another rank aborted");
+    const int by = h.aborted_by;
+    (void)work;
+    throw PeerError(by, pid_text(by), describe(current_), reason);
+  }
+
+  // This rank's verdict: recorded in the segment so the other ranks fail with it at once
+  // (instead of each waiting out its own timeout), then thrown.
+  template <typename E>
+  [[noreturn]] void fail(RingWork& work, const E& error) {
+    (void)work;
+    mark_aborted(error.what());
+    throw error;
+  }
+
+  void mark_aborted(const std::string& reason) {
+    if (!segment_.data()) return;
+    Header& h = header();
+    std::uint32_t expected = 0;
+    if (h.aborted.compare_exchange_strong(expected, 1)) {
+      h.aborted_by = rank_;
+      const std::size_t n = std::min(reason.size(), kReasonBytes - 1);
+      std::memcpy(h.reason, reason.data(), n);
+      h.reason[n] = '\0';
+      h.aborted.store(2, std::memory_order_release);
+    }
+    for (int r = 0; r < size_; ++r) shm::futex_wake_all(&cell(r).phase);
+  }
+
+  const int rank_;
+  const int size_;
+  const ShmOptions options_;
+  const std::size_t chunk_floats_;
+  const milliseconds grace_;
+  const bool spin_;  // spin before sleeping only when every rank can have a core
+  ShmSegment segment_;
+  std::uint64_t chunks_ = 0;  // chunk steps so far: which set of slots is next
+  Descriptor current_;
+  bool checked_ = false;
+  std::atomic<bool> closing_{false};
+  Clock::time_point work_started_;
+  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
+  tcp::WorkQueue queue_;  // last: its thread stops before the members above go
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_shm_communicator(Store& store, int rank, int size,
+                                                    const ShmOptions& options) {
+  GRADSYNC_CHECK(size >= 1 && rank >= 0 && rank < size,
+                 "shm: rank " + std::to_string(rank) + " of " + std::to_string(size));
+  return std::make_unique<ShmCommunicator>(store, rank, size, options);
+}
+
+std::string shm_host_id() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id");
+}
+
+}  // namespace gradsync
