@@ -74,10 +74,11 @@ Command add_bench_allreduce_command(CLI::App& bench) {
   };
   auto options = std::make_shared<Options>();
   CollectiveBenchOptions& o = options->bench;
-  CLI::App* allreduce = bench.add_subcommand(
-      "allreduce",
-      "collective bandwidth of gradsync's backends (tcp, gloo, mpi) on loopback, or of NCCL on "
-      "GPUs, as nccl-tests prints it");
+  CLI::App* allreduce =
+      bench.add_subcommand("allreduce",
+                           "collective bandwidth of gradsync's backends (tcp, shm, gloo, mpi) on "
+                           "loopback or shared memory, or of NCCL on "
+                           "GPUs, as nccl-tests prints it");
   allreduce->add_option("-b,--minbytes", options->min_size, "smallest size: 512, 4K, 64M, 1G")
       ->check(byte_size(sizeof(float)))
       ->capture_default_str();
@@ -94,9 +95,10 @@ Command add_bench_allreduce_command(CLI::App& bench) {
       ->check(CLI::IsMember({"allreduce", "broadcast", "allgather"}))
       ->capture_default_str();
   allreduce
-      ->add_option("--backend", o.backends,
-                   "backends, each size running them in turn: tcp, gloo, mpi (default: tcp and "
-                   "gloo where built)")
+      ->add_option(
+          "--backend", o.backends,
+          "backends, each size running them in turn: tcp, shm, gloo, mpi (default: tcp and "
+          "gloo where built)")
       ->delimiter(',');
   allreduce
       ->add_option("--ranks-as", o.ranks_as,

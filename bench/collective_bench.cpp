@@ -1,8 +1,8 @@
 #include "bench/collective_bench.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cctype>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
@@ -42,7 +42,7 @@ struct BackendInfo {
   const char* package;  // the Debian package that brings it, for a build without it
 };
 constexpr BackendInfo kCpuBackends[] = {
-    {"tcp", ""}, {"gloo", "libgloo-dev"}, {"mpi", "libopenmpi-dev and openmpi-bin"}};
+    {"tcp", ""}, {"shm", ""}, {"gloo", "libgloo-dev"}, {"mpi", "libopenmpi-dev and openmpi-bin"}};
 
 bool compiled_in(const std::string& backend) {
   const std::vector<std::string> built = compiled_backends();
@@ -52,6 +52,10 @@ bool compiled_in(const std::string& backend) {
 // One line on what runs underneath, for the header's "Using backends".
 std::string describe(const std::string& backend, const std::string& gpu_transport) {
   if (backend == "tcp") return "gradsync TcpRing: ring over TCP sockets, 127.0.0.1";
+  if (backend == "shm") {
+    return "gradsync ShmCommunicator: one shared-memory segment, each rank sums 1/N of every "
+           "chunk (one copy in, one out), futex barriers";
+  }
   if (backend == "gloo") {
     std::string version = "?";
 #ifdef GRADSYNC_HAVE_GLOO
@@ -223,7 +227,8 @@ CollectiveBenchOptions resolve_backends(const CollectiveBenchOptions& options) {
   if (o.device == "gpu") {
     if (o.backends.empty()) o.backends = {"nccl"};
     if (o.backends != std::vector<std::string>{"nccl"}) {
-      fail("--backend", "--device gpu runs nccl alone (tcp, gloo and mpi reduce host buffers)");
+      fail("--backend",
+           "--device gpu runs nccl alone (tcp, shm, gloo and mpi reduce host buffers)");
     }
     if (o.ranks_as.empty()) o.ranks_as = "threads";
     if (o.ranks_as != "threads") {
@@ -245,7 +250,7 @@ CollectiveBenchOptions resolve_backends(const CollectiveBenchOptions& options) {
                                     [&](const BackendInfo& b) { return name == b.name; });
     if (name == "nccl") fail("--backend", "nccl reduces GPU buffers: use --device gpu");
     if (known == std::end(kCpuBackends)) {
-      fail("--backend", "unknown backend '" + name + "' (valid: tcp, gloo, mpi)");
+      fail("--backend", "unknown backend '" + name + "' (valid: tcp, shm, gloo, mpi)");
     }
     if (!compiled_in(name)) {
       fail("--backend", name + " is not in this build of gradsync: install Debian's " +

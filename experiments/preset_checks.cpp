@@ -35,6 +35,13 @@ void check_backend(const Origins& origins, const std::string& source, const Conf
   // gradsync paces only its own transports; another library's sockets go through the kernel,
   // and only in network namespaces, which mpirun's ranks cannot be put in
   // (experiments/run_experiment.cpp refuses mpi with namespaces).
+  // Shared memory has no link to pace: emulation would be silently bypassed.
+  if (backend == "shm" && (config.network.link_gbps > 0 || config.network.namespaces)) {
+    const char* key = config.network.link_gbps > 0 ? "network.link_gbps" : "network.namespaces";
+    throw ConfigError(origin_of(origins, {key, "network"}, where), key,
+                      "shm moves bytes through shared memory, which no emulated link paces: "
+                      "use comm.backend tcp (or gloo in namespaces) to emulate a network");
+  }
   if (backend == "mpi" && config.network.link_gbps > 0) {
     throw ConfigError(origin_of(origins, {"network.link_gbps"}, where), "network.link_gbps",
                       "mpi's sockets are not gradsync's to pace, and mpirun starts its ranks "
@@ -105,7 +112,7 @@ void check_slow_ranks(const Origins& origins, const std::string& source, const C
   }
   const std::string& backend = config.comm.backend;
   if (config.strategy == "allreduce" &&
-      (backend == "gloo" || backend == "mpi" || reduces_over_nccl(config))) {
+      (backend == "gloo" || backend == "mpi" || backend == "shm" || reduces_over_nccl(config))) {
     throw ConfigError(where, "network.slow_ranks",
                       (reduces_over_nccl(config) ? std::string("nccl") : backend) +
                           "'s transfers are not gradsync's to pace: slow ranks need "

@@ -24,11 +24,11 @@ using yaml_schema::zero_or_between;
 // samples/s, the progress line), and an epoch-based run's, train.epochs x data.train_samples,
 // at most 1e15. Whether such a run fits in memory is checked separately, before anything starts
 // (experiments/memory_estimate.h).
-constexpr double kMaxSteps = 1e8;       // train.steps, and the step intervals below it
-constexpr double kMaxWorkers = 1024;    // workers, sweep.workers: ranks of one run
-constexpr double kMaxBatch = 65536;     // per worker
-constexpr double kMaxSamples = 1e9;     // a synthetic split
-constexpr double kMaxWidth = 1e6;       // data.dim, each of model.hidden
+constexpr double kMaxSteps = 1e8;     // train.steps, and the step intervals below it
+constexpr double kMaxWorkers = 1024;  // workers, sweep.workers: ranks of one run
+constexpr double kMaxBatch = 65536;   // per worker
+constexpr double kMaxSamples = 1e9;   // a synthetic split
+constexpr double kMaxWidth = 1e6;     // data.dim, each of model.hidden
 
 const std::vector<std::string>& data_kinds() {
   static const std::vector<std::string> kinds = {"fashion-mnist", "idx", "synthetic"};
@@ -43,7 +43,7 @@ const std::vector<std::string>& ps_modes() {
   return modes;
 }
 const std::vector<std::string>& comm_backends() {
-  static const std::vector<std::string> names = {"auto", "tcp", "gloo", "mpi", "nccl"};
+  static const std::vector<std::string> names = {"auto", "tcp", "shm", "gloo", "mpi", "nccl"};
   return names;
 }
 const std::vector<std::string>& comm_algorithms() {
@@ -141,8 +141,9 @@ const KeySpec kRows[] = {
      "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
      GRADSYNC_FIELD(comm.uneven_inputs)},
     {"comm.backend", Type::kChoice, kUnbounded,
-     "allreduce: the library (auto: tcp on cpu, nccl on gpu; tcp: gradsync's ring; gloo; mpi: "
-     "Open MPI, its ranks started by mpirun; nccl)",
+     "allreduce: the library (auto: tcp on cpu, nccl on gpu; tcp: gradsync's ring; shm: "
+     "gradsync's shared memory, ranks of one host; gloo; mpi: Open MPI, its ranks started by "
+     "mpirun; nccl)",
      GRADSYNC_FIELD(comm.backend), comm_backends},
     {"comm.algorithm", Type::kChoice, kUnbounded,
      "allreduce: the backend's all-reduce (default; gloo: ring, ring_chunked, halving_doubling)",

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "allreduce/make_communicator.h"
+#include "allreduce/shm/shm_segment.h"
 #include "allreduce/tcp/socket.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -184,7 +185,14 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   const std::string port = store_port ? std::to_string(tcp::local_port(*store_port)) : "29500";
   const auto origin_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  const std::string run_id = run_id_text(draw_run_id());  // common/run_id.h
+  const std::uint64_t run_number = draw_run_id();  // common/run_id.h
+  const std::string run_id = run_id_text(run_number);
+  // Whatever way the run ends: a shared-memory segment a killed rank 0 left before unlinking
+  // it (allreduce/shm/shm_segment.h) goes with the run.
+  struct RemoveSegments {
+    std::uint64_t run;
+    ~RemoveSegments() { remove_run_segments(run); }
+  } remove_segments{run_number};
   std::vector<ProcessSpec> processes;
   std::vector<std::string> worker_args = {exe,         "worker",    "--config",
                                           config_path, "--run-dir", run_dir};

@@ -214,6 +214,8 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Strategy
   options.algorithm = config.comm.algorithm;
   options.desync_check = config.comm.desync_check;
   options.tcp = ring_options;
+  // Names a shared-memory segment after the run, so the launcher finds what a kill left.
+  options.run_id = run_id_from_env().value_or(0);
   return make_model_communicator(store, env.rank, env.world_size, options, model);
 }
 

@@ -4,8 +4,9 @@
    metrics row per rank per step, a merged trace with a track per rank, a summary, and ends
    at the same test accuracy as single (same global batch, same trajectory up to rounding).
 2. A worker killed with SIGKILL mid-run ends the whole run within the timeout, with a message
-   naming the rank and the signal, and leaves no process behind: under tcp, gloo and mpi (whose
-   ranks mpirun starts, and whose last line is mpirun's report of the rank).
+   naming the rank and the signal, and leaves no process behind: under tcp, shm, gloo and mpi
+   (whose ranks mpirun starts, and whose last line is mpirun's report of the rank); under shm
+   it also leaves no segment in /dev/shm.
 """
 import csv
 import json
@@ -28,7 +29,12 @@ def built_backends():
     keys = subprocess.run([gradsync, "run", "--keys"], capture_output=True, text=True).stdout
     line = next(l for l in keys.splitlines() if l.startswith("comm.backend"))
     built = line.split("(this build: ")[1].rstrip(")").split(", ")
-    return [b for b in ["tcp", "gloo", "mpi"] if b in built]
+    return [b for b in ["tcp", "shm", "gloo", "mpi"] if b in built]
+
+
+def shm_segments():
+    """gradsync's shared-memory segments in /dev/shm (allreduce/shm/shm_segment.h)."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("gradsync-")}
 
 
 def kill_mpi_rank_and_check_teardown(launcher, rank, bound_s):
@@ -89,6 +95,7 @@ with tempfile.TemporaryDirectory() as out:
 
     # A rank killed mid-run, under each CPU backend this build has.
     for backend in built_backends():
+        segments_before = shm_segments()
         launcher = subprocess.Popen([gradsync, "run", preset, "--output", out, "--only",
                                      "allreduce-3", "--set", "train.steps=100000",
                                      "--set", "comm.timeout_s=10",
@@ -100,5 +107,7 @@ with tempfile.TemporaryDirectory() as out:
             kill_one_and_check_teardown(check, launcher, expected=3,
                                         pick=lambda procs: sorted(p for p, _ in procs)[1],
                                         settle_s=1.5, bound_s=15)
+        left = shm_segments() - segments_before
+        check(left == set(), f"{backend}: no shared-memory segment left in /dev/shm: {left}")
 
 check.finish()

@@ -98,7 +98,7 @@ except (ValueError, KeyError) as e:
     check(False, f"--json is not the document: {e!r}\n{proc.stdout}\n{proc.stderr}")
 
 # Refusals: one line on stderr, exit 2, nothing run.
-for args, needles in [(["--backend", "tcp,ucx"], ["--backend", "'ucx'", "tcp, gloo, mpi"]),
+for args, needles in [(["--backend", "tcp,ucx"], ["--backend", "'ucx'", "tcp, shm, gloo, mpi"]),
                       (["--no-gloo"], ["--no-gloo", "--backend"]),
                       (["--backend", "gloo,gloo"], ["--backend", "twice"])]:
     proc = bench(*QUICK, *args)

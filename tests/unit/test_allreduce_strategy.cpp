@@ -130,7 +130,8 @@ TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 5
 }
 
 TEST_CASE("allreduce strategy: every backend follows `single`, ranks bitwise equal every step") {
-  std::vector<std::pair<std::string, std::string>> backends = {{"tcp", "default"}};
+  std::vector<std::pair<std::string, std::string>> backends = {{"tcp", "default"},
+                                                                {"shm", "default"}};
   for (const std::string& name : gradsync::compiled_backends()) {
     if (name == "gloo") {
       for (const char* algorithm : {"ring", "ring_chunked", "halving_doubling"}) {

@@ -212,8 +212,8 @@ TEST_CASE("preset: choices list the valid values") {
 TEST_CASE("preset: comm.backend and comm.algorithm mean one thing whatever the backend") {
   const std::string ring = "strategy: allreduce\nworkers: 2\ndata: {kind: synthetic}\n";
   CHECK(error_of(ring + "comm: {backend: rdma}\n") ==
-        "presets/x.yaml:4: comm.backend: unknown comm.backend 'rdma' (valid: auto, tcp, gloo, "
-        "mpi, nccl)");
+        "presets/x.yaml:4: comm.backend: unknown comm.backend 'rdma' (valid: auto, tcp, shm, "
+        "gloo, mpi, nccl)");
   CHECK(error_of(ring + "comm: {algorithm: halving_doubling}\n") ==
         "presets/x.yaml:4: comm.algorithm: 'halving_doubling' is gloo's; tcp or nccl takes only "
         "default");
@@ -224,6 +224,12 @@ TEST_CASE("preset: comm.backend and comm.algorithm mean one thing whatever the b
   CHECK(error_of(ring + "comm: {backend: gloo}\nnetwork: {link_gbps: 1}\n")
             .starts_with("presets/x.yaml:5: network.link_gbps: gloo's sockets are not gradsync's "
                          "to pace"));
+  // Shared memory has no link: emulation would be bypassed without a word.
+  for (const char* network : {"{link_gbps: 1}", "{namespaces: true}"}) {
+    CHECK(error_of(ring + "comm: {backend: shm}\nnetwork: " + network + "\n")
+              .find("shm moves bytes through shared memory, which no emulated link paces") !=
+          std::string::npos);
+  }
   // mpirun starts the ranks outside any namespace: no link emulation with mpi at all.
   for (const char* network : {"{link_gbps: 1}", "{link_gbps: 1, namespaces: true}"}) {
     CHECK(error_of(ring + "comm: {backend: mpi}\nnetwork: " + network + "\n") ==
