@@ -49,8 +49,8 @@ namespace gradsync {
 struct ShmOptions {
   std::chrono::milliseconds timeout{60000};  // comm.timeout_s: set-up and every collective
   std::string store_prefix = "gradsync/shm";
-  std::size_t chunk_bytes = 1u << 20;  // of the buffer per slot and step: 2 (N + 1) of them
-  std::uint64_t run_id = 0;            // names the segment, so the launcher can find leftovers
+  std::size_t chunk_bytes = 256u << 10;  // of the buffer per slot and step: 2 (N + 1) of them
+  std::uint64_t run_id = 0;              // names the segment, so the launcher can find leftovers
 };
 
 // Blocks until every rank has mapped the segment (or `options.timeout` passes). The Store must

@@ -3,7 +3,9 @@
 //   build/bin/gradsync_micro_bench --benchmark_filter=Mlp
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <numeric>
+#include <vector>
 
 #include "common/random.h"
 #include "model/mlp.h"
@@ -56,6 +58,23 @@ void BM_SgdStep(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * std::int64_t(n * sizeof(float) * 5));
 }
 BENCHMARK(BM_SgdStep)->Arg(269322)->Arg(25'600'000)->Unit(benchmark::kMicrosecond);
+
+// A plain copy of N bytes on one core: the memory-bandwidth yardstick beside the shared-memory
+// all-reduce (scripts/bench-shm-vs-mpi.sh), which copies each rank's buffer in and the result
+// out. bytes = bytes copied (read once, written once).
+void BM_MemoryCopy(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::vector<char> from(n, 1), to(n, 0);
+  for (auto _ : state) {
+    std::memcpy(to.data(), from.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * std::int64_t(n));
+}
+BENCHMARK(BM_MemoryCopy)
+    ->RangeMultiplier(4)
+    ->Range(64 << 10, 64 << 20)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
