@@ -93,6 +93,9 @@ class Communicator {
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
   virtual CommCounters counters() const = 0;
+  // comm.backend's name for what this is ("tcp", "shm", "gloo", "mpi", "nccl"): what a run's
+  // summary reports, also where `auto` chose it.
+  virtual std::string backend() const = 0;
 
   // This rank is leaving the run for a reason of its own (its data, its disk; not a failed
   // collective): tells the other ranks `reason` where the transport can, then fails what is

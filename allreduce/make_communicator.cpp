@@ -58,6 +58,32 @@ std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
 #endif
 }
 
+std::shared_ptr<Communicator> make_shm(Store& store, int rank, int size,
+                                       const CommunicatorOptions& options) {
+  if (options.algorithm != "default") {
+    throw ConfigError("comm", "comm.algorithm",
+                      "'" + options.algorithm + "' is gloo's; shm takes only default");
+  }
+  ShmOptions shm;
+  shm.timeout = options.tcp.timeout;
+  // Beside the ring's keys in the same Store, never in their way.
+  shm.store_prefix = options.tcp.store_prefix + "/shm";
+  shm.run_id = options.run_id;
+  return make_shm_communicator(store, rank, size, shm);
+}
+
+// Collective: every rank publishes its host id and reads everyone's.
+bool every_rank_on_this_host(Store& store, int rank, int size, const CommunicatorOptions& options) {
+  const std::string prefix = options.tcp.store_prefix + "/auto/host/";
+  const std::string mine = shm_host_id();
+  store.set(prefix + std::to_string(rank), mine);
+  bool same = true;
+  for (int r = 0; r < size; ++r) {
+    same = store.get(prefix + std::to_string(r), options.tcp.timeout) == mine && same;
+  }
+  return same;
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,
@@ -75,17 +101,10 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
                            : backend + " reduces host buffers, and these are on cuda:" +
                                  std::to_string(options.device));
   }
-  if (backend == "shm") {
-    if (options.algorithm != "default") {
-      throw ConfigError("comm", "comm.algorithm",
-                        "'" + options.algorithm + "' is gloo's; shm takes only default");
-    }
-    ShmOptions shm;
-    shm.timeout = options.tcp.timeout;
-    // Beside the ring's keys in the same Store, never in their way.
-    shm.store_prefix = options.tcp.store_prefix + "/shm";
-    shm.run_id = options.run_id;
-    return make_shm_communicator(store, rank, size, shm);
+  if (backend == "shm") return make_shm(store, rank, size, options);
+  if (backend == "auto" && host && options.shm_on_one_host && size > 1 &&
+      every_rank_on_this_host(store, rank, size, options)) {
+    return make_shm(store, rank, size, options);
   }
   if (backend == "gloo") return make_gloo(store, rank, size, options);
   if (backend == "mpi") return make_mpi(store, rank, size, options);

@@ -1,5 +1,6 @@
 // make_communicator: the Communicator of `backend` (comm.backend) for where a rank's buffers
-// live. auto: TcpRing for host memory (device -1), NcclCommunicator for a CUDA device; tcp, shm
+// live. auto: ShmCommunicator for host memory when every rank is on one host and
+// shm_on_one_host allows it, else TcpRing; NcclCommunicator for a CUDA device; tcp, shm
 // (allreduce/shm/, ranks of one host), gloo (allreduce/gloo/) and mpi (allreduce/mpi/, ranks
 // started by mpirun) reduce host buffers, nccl
 // device ones, ordered after `producer_stream` (the model's stream, so bucket reductions start
@@ -39,6 +40,9 @@ struct CommunicatorOptions {
   CUstream_st* producer_stream = nullptr;  // NCCL: collectives wait for this stream's work
   bool desync_check = true;                // gloo, mpi: the header exchange (comm.desync_check)
   std::uint64_t run_id = 0;                // shm: names its segment (common/run_id.h)
+  // auto on host buffers: shm when every rank is on this host (their host ids, exchanged
+  // through the store, agree), else tcp. Off where link emulation must see every byte.
+  bool shm_on_one_host = false;
 };
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,

@@ -141,7 +141,8 @@ const KeySpec kRows[] = {
      "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
      GRADSYNC_FIELD(comm.uneven_inputs)},
     {"comm.backend", Type::kChoice, kUnbounded,
-     "allreduce: the library (auto: tcp on cpu, nccl on gpu; tcp: gradsync's ring; shm: "
+     "allreduce: the library (auto: shm for ranks of one host, else tcp, on cpu; nccl on gpu; "
+     "tcp: gradsync's ring; shm: "
      "gradsync's shared memory, ranks of one host; gloo; mpi: Open MPI, its ranks started by "
      "mpirun; nccl)",
      GRADSYNC_FIELD(comm.backend), comm_backends},

@@ -73,6 +73,7 @@ void write_rank_result(const std::string& path, const LoopResult& r) {
                                {"collectives", r.totals.collectives},
                                {"between_steps_s", r.between_steps_s},
                                {"step_seconds", r.step_seconds},
+                               {"backend", r.backend},
                                {"evals", evals}});
 }
 
@@ -92,6 +93,7 @@ LoopResult read_rank_result(const std::string& path) {
     r.totals.collectives = j.at("collectives");
     r.between_steps_s = j.at("between_steps_s");
     r.step_seconds = j.at("step_seconds").get<std::vector<float>>();
+    r.backend = j.value("backend", std::string());
     for (const auto& e : j.at("evals")) {
       r.evals.push_back({e.at(0), e.at(1), number_or_nan(e.at(2)), number_or_nan(e.at(3))});
     }

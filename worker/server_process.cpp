@@ -8,11 +8,11 @@
 #include "server/key_range.h"
 #include "server/ps_shard.h"
 #include "worker/checkpoints.h"
+#include "worker/clock_origin.h"
 #include "worker/model_factory.h"
 #include "worker/rank_outputs.h"
 #include "worker/run_plan.h"
 #include "worker/trace_writer.h"
-#include "worker/clock_origin.h"
 
 namespace gradsync {
 namespace {

@@ -85,9 +85,11 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
   s.run = config.name;
   s.strategy = config.strategy;
   if (config.strategy == "allreduce") {
-    s.backend = config.comm.backend != "auto" ? config.comm.backend
-                : config.device == "gpu"      ? "nccl"
-                                              : "tcp";
+    // What the ranks ran (auto's choice included), else what the configuration implies.
+    s.backend = !lead.backend.empty()           ? lead.backend
+                : config.comm.backend != "auto" ? config.comm.backend
+                : config.device == "gpu"        ? "nccl"
+                                                : "tcp";
   }
   s.workers = config.workers;
   s.global_batch = static_cast<std::int64_t>(config.train.batch) * config.workers *

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/progress.h"
@@ -86,6 +87,7 @@ struct LoopResult {
   std::int64_t parameters = 0;
   std::vector<float> final_params;  // only with LoopOptions::keep_params
   bool stopped = false;             // LoopOptions::stop_after ended it before the last step
+  std::string backend;              // allreduce: the communicator's (Communicator::backend())
 };
 
 LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,

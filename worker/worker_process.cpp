@@ -216,6 +216,11 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Strategy
   options.tcp = ring_options;
   // Names a shared-memory segment after the run, so the launcher finds what a kill left.
   options.run_id = run_id_from_env().value_or(0);
+  // auto picks shared memory for ranks of one host, unless an emulated link must carry every
+  // byte (with namespaces each process is a host of its own; slow ranks are paced links).
+  const NetworkConfig& network = config.network;
+  options.shm_on_one_host =
+      network.link_gbps <= 0 && !network.namespaces && network.slow_ranks.empty();
   return make_model_communicator(store, env.rank, env.world_size, options, model);
 }
 
@@ -383,6 +388,7 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
     throw;
   }
   trace.write(rank_trace_path(run_dir, env.rank));
+  if (comm) result.backend = comm->backend();
   if (result.stopped) {
     // Nobody leaves before rank 0's checkpoint is whole: a launcher that ends the job once the
     // first rank exits (srun --kill-on-bad-exit) must not cut it short.

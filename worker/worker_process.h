@@ -50,5 +50,4 @@ void check_mpi_launcher(const Config& config, const std::string& preset);
 // ps.servers); a ConfigError naming WORLD_SIZE when that leaves none.
 int ps_workers(const Config& config, int launched);
 
-
 }  // namespace gradsync

@@ -214,6 +214,7 @@ class GlooCommunicator final : public Communicator {
   // broadcast the buffer out of the root and into every other rank, barrier nothing. Gloo's
   // ring and halving-doubling move about that; the counters say what the schedule must move
   // (the desync check's headers are not counted, as TcpRing's are not).
+  std::string backend() const override { return "gloo"; }
   CommCounters counters() const override {
     CommCounters c;
     c.bytes_sent = bytes_sent_.load();

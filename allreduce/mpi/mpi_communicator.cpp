@@ -187,6 +187,7 @@ class MpiCommunicator final : public Communicator {
   // GlooCommunicator count by: allreduce 2(N-1)/N of the buffer each way, allgather (N-1)/N of
   // the output, reduce_scatter (N-1)/N of the input, broadcast the buffer out of the root and
   // into every other rank, barrier nothing. The desync headers are not payload.
+  std::string backend() const override { return "mpi"; }
   CommCounters counters() const override {
     return {bytes_sent_.load(), bytes_received_.load(), collectives_.load()};
   }

@@ -85,6 +85,7 @@ class NcclCommunicator final : public Communicator {
   // the input, broadcast S out of the root and S into every other rank, reduce S out of every
   // non-root and (N-1)S into the root.
   CommCounters counters() const override;
+  std::string backend() const override { return "nccl"; }
 
   // Collectives issued from now on first wait for the work enqueued on `producer` when they are
   // issued. Null: no ordering beyond this communicator's own stream. The stream must belong to

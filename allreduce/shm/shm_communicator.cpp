@@ -172,6 +172,7 @@ class ShmCommunicator final : public Communicator {
     });
   }
 
+  std::string backend() const override { return "shm"; }
   CommCounters counters() const override {
     CommCounters c;
     c.bytes_sent = bytes_sent_.load();

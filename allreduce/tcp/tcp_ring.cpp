@@ -164,6 +164,7 @@ class TcpRing final : public Communicator {
     links_.right.shutdown();
   }
 
+  std::string backend() const override { return "tcp"; }
   CommCounters counters() const override {
     CommCounters c;
     c.bytes_sent = bytes_sent_.load();

@@ -72,6 +72,7 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
   milliseconds timeout() const override { return host_->timeout(); }
   CommCounters counters() const override { return host_->counters(); }
+  std::string backend() const override { return host_->backend(); }
   void abort(const std::string& reason) override { host_->abort(reason); }
 
   std::shared_ptr<Work> allreduce_async(std::span<float> data, ReduceOp op) override {

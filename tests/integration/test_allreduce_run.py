@@ -75,6 +75,8 @@ with tempfile.TemporaryDirectory() as out:
         summary = json.load(open(os.path.join(d, "summary.json")))
         accuracy[run] = summary["final_test_accuracy"]
         check(summary["steps"] == 120, f"{run}: 120 steps")
+        if workers > 1:
+            check(summary["backend"] == "tcp", f"{run}: the ring ran ({summary['backend']})")
         rows = list(csv.DictReader(open(os.path.join(d, "metrics.csv"))))
         check(len(rows) == 120 * workers, f"{run}: {len(rows)} rows, expected {120 * workers}")
         trace = json.load(open(os.path.join(d, "trace.json")))

@@ -41,6 +41,9 @@ with tempfile.TemporaryDirectory() as out:
     proc, top = run_preset(check, gradsync, preset, out, timeout=180)
     early = {}
     for run in ["overlap-on", "overlap-off"]:
+        # comm.backend auto, every rank on this host and no emulated link: shared memory.
+        backend = json.load(open(os.path.join(top, run, "summary.json")))["backend"]
+        check(backend == "shm", f"{run}: auto chose shm for ranks of one host, not {backend!r}")
         events = json.load(open(os.path.join(top, run, "trace.json")))["traceEvents"]
         names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
                  if e.get("ph") == "M" and e["name"] == "thread_name"}

@@ -280,6 +280,7 @@ class RecordingCommunicator final : public gradsync::Communicator {
   }
   std::shared_ptr<gradsync::Work> barrier_async() override { return std::make_shared<Done>(); }
   gradsync::CommCounters counters() const override { return {}; }
+  std::string backend() const override { return "test"; }
   void abort(const std::string& reason) override { aborted = reason; }
   std::vector<std::size_t> issued;
   std::string aborted;

@@ -202,7 +202,8 @@ TEST_CASE("backends: defaults, unknown names, a backend not built, mpi without m
   options.backends = {"tcp", "ucx"};
   CHECK_THROWS_WITH_AS(
       resolve_backends(options),
-      doctest::Contains("--backend: unknown backend 'ucx' (valid: tcp, gloo, mpi)"), ConfigError);
+      doctest::Contains("--backend: unknown backend 'ucx' (valid: tcp, shm, gloo, mpi)"),
+      ConfigError);
   options.backends = {"tcp", "tcp"};
   CHECK_THROWS_WITH_AS(resolve_backends(options), doctest::Contains("named twice"), ConfigError);
   options.backends = {"nccl"};
