@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/link_shaper.h"
+#include "server/local_endpoint.h"
 #include "server/shard_state.h"
 #include "server/shard_trace.h"
 #include "server/zap_handler.h"
@@ -108,6 +110,19 @@ class PsShard::Impl {
       throw Error(name_ + ": cannot listen on " + address + ": " + e.what());
     }
     endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    if (options_.bind_ipc) {
+      // The handed-down descriptor was the tcp bind's; the ipc bind makes its own socket.
+      const int none = -1;
+      zmq_setsockopt(router_.handle(), ZMQ_USE_FD, &none, sizeof none);
+      const std::string ipc =
+          shard_ipc_endpoint(std::atoi(endpoint_.substr(endpoint_.rfind(':') + 1).c_str()));
+      try {
+        router_.bind(ipc);
+      } catch (const zmq::error_t& e) {
+        throw Error(name_ + ": cannot listen on " + ipc + ": " + e.what() +
+                    " (another shard of this run on this host?)");
+      }
+    }
   }
 
   ~Impl() {

@@ -53,6 +53,9 @@ struct PsShardOptions {
   // Where the shard's receive, apply and reply spans go (server/shard_trace.h); null: none.
   // Called from the serving thread only.
   TraceSink* trace = nullptr;
+  // Also listen on shard_ipc_endpoint(port) (server/local_endpoint.h), for the workers of this
+  // host.
+  bool bind_ipc = false;
 
   // Checkpoints (sync mode only): after step t when t is a multiple of checkpoint_every or is
   // checkpoint_last_step, the shard writes its range with its optimizer state to

@@ -32,6 +32,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     client.rank = process.rank;
     client.world_size = options.workers;
     client.endpoints = options.ps_endpoints;
+    client.same_host_ipc = options.ps_ipc;
     client.timeout = options.timeout;
     client.heartbeat = options.ps_heartbeat;
     client.curve = options.ps_curve;

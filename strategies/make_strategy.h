@@ -39,7 +39,7 @@ struct StrategyOptions {
   int workers = 1;
   SgdOptions sgd;
   std::chrono::milliseconds timeout{60000};  // any wait on another replica, rank or shard
-  std::shared_ptr<Link> link;        // network.link_gbps: this process's link; null: none
+  std::shared_ptr<Link> link;                // network.link_gbps: this process's link; null: none
   int device = -1;  // -1: models in host memory; else the CUDA ordinal of replica 0's model
   // allreduce (DistributedDataParallel's bucket_cap_mb, overlap with backward, Join)
   std::size_t bucket_bytes = 25u << 20;
@@ -50,6 +50,9 @@ struct StrategyOptions {
   std::optional<CurveKeys> ps_curve;
   std::chrono::milliseconds ps_heartbeat{1000};
   std::uint64_t ps_run_id = 0;  // the run's id, which the shards check (common/run_id.h)
+  // Reach a shard on loopback through its ipc address (server/local_endpoint.h); the shards
+  // then listen there too (PsShardOptions::bind_ipc).
+  bool ps_ipc = false;
 };
 
 // A worker process's place, for the strategies that run one process per rank.

@@ -73,6 +73,9 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);
   options.link = make_link(emulated_link_gbps(config));
+  // Workers of this host come through ipc (server/local_endpoint.h); the emulated link, paced
+  // in this process, applies there all the same.
+  options.bind_ipc = true;
   add_checkpointing(options, config, plan, run_dir);
   // Receive and apply spans per worker and step, and the replies, for the run's trace.json:
   // about 2N + 1 a step, over the ranks' first output.trace_steps steps.

@@ -360,6 +360,7 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
 
   StrategyOptions strategy_settings = strategy_options(config, ps_endpoints, env.rank);
   strategy_settings.ps_run_id = run_id;
+  strategy_settings.ps_ipc = true;  // shards on this host: ipc, not loopback tcp
   std::shared_ptr<Communicator> comm;  // allreduce only
   if (config.strategy == "allreduce")
     comm = connect_ranks(config, strategy_settings, env, *model, *store);

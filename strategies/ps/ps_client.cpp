@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/link_shaper.h"
+#include "server/local_endpoint.h"
 #include "strategies/ps/reply_copy.h"
 #include "strategies/ps/shard_link.h"
 
@@ -48,7 +49,7 @@ class PsClient::Impl {
     try {
       for (int k = 0; k < shards; ++k) {
         links_.emplace_back(context_, k, options_.endpoints[k], expected_[k], options_.curve,
-                            max_frame);
+                            max_frame, options_.same_host_ipc);
       }
       say_hello(links_, options_.rank, options_.world_size, options_.model_size, options_.run_id,
                 options_.timeout);
@@ -57,8 +58,12 @@ class PsClient::Impl {
       throw;
     }
     if (options_.heartbeat.count() > 0) {
+      std::vector<std::string> endpoints = options_.endpoints;
+      if (options_.same_host_ipc) {
+        for (std::string& endpoint : endpoints) endpoint = same_host_endpoint(endpoint);
+      }
       heartbeat_ =
-          std::make_unique<HeartbeatSender>(context_, options_.endpoints, options_.rank,
+          std::make_unique<HeartbeatSender>(context_, std::move(endpoints), options_.rank,
                                             options_.run_id, options_.heartbeat, options_.curve);
     }
   }

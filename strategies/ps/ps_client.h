@@ -79,6 +79,9 @@ struct PsClientOptions {
   // The run's id (common/run_id.h), in the HELLO and every heartbeat: a shard of another run
   // refuses them. 0 only where no shard checks (tests, benchmarks).
   std::uint64_t run_id = 0;
+  // Reach a shard given on loopback through its ipc address (server/local_endpoint.h); the
+  // shard must listen there (PsShardOptions::bind_ipc). Errors still name `endpoints`.
+  bool same_host_ipc = false;
 };
 
 struct PushPullStats {

@@ -1,6 +1,7 @@
 #include "strategies/ps/shard_link.h"
 
 #include "common/error.h"
+#include "server/local_endpoint.h"
 #include "server/zmq_transport.h"
 
 namespace gradsync {
@@ -11,7 +12,8 @@ constexpr int kHeartbeatQueue = 4;  // beats waiting for a shard that is not rea
 }  // namespace
 
 ShardLink::ShardLink(zmq::context_t& context, int shard, std::string endpoint, KeyRange range,
-                     const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes)
+                     const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes,
+                     bool same_host_ipc)
     : shard_(shard),
       endpoint_(std::move(endpoint)),
       range_(range),
@@ -22,7 +24,7 @@ ShardLink::ShardLink(zmq::context_t& context, int shard, std::string endpoint, K
   set_queue_room(socket_, range_);  // a push_pull queues all of its range's chunks at once
   if (curve) make_curve_client(socket_, *curve);
   try {
-    socket_.connect(endpoint_);
+    socket_.connect(same_host_ipc ? same_host_endpoint(endpoint_) : endpoint_);
   } catch (const zmq::error_t& e) {
     throw Error("PsClient: shard " + std::to_string(shard_) + " endpoint '" + endpoint_ +
                 "': " + e.what());

@@ -35,10 +35,13 @@ class ShardLink {
     zmq::message_t payload;  // empty when the header announces none
   };
 
-  // Connects (ZeroMQ connects in the background; nothing blocks). Throws Error for an
+  // Connects (ZeroMQ connects in the background; nothing blocks) to `endpoint`, or with
+  // `same_host_ipc` to the shard's ipc address where `endpoint` is on loopback
+  // (server/local_endpoint.h); errors name `endpoint` all the same. Throws Error for an
   // endpoint ZeroMQ cannot parse.
   ShardLink(zmq::context_t& context, int shard, std::string endpoint, KeyRange range,
-            const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes);
+            const std::optional<CurveKeys>& curve, std::int64_t max_frame_bytes,
+            bool same_host_ipc = false);
 
   int shard() const { return shard_; }
   std::string name() const { return "shard " + std::to_string(shard_); }  // in its errors
@@ -73,9 +76,9 @@ class ShardLink {
 void say_hello(std::deque<ShardLink>& links, int rank, int world_size, std::uint64_t model_size,
                std::uint64_t run_id, std::chrono::milliseconds timeout);
 
-// HeartbeatSender: HEARTBEAT (rank, run id) to every shard every `interval`, from its own thread and its own
-// DEALERs (ZeroMQ sockets are not thread-safe), so a worker busy computing still looks alive.
-// A beat that cannot be queued is dropped, never waited for. The destructor stops and joins
+// HeartbeatSender: HEARTBEAT (rank, run id) to every shard every `interval`, from its own thread
+// and its own DEALERs (ZeroMQ sockets are not thread-safe), so a worker busy computing still looks
+// alive. A beat that cannot be queued is dropped, never waited for. The destructor stops and joins
 // the thread (within one interval's wake-up); it must run before the context closes.
 // If the thread fails (anything but the context closing), it stops and failure() says why:
 // the owner must ask, or the shards would later call a working worker dead.

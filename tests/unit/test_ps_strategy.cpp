@@ -5,6 +5,7 @@
 #include "model/mlp.h"
 #include "model/sampler.h"
 #include "model/synthetic_data.h"
+#include "server/local_endpoint.h"
 #include "server/ps_shard.h"
 #include "strategies/ps/ps_strategy.h"
 #include "tests/support/compare.h"
@@ -22,7 +23,10 @@ const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};
 // K shards on threads, N workers on threads, each worker with its own model, sampler and
 // PsStrategy over real ZeroMQ sockets on loopback: `gradsync server` and `gradsync worker`
 // minus the processes. Returns rank 0's final parameters.
-std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t steps) {
+// With `ipc`, the shards also listen on their ipc addresses and the workers go there
+// (server/local_endpoint.h), as under gradsync run.
+std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t steps,
+                            bool ipc = false) {
   const std::size_t model_size = gradsync::Mlp(kWidths, 1).param_count();
   std::vector<std::unique_ptr<gradsync::PsShard>> servers;
   std::vector<std::string> endpoints;
@@ -35,6 +39,7 @@ std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t ste
     options.mode = gradsync::PsShardOptions::Mode::kSync;
     options.sgd = kSgd;
     options.timeout = std::chrono::milliseconds(20000);
+    options.bind_ipc = ipc;
     servers.push_back(std::make_unique<gradsync::PsShard>(options));
     endpoints.push_back(servers.back()->endpoint());
   }
@@ -58,6 +63,7 @@ std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t ste
           client.rank = r;
           client.world_size = workers;
           client.endpoints = endpoints;
+          client.same_host_ipc = ipc;
           client.timeout = std::chrono::milliseconds(20000);
           gradsync::PsStrategy strategy(client);
           gradsync::Mlp model(kWidths, batch);
@@ -100,4 +106,17 @@ TEST_CASE("ps strategy: sync mode follows `single` on the global batch for 50 st
       CHECK(diff <= 1e-5);
     }
   }
+}
+
+TEST_CASE("ps strategy: workers of the shard's host go through ipc, with the same trajectory") {
+  CHECK(gradsync::same_host_endpoint("tcp://127.0.0.1:5555") == "ipc://@gradsync-shard-5555");
+  CHECK(gradsync::same_host_endpoint("tcp://[::1]:5556") == "ipc://@gradsync-shard-5556");
+  CHECK(gradsync::same_host_endpoint("tcp://10.0.0.2:5555") == "tcp://10.0.0.2:5555");
+  CHECK(gradsync::same_host_endpoint("tcp://127.0.0.1:x") == "tcp://127.0.0.1:x");
+  const gradsync::Mlp shape(kWidths, 1);
+  const auto ps = train_ps(2, 2, 16, 30, true);
+  const double diff =
+      gradsync::testing::max_relative_difference(ps, train_single(32, 30), shape.layers());
+  MESSAGE("ps sync over ipc, K=2 N=2 vs single: " << diff);
+  CHECK(diff <= 1e-5);
 }
