@@ -8,11 +8,14 @@
 # machine's speed hits both alike; per size it prints each round's out-of-place busbw and the
 # median ratios shm/vader and shm/gloo.
 #   scripts/bench-shm-vs-mpi.sh [--ranks N[,N...]] [--rounds R]      (defaults: 2,4 and 3)
+# The binaries: $GRADSYNC (default build/bin/gradsync) and, beside it, mpi_allreduce_plain and
+# gradsync_micro_bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gradsync=${GRADSYNC:-build/bin/gradsync}
-plain=build/bin/mpi_allreduce_plain
-micro=build/bin/gradsync_micro_bench
+# The peers beside the gradsync binary (the same build).
+plain=$(dirname "$gradsync")/mpi_allreduce_plain
+micro=$(dirname "$gradsync")/gradsync_micro_bench
 ranks=2,4
 rounds=3
 while (($#)); do
