@@ -3,7 +3,8 @@
 
 Usage: plot_results.py RESULTS_DIR [--out DIR]
 
-Every folder gets loss_vs_time.png, throughput.png, step_breakdown.png and timeline_<run>.png.
+Every folder gets loss_vs_time.png, throughput.png, step_breakdown.png, step_times.png (each
+run's step-time distribution: p50, p99, the slowest rank) and timeline_<run>.png.
 A sweep folder (`gradsync sweep PRESET`: sweep.csv plus one run folder per grid point) also
 gets, one line per series (strategy, ps shards K, ps mode) against the worker count N:
 scaling_throughput.png (samples/s, with each series' ideal linear scaling from its smallest
@@ -22,6 +23,7 @@ matplotlib.use("Agg")
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from results_reader import PlotError, find_runs, load_run, load_sweep  # noqa: E402
 from run_plots import plot_breakdown, plot_loss, plot_throughput  # noqa: E402
+from step_time_plot import plot_step_times  # noqa: E402
 from sweep_grouping import arrange_sweep_runs, sweep_series  # noqa: E402
 from sweep_plots import (plot_sweep_busiest, plot_sweep_comm_share,  # noqa: E402
                          plot_sweep_throughput)
@@ -47,6 +49,7 @@ def main():
             plot_loss(runs, out)
             plot_throughput(runs, out)
             plot_breakdown(runs, out)
+            plot_step_times(runs, out)
         for run in runs:
             if run["trace"] is not None and run["timeline"]:
                 plot_timeline(run, out)

@@ -56,7 +56,8 @@ with tempfile.TemporaryDirectory() as out:
         sent = sum(int(r["bytes_sent"]) for r in rows) / max(len(rows), 1)
         expected = sent * 8 / 1e9 * (1 / slow - 1 / fast)
         excess = slowest.get("p99_s", 0) - slowest.get("others_median_p99_s", 0)
-        check(expected > 0.02, f"the preset injects a delay worth measuring: {expected * 1e3:.1f} ms")
+        check(expected > 0.02,
+              f"the preset injects a delay worth measuring: {expected * 1e3:.1f} ms")
         check(0.5 * expected <= excess <= 2 * expected + 0.02,
               f"rank 1's p99 exceeds the others' by about the injected delay: "
               f"{excess * 1e3:.1f} ms, expected {expected * 1e3:.1f} ms "

@@ -148,7 +148,7 @@ def test_comparison_folder(tmp):
     out = os.path.join(tmp, "out")
     r = run_plot(cmp_dir, "--out", out)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
-    expected = ["loss_vs_time.png", "throughput.png", "step_breakdown.png",
+    expected = ["loss_vs_time.png", "throughput.png", "step_breakdown.png", "step_times.png",
                 "timeline_dp-4.png", "timeline_ps-2.png"]
     for name in expected:
         check_png(os.path.join(out, name))
@@ -160,7 +160,7 @@ def test_single_run_default_out(tmp):
     run = make_run(tmp, "single-1", "single", 1)
     r = run_plot(run)
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
-    for name in ["loss_vs_time.png", "throughput.png", "step_breakdown.png",
+    for name in ["loss_vs_time.png", "throughput.png", "step_breakdown.png", "step_times.png",
                  "timeline_single-1.png"]:
         check_png(os.path.join(run, "plots", name))
 
@@ -205,7 +205,8 @@ def test_sweep_folder(tmp):
     assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
     out = os.path.join(root, "plots")
     # One timeline per series, its largest N with a run folder (allreduce-n8 has none).
-    expected = (SWEEP_PLOTS + ["loss_vs_time.png", "throughput.png", "step_breakdown.png"] +
+    expected = (SWEEP_PLOTS + ["loss_vs_time.png", "throughput.png", "step_breakdown.png",
+                               "step_times.png"] +
                 ["timeline_dp-n8.png", "timeline_ps-k1-sync-n8.png", "timeline_allreduce-n4.png"])
     for name in expected:
         check_png(os.path.join(out, name))
@@ -300,6 +301,48 @@ def test_loss_and_accuracy_share_clock(tmp):
         assert 0 < x[0] <= t[0], f"window {window}: starts at {x[0]} s, first eval {t[0]} s"
 
 
+def test_step_times(tmp):
+    """step_times.png: every rank's steps of each run, percentiles by the nearest-rank rule as
+    summary.json's, and the slowest rank as summary.json names it (or, from an older gradsync
+    without slowest_rank, the rank of the highest p99 in metrics.csv)."""
+    sys.path.insert(0, os.path.join(ROOT, "plots"))
+    import matplotlib
+    matplotlib.use("Agg")
+    from results_reader import load_run
+    from step_time_plot import box_stats, slowest_rank
+    cmp_dir = os.path.join(tmp, "cmp")
+    fast = make_run(cmp_dir, "ring-2", "allreduce", 2, steps=100)
+    # ps-3: ranks 0 and 2 take 1..100 ms, rank 1 (the straggler) 101..200 ms a step.
+    slow = make_run(cmp_dir, "ps-3", "ps", 3, steps=100)
+    lines = [HEADER]
+    for step in range(100):
+        for rank in range(3):
+            step_s = (step + 1 + (100 if rank == 1 else 0)) * 1e-3
+            lines.append(f"{step},{rank},0,{step * 0.3:.9g},1.0,{step_s:.9g},0,0,1000,1000,0")
+    with open(os.path.join(slow, "metrics.csv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    run = load_run(slow)
+    assert sorted(run["step_s"]) == [0, 1, 2], f"ranks {sorted(run['step_s'])}"
+    assert all(len(v) == 100 for v in run["step_s"].values())
+    stats = box_stats(run["step_s"], "ps-3")
+    # 300 steps: p50 is the 150th (75 ms of ranks 0 and 2, 150 values up to it), p99 the 297th.
+    assert math.isclose(stats["med"], 75, rel_tol=1e-6), f"p50 {stats['med']}"
+    assert math.isclose(stats["p99"], 197, rel_tol=1e-6), f"p99 {stats['p99']}"
+    assert len(stats["fliers"]) == 3 + 2, f"fliers {stats['fliers']}"  # 198-200; 1 ms twice
+    # Without slowest_rank in summary.json: the highest p99 of metrics.csv, rank 1's 199 ms.
+    assert slowest_rank(run) == (1, 199.0), f"slowest {slowest_rank(run)}"
+    # With it: the rank summary.json names (its own percentiles may differ a little).
+    run["summary"]["slowest_rank"] = {"rank": 2, "p99_s": 0.1, "others_median_p99_s": 0.05}
+    assert slowest_rank(run) == (2, 99.0), f"named {slowest_rank(run)}"
+    assert slowest_rank(load_run(fast)) is not None
+    one = load_run(make_run(tmp, "single-1", "single", 1, steps=50))
+    assert slowest_rank(one) is None, "a run of one rank has no straggler"
+    out = os.path.join(tmp, "out")
+    r = run_plot(cmp_dir, "--out", out)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr}"
+    check_png(os.path.join(out, "step_times.png"))
+
+
 def main():
     keep = "--keep" in sys.argv
     tmp = tempfile.mkdtemp(prefix="plot_results_test_")
@@ -307,7 +350,7 @@ def main():
              test_malformed_file_named, test_bad_csv_row_named, test_sweep_folder,
              test_sweep_without_run_folders, test_sweep_missing_column_named,
              test_sweep_bad_number_named, test_sweep_series_are_runs,
-             test_loss_and_accuracy_share_clock]
+             test_loss_and_accuracy_share_clock, test_step_times]
     passed = failed = 0
     try:
         for test in tests:
