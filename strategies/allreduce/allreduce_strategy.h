@@ -71,8 +71,9 @@ class AllreduceStrategy final : public SyncStrategy {
  private:
   // Waits (bounded by the communicator's timeout) for the bucket reductions still in flight.
   void settle();
-  void close_bucket(std::span<float> grads);
-  void issue(std::span<float> bucket);
+  // `last`: the step's final bucket, issued from synchronize().
+  void close_bucket(std::span<float> grads, bool last = false);
+  void issue(std::span<float> bucket, bool last);
   // The flag round that ends a step under join_uneven: returns how many ranks trained.
   int count_active(bool active);
   ReduceOp reduce_op() const { return options_.join_uneven ? ReduceOp::kSum : ReduceOp::kAvg; }
