@@ -2,16 +2,16 @@
 
 namespace gradsync {
 
-void ShardTrace::piece(std::map<std::pair<int, std::uint64_t>, Open>& open, TraceTrack track,
-                       const char* name, int rank, std::uint64_t step, bool first_chunk,
-                       bool last_chunk, std::uint64_t bytes, Clock::time_point at) {
-  const std::pair<int, std::uint64_t> key{rank, step};
-  auto found = open.find(key);
+void ShardTrace::piece(std::map<int, Open>& open, TraceTrack track, const char* name, int rank,
+                       std::uint64_t step, bool first_chunk, bool last_chunk, std::uint64_t bytes,
+                       Clock::time_point at) {
+  auto found = open.find(rank);
   if (found == open.end() || first_chunk) {
-    found = open.insert_or_assign(key, Open{at, 0}).first;
+    found = open.insert_or_assign(rank, Open{at, step, 0}).first;
   }
   found->second.bytes += bytes;
   if (!last_chunk) return;
+  step = found->second.step;
   TraceSpan span{name, static_cast<std::int64_t>(step), found->second.begin, at};
   span.bytes = found->second.bytes;
   span.index = rank;

@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <map>
-#include <utility>
 
 #include "common/stopwatch.h"
 #include "common/trace_span.h"
@@ -29,7 +28,8 @@ class ShardTrace {
   bool on() const { return sink_ != nullptr; }
   // The shard's time zero (TraceSink::set_origin): when it answers what waited for INIT.
   void start_clock(Clock::time_point at) {
-    if (on()) sink_->set_origin(at);
+    if (on() && !clock_started_) sink_->set_origin(at);
+    clock_started_ = true;
   }
   void received(int rank, std::uint64_t step, bool first_chunk, bool last_chunk,
                 std::uint64_t bytes, Clock::time_point at);
@@ -40,18 +40,21 @@ class ShardTrace {
  private:
   struct Open {
     Clock::time_point begin;
+    std::uint64_t step = 0;  // the first chunk's: an async reply's later chunks may carry newer
     std::uint64_t bytes = 0;
   };
-  // Adds `bytes` to the span open for (rank, step), opening it at `at` on the first chunk (or
-  // on any chunk, if the first went unseen); on the last chunk closes and emits it.
-  void piece(std::map<std::pair<int, std::uint64_t>, Open>& open, TraceTrack track,
-             const char* name, int rank, std::uint64_t step, bool first_chunk, bool last_chunk,
-             std::uint64_t bytes, Clock::time_point at);
+  // Adds `bytes` to the span open for `rank` (one worker's chunks come in order, one request at
+  // a time), opening it at `at` on the first chunk (or on any chunk, if the first went unseen);
+  // on the last chunk closes and emits it.
+  void piece(std::map<int, Open>& open, TraceTrack track, const char* name, int rank,
+             std::uint64_t step, bool first_chunk, bool last_chunk, std::uint64_t bytes,
+             Clock::time_point at);
 
   TraceSink* sink_;
   int shard_;
-  std::map<std::pair<int, std::uint64_t>, Open> receiving_;
-  std::map<std::pair<int, std::uint64_t>, Open> replying_;
+  std::map<int, Open> receiving_;
+  std::map<int, Open> replying_;
+  bool clock_started_ = false;
 };
 
 }  // namespace gradsync

@@ -95,14 +95,15 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   if (config.output.trace_steps > 0) {
     options.trace = shared ? static_cast<TraceSink*>(&keep_origin) : &trace;
   }
-  // Also after a failure: the steps before it are worth seeing; the failure is what gets
+  // After a failure too: the steps before it are worth seeing; the failure is what gets
   // reported, so a trace that cannot be written must not replace it.
-  struct WriteTrace {
+  struct WriteTraceOnFailure {
     const TraceWriter& trace;
     std::string path;
-    ~WriteTrace() {
+    bool written = false;
+    ~WriteTraceOnFailure() {
       try {
-        trace.write(path);
+        if (!written) trace.write(path);
       } catch (const std::exception&) {
       }
     }
@@ -115,6 +116,10 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
     std::cout << "endpoint " << server.endpoint() << std::endl;
   }
   server.serve();
+  // Before the traffic file: rank 0, folding a run no gradsync launcher supervises, merges the
+  // traces once every shard's traffic file is there.
+  trace.write(write_trace.path);
+  write_trace.written = true;
   const PsShardTraffic traffic = server.traffic();
   write_server_traffic(server_result_path(run_dir, shard), traffic.bytes_sent,
                        traffic.bytes_received);

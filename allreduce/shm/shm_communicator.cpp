@@ -57,7 +57,10 @@ struct Header {
   std::uint64_t chunk_bytes;
   // 0: running; 1: a rank is writing its reason; 2: the reason is there.
   std::atomic<std::uint32_t> aborted;
-  std::int32_t aborted_by;
+  std::int32_t aborted_by;     // the rank that recorded the reason
+  std::int32_t culprit;        // the rank the reason blames (waited for, dead, in desync)
+  std::uint32_t header_bytes;  // sizeof(Header) and sizeof(RankCell) of the build that made
+  std::uint32_t cell_bytes;    // the segment: two builds must agree on the layout
   char reason[kReasonBytes];
 };
 
@@ -182,7 +185,7 @@ class ShmCommunicator final : public Communicator {
   }
 
   void abort(const std::string& reason) override {
-    if (size_ > 1) mark_aborted(reason);
+    if (size_ > 1) mark_aborted(reason, rank_);
     closing_ = true;
     queue_.stop();
   }
@@ -208,6 +211,8 @@ class ShmCommunicator final : public Communicator {
       auto* header = new (segment_.data()) Header{};
       header->ranks = static_cast<std::uint32_t>(size_);
       header->chunk_bytes = chunk_floats_ * sizeof(float);
+      header->header_bytes = sizeof(Header);
+      header->cell_bytes = sizeof(RankCell);
       for (int r = 0; r < size_; ++r) new (cell_address(r)) RankCell{};
       std::atomic_thread_fence(std::memory_order_release);
       header->magic = kMagic;
@@ -217,7 +222,8 @@ class ShmCommunicator final : public Communicator {
       segment_ = ShmSegment::open(name, bytes);
       const Header& h = header();
       if (h.magic != kMagic || h.ranks != std::uint32_t(size_) ||
-          h.chunk_bytes != chunk_floats_ * sizeof(float)) {
+          h.chunk_bytes != chunk_floats_ * sizeof(float) || h.header_bytes != sizeof(Header) ||
+          h.cell_bytes != sizeof(RankCell)) {
         throw Error("shared memory " + name + ": made for " + std::to_string(h.ranks) +
                     " ranks and chunks of " + std::to_string(h.chunk_bytes) + " bytes, this rank " +
                     "expects " + std::to_string(size_) + " and " +
@@ -261,9 +267,17 @@ class ShmCommunicator final : public Communicator {
         describe_collective(kind, count, root),
         [this, kind, count, root, body = std::move(body)](RingWork& work) mutable {
           current_ = Descriptor{work.seq(), count, std::uint32_t(kind), root};
-          // One rank: the bodies only copy (an out-of-place allreduce, an allgather).
+          // One rank: the bodies only copy (an out-of-place allreduce, an allgather). An empty
+          // collective still passes one barrier: the desync check's descriptors (by sequence
+          // parity) rely on a barrier between collective s and s + 2, and a rank with 0 elements
+          // where another has n must be caught.
           const bool barrier = kind == CollectiveKind::kBarrier;
-          if (barrier ? size_ > 1 : count > 0) body(work);
+          if (barrier ? size_ > 1 : count > 0) {
+            body(work);
+          } else if (size_ > 1) {
+            begin(work);
+            sync(work);
+          }
           ++collectives_;
           if (size_ > 1) cell(rank_).finished.store(work.seq());
         },
@@ -423,7 +437,9 @@ class ShmCommunicator final : public Communicator {
       const Clock::time_point after = Clock::now();
       if (after >= deadline) fail_timed_out(work, k);
       if (after >= next_liveness) {
-        if (!shm::process_alive(them.pid.load())) fail_dead(work, k);
+        // pid 0: that rank has not finished attaching; the deadline decides for it.
+        const int pid = them.pid.load();
+        if (pid != 0 && !shm::process_alive(pid)) fail_dead(work, k);
         next_liveness = after + std::chrono::milliseconds(50);
       }
     }
@@ -473,8 +489,11 @@ class ShmCommunicator final : public Communicator {
     const std::string reason = h.aborted.load() == 2
                                    ? std::string(h.reason, strnlen(h.reason, kReasonBytes))
                                    : std::string("another rank aborted");
-    const int by = h.aborted_by;
     (void)work;
+    if (h.aborted.load() != 2) {
+      throw PeerError("another rank", -1, "shm", describe(current_), reason);
+    }
+    const int by = h.culprit >= 0 ? h.culprit : h.aborted_by;
     throw PeerError(by, pid_text(by), describe(current_), reason);
   }
 
@@ -483,16 +502,18 @@ class ShmCommunicator final : public Communicator {
   template <typename E>
   [[noreturn]] void fail(RingWork& work, const E& error) {
     (void)work;
-    mark_aborted(error.what());
+    mark_aborted(error.what(), error.rank());
     throw error;
   }
 
-  void mark_aborted(const std::string& reason) {
+  // `culprit`: the rank the reason blames; the others' errors name it.
+  void mark_aborted(const std::string& reason, int culprit) {
     if (!segment_.data()) return;
     Header& h = header();
     std::uint32_t expected = 0;
     if (h.aborted.compare_exchange_strong(expected, 1)) {
       h.aborted_by = rank_;
+      h.culprit = culprit;
       const std::size_t n = std::min(reason.size(), kReasonBytes - 1);
       std::memcpy(h.reason, reason.data(), n);
       h.reason[n] = '\0';

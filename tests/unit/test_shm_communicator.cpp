@@ -215,3 +215,40 @@ TEST_CASE("shm: a segment is refused where another layout made it, and leftovers
   CHECK(gradsync::remove_run_segments(run_id) == 1);
   CHECK(segments_left(run_id) == 0);
 }
+
+TEST_CASE("shm: empty collectives between one-barrier ones keep every rank in step") {
+  // An empty collective still takes a barrier: without it a fast rank could describe
+  // collective s + 2 while a slow one still checks collective s, a false desync.
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto comm = gradsync::make_shm_communicator(store, r, n, shm_options(4096, 5s));
+      std::vector<float> none;
+      for (int i = 0; i < 300; ++i) {
+        std::vector<float> b(7, r == 0 ? float(i) : -1.0f);
+        comm->broadcast(b, 0);
+        CHECK(b[6] == float(i));
+        comm->allreduce(none, ReduceOp::kSum);
+      }
+    });
+  }
+}
+
+TEST_CASE("shm: 0 elements on one rank and some on another is a desync, not a hang") {
+  gradsync::InMemoryStore store;
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int r) {
+    auto comm = gradsync::make_shm_communicator(store, r, 2, shm_options(4096, 5s));
+    std::vector<float> data(r == 0 ? 0 : 10, 1.0f);
+    try {
+      comm->allreduce(data, ReduceOp::kSum);
+    } catch (const gradsync::Error& e) {
+      errors[std::size_t(r)] = e.what();
+    }
+  });
+  for (const std::string& e : errors) {
+    CAPTURE(e);
+    CHECK(e.find("desync") != std::string::npos);
+  }
+}
