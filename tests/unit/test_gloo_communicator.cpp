@@ -18,6 +18,7 @@
 #include "allreduce/tcp/tcp_ring.h"
 #include "allreduce/tcp/tcp_store.h"
 #include "common/error.h"
+#include "tests/support/collective_value_checks.h"
 #include "tests/support/gloo_checks.h"
 #include "tests/support/reduce_scatter_checks.h"
 #include "tests/support/ring_ranks.h"
@@ -50,43 +51,14 @@ TEST_CASE("gloo: every collective is exact for 1..4 ranks, awkward lengths and e
         std::uint64_t sent = 0, received = 0;
         for (std::size_t length : lengths) {
           const std::uint64_t bytes = length * sizeof(float);
-          std::vector<float> data = rank_data(r, length);
-          comm->allreduce(data, ReduceOp::kSum);
-          CHECK_MESSAGE(
-              wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0,
-              "sum: rank " << r << " length " << length);
-          data = rank_data(r, length);
-          comm->allreduce(data, ReduceOp::kAvg);
-          CHECK_MESSAGE(
-              wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i) / float(n); }) ==
-                  0,
-              "avg: rank " << r << " length " << length);
+          check_collectives_once(*comm, length, root);
+          // allreduce sum and avg: 2(N-1)/N of the buffer each way, twice; broadcast: the root
+          // sends it, the others receive it; allgather: N-1 of N blocks each way.
           sent += 2 * (2 * bytes * std::uint64_t(n - 1) / std::uint64_t(n));
           received += 2 * (2 * bytes * std::uint64_t(n - 1) / std::uint64_t(n));
-
-          const auto pattern = [&](std::size_t i) { return float(root * 1000 + int(i % 1000)); };
-          std::vector<float> b(length, -1.0f);
-          if (r == root) {
-            for (std::size_t i = 0; i < length; ++i) b[i] = pattern(i);
-          }
-          comm->broadcast(b, root);
-          CHECK_MESSAGE(wrong_elements(b, pattern) == 0,
-                        "broadcast: rank " << r << " length " << length);
           if (n > 1) (r == root ? sent : received) += bytes;
-
-          std::vector<float> in(length);
-          for (std::size_t i = 0; i < length; ++i) in[i] = float(r * 10 + int(i % 10));
-          std::vector<float> out(length * std::size_t(n), -1.0f);
-          comm->allgather(in, out);
-          CHECK_MESSAGE(wrong_elements(out,
-                                       [&](std::size_t j) {
-                                         return float(int(j / length) * 10 + int(j % length % 10));
-                                       }) == 0,
-                        "allgather: rank " << r << " length " << length);
           sent += bytes * std::uint64_t(n) * std::uint64_t(n - 1) / std::uint64_t(n);
           received += bytes * std::uint64_t(n) * std::uint64_t(n - 1) / std::uint64_t(n);
-
-          comm->barrier();
         }
         const auto counters = comm->counters();
         CHECK(counters.collectives == 5 * lengths.size());

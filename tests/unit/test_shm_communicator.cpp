@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/run_id.h"
 #include "tests/support/allreduce_into_checks.h"
+#include "tests/support/collective_value_checks.h"
 #include "tests/support/reduce_scatter_checks.h"
 #include "tests/support/ring_ranks.h"
 
@@ -60,39 +61,7 @@ TEST_CASE("shm: every collective is exact for 1..6 ranks and awkward lengths") {
         auto comm = gradsync::make_shm_communicator(store, r, n, shm_options(chunk));
         CHECK(comm->rank() == r);
         CHECK(comm->size() == n);
-        for (std::size_t length : lengths) {
-          std::vector<float> data = rank_data(r, length);
-          comm->allreduce(data, ReduceOp::kSum);
-          CHECK_MESSAGE(
-              wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i); }) == 0,
-              "sum: rank " << r << " length " << length);
-          data = rank_data(r, length);
-          comm->allreduce(data, ReduceOp::kAvg);
-          CHECK_MESSAGE(
-              wrong_elements(data, [&](std::size_t i) { return expected_sum(n, i) / float(n); }) ==
-                  0,
-              "avg: rank " << r << " length " << length);
-
-          const auto pattern = [&](std::size_t i) { return float(root * 1000 + int(i % 1000)); };
-          std::vector<float> b(length, -1.0f);
-          if (r == root) {
-            for (std::size_t i = 0; i < length; ++i) b[i] = pattern(i);
-          }
-          comm->broadcast(b, root);
-          CHECK_MESSAGE(wrong_elements(b, pattern) == 0,
-                        "broadcast: rank " << r << " length " << length);
-
-          std::vector<float> in(length);
-          for (std::size_t i = 0; i < length; ++i) in[i] = float(r * 10 + int(i % 10));
-          std::vector<float> out(length * std::size_t(n), -1.0f);
-          comm->allgather(in, out);
-          CHECK_MESSAGE(wrong_elements(out,
-                                       [&](std::size_t j) {
-                                         return float(int(j / length) * 10 + int(j % length % 10));
-                                       }) == 0,
-                        "allgather: rank " << r << " length " << length);
-          comm->barrier();
-        }
+        for (std::size_t length : lengths) check_collectives_once(*comm, length, root);
         CHECK(comm->counters().collectives == 5 * lengths.size());
       });
       CHECK(segments_left(shm_options(chunk).run_id) == 0);
