@@ -36,14 +36,19 @@ std::shared_ptr<Communicator> make_gloo(Store& store, int rank, int size,
 #endif
 }
 
+// comm.algorithm names gloo's algorithms; every other backend has one all-reduce of its own.
+void require_default_algorithm(const CommunicatorOptions& options, const std::string& backend,
+                               const std::string& note = "") {
+  if (options.algorithm == "default") return;
+  throw ConfigError(
+      "comm", "comm.algorithm",
+      "'" + options.algorithm + "' is gloo's; " + backend + " takes only default" + note);
+}
+
 std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
                                        const CommunicatorOptions& options) {
 #ifdef GRADSYNC_HAVE_MPI
-  if (options.algorithm != "default") {
-    throw ConfigError(
-        "comm", "comm.algorithm",
-        "'" + options.algorithm + "' is gloo's; mpi takes only default (MPI chooses)");
-  }
+  require_default_algorithm(options, "mpi", " (MPI chooses)");
   MpiOptions mpi;
   mpi.timeout = options.tcp.timeout;
   // Beside the ring's keys in the same Store, never in their way.
@@ -60,10 +65,7 @@ std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
 
 std::shared_ptr<Communicator> make_shm(Store& store, int rank, int size,
                                        const CommunicatorOptions& options) {
-  if (options.algorithm != "default") {
-    throw ConfigError("comm", "comm.algorithm",
-                      "'" + options.algorithm + "' is gloo's; shm takes only default");
-  }
+  require_default_algorithm(options, "shm");
   ShmOptions shm;
   shm.timeout = options.tcp.timeout;
   // Beside the ring's keys in the same Store, never in their way.

@@ -141,25 +141,14 @@ void TraceWriter::write(const std::string& path) const {
                       {"args", std::move(args)}});
       // Arrows bind to the slice that encloses their timestamp: the start inside this span,
       // the end at the start of the receiving one ("bp":"e").
-      if (span.flow_out != 0) {
-        append(events, {{"name", "push"},
-                        {"cat", "flow"},
-                        {"ph", "s"},
-                        {"id", flow_text(span.flow_out)},
-                        {"ts", kept.begin_us},
-                        {"pid", pid},
-                        {"tid", tid}});
-      }
-      if (span.flow_in != 0) {
-        append(events, {{"name", "push"},
-                        {"cat", "flow"},
-                        {"ph", "f"},
-                        {"bp", "e"},
-                        {"id", flow_text(span.flow_in)},
-                        {"ts", kept.begin_us},
-                        {"pid", pid},
-                        {"tid", tid}});
-      }
+      const auto arrow = [&](const char* phase, std::uint64_t id) {
+        json event = {{"name", "push"},      {"cat", "flow"}, {"ph", phase}, {"id", flow_text(id)},
+                      {"ts", kept.begin_us}, {"pid", pid},    {"tid", tid}};
+        if (phase[0] == 'f') event["bp"] = "e";
+        append(events, event);
+      };
+      if (span.flow_out != 0) arrow("s", span.flow_out);
+      if (span.flow_in != 0) arrow("f", span.flow_in);
     }
     std::size_t bytes = 256;
     for (const std::string& event : events) bytes += event.size() + 2;
