@@ -467,12 +467,11 @@ class ShmCommunicator final : public Communicator {
 
   [[noreturn]] void fail_timed_out(RingWork& work, int k) {
     const RankCell& them = cell(k);
-    fail(work, TimeoutError(k, pid_text(k), describe(current_),
-                            "did not reach it within " +
-                                std::to_string(options_.timeout.count() / 1000.0).substr(0, 5) +
-                                " s (its last collective started #" +
-                                std::to_string(them.started.load()) + ", finished #" +
-                                std::to_string(them.finished.load()) + ")"));
+    fail(work,
+         TimeoutError(k, pid_text(k), describe(current_),
+                      "did not reach it within " + seconds_text(options_.timeout) +
+                          " (its last collective started #" + std::to_string(them.started.load()) +
+                          ", finished #" + std::to_string(them.finished.load()) + ")"));
   }
 
   [[noreturn]] void fail_dead(RingWork& work, int k) {
