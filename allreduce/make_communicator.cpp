@@ -4,6 +4,7 @@
 
 #include "allreduce/shm/shm_communicator.h"
 #include "common/error.h"
+#include "common/host_id.h"
 #ifdef GRADSYNC_HAVE_GLOO
 #include "allreduce/gloo/gloo_communicator.h"
 #endif
@@ -77,7 +78,7 @@ std::shared_ptr<Communicator> make_shm(Store& store, int rank, int size,
 // Collective: every rank publishes its host id and reads everyone's.
 bool every_rank_on_this_host(Store& store, int rank, int size, const CommunicatorOptions& options) {
   const std::string prefix = options.tcp.store_prefix + "/auto/host/";
-  const std::string mine = shm_host_id();
+  const std::string mine = this_host_id();
   store.set(prefix + std::to_string(rank), mine);
   bool same = true;
   for (int r = 0; r < size; ++r) {

@@ -61,6 +61,11 @@ struct CommConfig {
   // to run, so mismatched collectives fail naming both sides instead of mixing bytes or
   // hanging (tcp and nccl check inline, for nothing). One small message round per collective.
   bool desync_check = true;
+  // allreduce on cpu, ranks on several hosts: reduce within each host over shared memory,
+  // all-reduce among one leader per host, broadcast within the host (Horovod's hierarchical
+  // all-reduce). auto: where some host has more than one rank and the ranks span hosts; on:
+  // always (tcp or gloo between hosts); off: one flat ring.
+  std::string hierarchical = "auto";
 };
 
 struct PsConfig {
@@ -85,6 +90,11 @@ struct NetworkConfig {
   bool namespaces = false;
   std::vector<int> slow_ranks;
   double slow_link_gbps = 0;
+  // hosts (namespaces only): the workers grouped into this many simulated hosts, ranks in
+  // contiguous blocks, one namespace and one shaped veth per host; ranks of a host reach each
+  // other through loopback and shared memory, unshaped, as on one machine. 0: every process
+  // a host of its own.
+  int hosts = 0;
 };
 
 // `gradsync sweep`: every run of the preset at each of these worker counts.

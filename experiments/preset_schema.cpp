@@ -51,6 +51,10 @@ const std::vector<std::string>& comm_algorithms() {
                                                  "halving_doubling"};
   return names;
 }
+const std::vector<std::string>& hierarchical_modes() {
+  static const std::vector<std::string> modes = {"auto", "on", "off"};
+  return modes;
+}
 const std::vector<std::string>& devices() {
   static const std::vector<std::string> kinds = {"cpu", "gpu"};
   return kinds;
@@ -153,6 +157,10 @@ const KeySpec kRows[] = {
      "allreduce over gloo or mpi: ranks compare each collective before running it (false: a "
      "mismatch may hang until comm.timeout_s or mix bytes; tcp checks inline, always)",
      GRADSYNC_FIELD(comm.desync_check)},
+    {"comm.hierarchical", Type::kChoice, kUnbounded,
+     "allreduce on cpu: reduce within each host over shared memory, then among one leader per "
+     "host (auto: when ranks span hosts and some host has several; on; off: one flat ring)",
+     GRADSYNC_FIELD(comm.hierarchical), hierarchical_modes},
     {"ps.servers", Type::kInteger, between(1, 256), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
     {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",
@@ -183,6 +191,10 @@ const KeySpec kRows[] = {
     {"network.slow_link_gbps", Type::kNumber, zero_or_between(0.001, 10000),
      "emulated link of network.slow_ranks, Gbit/s each way; the others keep link_gbps",
      GRADSYNC_FIELD(network.slow_link_gbps)},
+    {"network.hosts", Type::kInteger, between(0, kMaxWorkers),
+     "with namespaces: workers grouped into this many simulated hosts (contiguous ranks, one "
+     "shaped veth per host); 0: every process its own host",
+     GRADSYNC_FIELD(network.hosts)},
     {"sweep.workers", Type::kIntList, between(1, kMaxWorkers),
      "gradsync sweep: worker counts for every run", GRADSYNC_FIELD(sweep.workers)},
     {"checkpoint.every", Type::kInteger, between(0, kMaxSteps),

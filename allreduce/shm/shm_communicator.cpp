@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "allreduce/shm/shm_wait.h"
 #include "allreduce/tcp/work_queue.h"
 #include "common/error.h"
+#include "common/host_id.h"
 
 namespace gradsync {
 namespace {
@@ -76,13 +76,6 @@ std::size_t segment_bytes(int ranks, std::size_t chunk) {
 
 // Wrap-safe "counter a has reached b".
 bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
-
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
 
 // out[i] = (((s[0][i] + s[1][i]) + s[2][i]) + ...), divided by `divisor` when it is not 0:
 // the same order for every element, whichever rank sums it. Blocks of 1024 floats keep the
@@ -196,7 +189,7 @@ class ShmCommunicator final : public Communicator {
   void attach(Store& store) {
     const std::string prefix = options_.store_prefix + "/";
     const std::size_t bytes = segment_bytes(size_, chunk_floats_ * sizeof(float));
-    const std::string host = shm_host_id();
+    const std::string host = this_host_id();
     store.set(prefix + "host/" + std::to_string(rank_), host);
     for (int r = 0; r < size_; ++r) {
       const std::string theirs = store.get(prefix + "host/" + std::to_string(r), options_.timeout);
@@ -544,12 +537,6 @@ std::unique_ptr<Communicator> make_shm_communicator(Store& store, int rank, int 
   GRADSYNC_CHECK(size >= 1 && rank >= 0 && rank < size,
                  "shm: rank " + std::to_string(rank) + " of " + std::to_string(size));
   return std::make_unique<ShmCommunicator>(store, rank, size, options);
-}
-
-std::string shm_host_id() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id");
 }
 
 }  // namespace gradsync

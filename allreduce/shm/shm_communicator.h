@@ -58,8 +58,4 @@ struct ShmOptions {
 std::unique_ptr<Communicator> make_shm_communicator(Store& store, int rank, int size,
                                                     const ShmOptions& options);
 
-// "host/boot-id": what makes two processes "on one host" for the shm backend (a container or a
-// network namespace of the same kernel counts as the same host: the segment is shared there).
-std::string shm_host_id();
-
 }  // namespace gradsync
