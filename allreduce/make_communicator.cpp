@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "allreduce/hierarchical/hierarchical_communicator.h"
+#include "allreduce/hierarchical/host_layout.h"
 #include "allreduce/shm/shm_communicator.h"
 #include "common/error.h"
 #include "common/host_id.h"
@@ -65,26 +67,61 @@ std::shared_ptr<Communicator> make_mpi(Store& store, int rank, int size,
 }
 
 std::shared_ptr<Communicator> make_shm(Store& store, int rank, int size,
-                                       const CommunicatorOptions& options) {
+                                       const CommunicatorOptions& options, int machine_ranks = 0) {
   require_default_algorithm(options, "shm");
   ShmOptions shm;
   shm.timeout = options.tcp.timeout;
   // Beside the ring's keys in the same Store, never in their way.
   shm.store_prefix = options.tcp.store_prefix + "/shm";
   shm.run_id = options.run_id;
+  shm.machine_ranks = machine_ranks;
   return make_shm_communicator(store, rank, size, shm);
 }
 
-// Collective: every rank publishes its host id and reads everyone's.
-bool every_rank_on_this_host(Store& store, int rank, int size, const CommunicatorOptions& options) {
-  const std::string prefix = options.tcp.store_prefix + "/auto/host/";
-  const std::string mine = this_host_id();
-  store.set(prefix + std::to_string(rank), mine);
-  bool same = true;
-  for (int r = 0; r < size; ++r) {
-    same = store.get(prefix + std::to_string(r), options.tcp.timeout) == mine && same;
+// Collective: every rank publishes its host id and reads everyone's. Where shared memory is not
+// allowed (link emulation must see every byte) every rank counts as a host of its own.
+std::vector<std::string> host_ids(Store& store, int rank, int size,
+                                  const CommunicatorOptions& options) {
+  std::vector<std::string> ids;
+  if (!options.shm_on_one_host) {
+    for (int r = 0; r < size; ++r) ids.push_back("rank " + std::to_string(r));
+    return ids;
   }
-  return same;
+  const std::string prefix = options.tcp.store_prefix + "/auto/host/";
+  store.set(prefix + std::to_string(rank), this_host_id());
+  for (int r = 0; r < size; ++r) {
+    ids.push_back(store.get(prefix + std::to_string(r), options.tcp.timeout));
+  }
+  return ids;
+}
+
+// Shared memory within this rank's host, the leaders' ring (or gloo) between hosts, each level
+// with the timeout its place in the nesting needs (allreduce/hierarchical/).
+std::shared_ptr<Communicator> make_hierarchical(Store& store, int rank, const HostLayout& layout,
+                                                const CommunicatorOptions& options) {
+  const std::string host = options.tcp.store_prefix + "/hier/host" + std::to_string(layout.host);
+  // Simulated hosts share this machine's cores: spin only where the whole world has one each.
+  const int world = static_cast<int>(layout.host_of_rank.size());
+  const auto level_options = [&](const std::string& prefix, int timeouts) {
+    CommunicatorOptions level = options;
+    level.tcp.store_prefix = prefix;
+    level.tcp.timeout = timeouts * options.tcp.timeout;
+    return level;
+  };
+  HierarchyLevels levels;
+  CommunicatorOptions level = level_options(host, 1);
+  level.algorithm = "default";
+  levels.in_host = make_shm(store, layout.local_rank, layout.local_size(), level, world);
+  level = level_options(host + "/after", 3);
+  level.algorithm = "default";
+  levels.from_leader = make_shm(store, layout.local_rank, layout.local_size(), level, world);
+  if (layout.leader() && layout.hosts > 1) {
+    level = level_options(options.tcp.store_prefix + "/hier/leaders", 2);
+    levels.between_hosts = options.backend == "gloo"
+                               ? make_gloo(store, layout.host, layout.hosts, level)
+                               : make_tcp_ring(store, layout.host, layout.hosts, level.tcp);
+  }
+  return make_hierarchical_communicator(rank, layout, std::move(levels));
 }
 
 }  // namespace
@@ -105,9 +142,26 @@ std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size
                                  std::to_string(options.device));
   }
   if (backend == "shm") return make_shm(store, rank, size, options);
-  if (backend == "auto" && host && options.shm_on_one_host && size > 1 &&
-      every_rank_on_this_host(store, rank, size, options)) {
-    return make_shm(store, rank, size, options);
+  const std::string& hierarchical = options.hierarchical;
+  if (hierarchical != "auto" && hierarchical != "on" && hierarchical != "off") {
+    throw ConfigError("comm", "comm.hierarchical",
+                      "unknown mode '" + hierarchical + "' (valid: auto, on, off)");
+  }
+  if (hierarchical == "on" &&
+      (!host || (backend != "auto" && backend != "tcp" && backend != "gloo"))) {
+    throw ConfigError("comm", "comm.hierarchical",
+                      "on reduces host buffers over shared memory within a host and tcp or gloo "
+                      "between hosts, not with comm.backend " +
+                          backend);
+  }
+  // auto picks within gradsync's own transports (auto, tcp); gloo is hierarchical only when on.
+  const bool auto_hierarchy = hierarchical == "auto" && (backend == "auto" || backend == "tcp");
+  if (host && size > 1 && (hierarchical == "on" || auto_hierarchy || backend == "auto")) {
+    const HostLayout layout = host_layout(host_ids(store, rank, size, options), rank);
+    if (hierarchical == "on" || (auto_hierarchy && layout.mixed())) {
+      return make_hierarchical(store, rank, layout, options);
+    }
+    if (backend == "auto" && layout.hosts == 1) return make_shm(store, rank, size, options);
   }
   if (backend == "gloo") return make_gloo(store, rank, size, options);
   if (backend == "mpi") return make_mpi(store, rank, size, options);

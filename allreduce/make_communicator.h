@@ -1,6 +1,7 @@
 // make_communicator: the Communicator of `backend` (comm.backend) for where a rank's buffers
 // live. auto: ShmCommunicator for host memory when every rank is on one host and
-// shm_on_one_host allows it, else TcpRing; NcclCommunicator for a CUDA device; tcp, shm
+// shm_on_one_host allows it, a HierarchicalCommunicator (shared memory within each host, tcp
+// between them) for ranks on several hosts with several on one, else TcpRing; NcclCommunicator for a CUDA device; tcp, shm
 // (allreduce/shm/, ranks of one host), gloo (allreduce/gloo/) and mpi (allreduce/mpi/, ranks
 // started by mpirun) reduce host buffers, nccl
 // device ones, ordered after `producer_stream` (the model's stream, so bucket reductions start
@@ -43,6 +44,11 @@ struct CommunicatorOptions {
   // auto on host buffers: shm when every rank is on this host (their host ids, exchanged
   // through the store, agree), else tcp. Off where link emulation must see every byte.
   bool shm_on_one_host = false;
+  // comm.hierarchical: auto | on | off. auto: backend auto or tcp on host buffers, where the
+  // ranks span hosts and some host has several (allreduce/hierarchical/); on: always, also over
+  // gloo between hosts; off: one flat communicator. Hosts as shm_on_one_host sees them: where it
+  // is off every rank is a host of its own.
+  std::string hierarchical = "auto";
 };
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,

@@ -122,6 +122,38 @@ int ps_servers_to_beat_ring(int workers, double model_bytes, const LinkParams& l
   return 0;
 }
 
+namespace {
+
+void validate_hosts(int hosts, int ranks_per_host, double model_bytes) {
+  if (hosts < 1) {
+    throw ConfigError(kWhere, "hosts", "must be at least 1, got " + std::to_string(hosts));
+  }
+  if (ranks_per_host < 1) {
+    throw ConfigError(kWhere, "ranks per host",
+                      "must be at least 1, got " + std::to_string(ranks_per_host));
+  }
+  validate({Scheme::kRing, hosts * ranks_per_host, 1, model_bytes, 1});
+}
+
+}  // namespace
+
+HostBytes flat_ring_host_bytes(int hosts, int ranks_per_host, double model_bytes) {
+  validate_hosts(hosts, ranks_per_host, model_bytes);
+  const double n = double(hosts) * ranks_per_host;
+  const double per_link = 2 * (n - 1) / n * model_bytes;
+  const double crossing = hosts > 1 ? hosts : 0;  // links whose right neighbour is elsewhere
+  return {(n - crossing) * per_link, crossing * per_link};
+}
+
+HostBytes hierarchical_host_bytes(int hosts, int ranks_per_host, double model_bytes) {
+  validate_hosts(hosts, ranks_per_host, model_bytes);
+  const double l = ranks_per_host;
+  const double h = hosts;
+  // Per host: the all-reduce within it, then (with other hosts) the leader's broadcast.
+  const double within = 2 * (l - 1) * model_bytes + (hosts > 1 ? (l - 1) * model_bytes : 0);
+  return {h * within, 2 * (h - 1) * model_bytes};
+}
+
 LinkParams calibrate(std::span<const Observation> observations) {
   constexpr const char* kWhat = "calibration";
   // Dividing each row by its measurement turns the relative error into an ordinary least

@@ -71,6 +71,23 @@ double busiest_node_bytes(const Scenario& scenario);
 int ps_servers_to_beat_ring(int workers, double model_bytes, const LinkParams& link,
                             int max_servers);
 
+// One all-reduce of S bytes over N = H x L ranks, L on each of H hosts (ranks placed in blocks,
+// as launchers place them), split by where the bytes go: between processes of one host (shared
+// memory, loopback) or across the network between hosts. Bytes sent, summed over every rank.
+//   flat ring:     every rank sends 2(N-1)/N S to its right neighbour; H of the N neighbours
+//                  are on the next host, so H 2(N-1)/N S cross hosts (none when H = 1)
+//   hierarchical:  within each host an all-reduce (2(L-1) S, ring-equivalent) and the leader's
+//                  broadcast ((L-1) S); among the H leaders a ring, 2(H-1) S across hosts
+// At 2 x 2: 3 S against 2 S across hosts; at H x L with large L the flat ring's inter-host bytes
+// approach 2 H S, the hierarchy's stay 2(H-1) S whatever L is.
+struct HostBytes {
+  double intra_host = 0;
+  double inter_host = 0;
+};
+// Throws ConfigError on hosts < 1, ranks_per_host < 1 or bytes < 0.
+HostBytes flat_ring_host_bytes(int hosts, int ranks_per_host, double model_bytes);
+HostBytes hierarchical_host_bytes(int hosts, int ranks_per_host, double model_bytes);
+
 // One measured run, for calibration.
 struct Observation {
   std::string label;  // run name, for messages

@@ -216,11 +216,14 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Strategy
   options.tcp = ring_options;
   // Names a shared-memory segment after the run, so the launcher finds what a kill left.
   options.run_id = run_id_from_env().value_or(0);
-  // auto picks shared memory for ranks of one host, unless an emulated link must carry every
-  // byte (with namespaces each process is a host of its own; slow ranks are paced links).
+  // auto picks shared memory for ranks of one host, unless gradsync's own emulated link must
+  // carry every byte (network.link_gbps, slow ranks). In namespaces the kernel shapes each host's
+  // veth and every process is told its simulated host (common/host_id.h): ranks of one host
+  // may share memory there, as on a real machine, and no byte between hosts escapes the link.
   const NetworkConfig& network = config.network;
   options.shm_on_one_host =
-      network.link_gbps <= 0 && !network.namespaces && network.slow_ranks.empty();
+      network.slow_ranks.empty() && (network.namespaces || network.link_gbps <= 0);
+  options.hierarchical = config.comm.hierarchical;
   return make_model_communicator(store, env.rank, env.world_size, options, model);
 }
 

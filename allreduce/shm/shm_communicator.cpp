@@ -107,7 +107,8 @@ class ShmCommunicator final : public Communicator {
         options_(options),
         chunk_floats_(std::max<std::size_t>(options.chunk_bytes / sizeof(float), 64) / 64 * 64),
         grace_(std::min(options.timeout, milliseconds(1000))),
-        spin_(size <= static_cast<int>(std::thread::hardware_concurrency())),
+        spin_((options.machine_ranks > 0 ? options.machine_ranks : size) <=
+              static_cast<int>(std::thread::hardware_concurrency())),
         queue_(rank, options.timeout, grace_) {
     if (size_ > 1) attach(store);
   }

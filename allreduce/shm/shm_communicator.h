@@ -51,6 +51,10 @@ struct ShmOptions {
   std::string store_prefix = "gradsync/shm";
   std::size_t chunk_bytes = 256u << 10;  // of the buffer per slot and step: 2 (N + 1) of them
   std::uint64_t run_id = 0;              // names the segment, so the launcher can find leftovers
+  // Ranks that may be busy on this machine's cores, this communicator's and others' (a
+  // hierarchical run's other simulated hosts); 0: this communicator's size. A wait spins
+  // before it sleeps only when every one of them can have a core.
+  int machine_ranks = 0;
 };
 
 // Blocks until every rank has mapped the segment (or `options.timeout` passes). The Store must

@@ -385,4 +385,28 @@ TEST_CASE("cost: read_observations names the file it cannot use") {
                        doctest::Contains("dp-2/config.yaml"), ConfigError);
 }
 
+TEST_CASE("cost: flat ring against hierarchical, bytes within and between hosts") {
+  const double s = 100;
+  // 2 hosts x 2 ranks: the ring's 4 links carry 1.5 S each, 2 of them cross hosts.
+  const HostBytes flat = flat_ring_host_bytes(2, 2, s);
+  CHECK(flat.inter_host == doctest::Approx(300));
+  CHECK(flat.intra_host == doctest::Approx(300));
+  // The leaders' ring of 2 sends S each way; within a host an all-reduce of 2 (2 S) and a
+  // broadcast to one rank (S).
+  const HostBytes hier = hierarchical_host_bytes(2, 2, s);
+  CHECK(hier.inter_host == doctest::Approx(200));
+  CHECK(hier.intra_host == doctest::Approx(600));
+  // One host: nothing crosses; a rank per host: the hierarchy is the ring.
+  CHECK(flat_ring_host_bytes(1, 4, s).inter_host == 0);
+  CHECK(hierarchical_host_bytes(1, 4, s).inter_host == 0);
+  CHECK(hierarchical_host_bytes(4, 1, s).inter_host ==
+        doctest::Approx(flat_ring_host_bytes(4, 1, s).inter_host));
+  CHECK(hierarchical_host_bytes(4, 1, s).intra_host == 0);
+  // Many ranks per host: the ring's inter-host bytes approach 2 H S, the hierarchy's stay.
+  CHECK(flat_ring_host_bytes(2, 64, s).inter_host > 390);
+  CHECK(hierarchical_host_bytes(2, 64, s).inter_host == doctest::Approx(200));
+  CHECK_THROWS_AS(flat_ring_host_bytes(0, 2, s), ConfigError);
+  CHECK_THROWS_AS(hierarchical_host_bytes(2, 0, s), ConfigError);
+}
+
 }  // namespace gradsync::cost
