@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/error.h"
@@ -130,13 +131,43 @@ std::vector<std::string> tbf(const std::vector<std::string>& tc, const std::stri
   return argv;
 }
 
+// One sysfs counter: a decimal number and a newline.
+std::uint64_t read_counter(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path.string() + ": cannot open (is the device gone?)");
+  std::uint64_t value = 0;
+  if (!(in >> value)) throw Error(path.string() + ": not a byte count");
+  return value;
+}
+
 }  // namespace
 
-NamespaceNetwork::NamespaceNetwork(int processes, double gbps,
+std::vector<int> namespace_of_processes(int shards, int workers, int hosts) {
+  GRADSYNC_CHECK(shards >= 0 && workers >= 1, "namespace layout: shards >= 0, workers >= 1");
+  GRADSYNC_CHECK(hosts >= 0 && hosts <= workers, "namespace layout: 0 <= hosts <= workers");
+  std::vector<int> layout;
+  for (int k = 0; k < shards; ++k) layout.push_back(k);
+  for (int r = 0; r < workers; ++r) {
+    // r * hosts / workers climbs by at most 1 from rank to rank (hosts <= workers), from 0 to
+    // hosts - 1 at rank workers - 1: every host gets a block of contiguous ranks.
+    const int host = hosts == 0 ? r : static_cast<int>(static_cast<long long>(r) * hosts / workers);
+    layout.push_back(shards + host);
+  }
+  return layout;
+}
+
+LinkBytes outer_veth_bytes(const std::filesystem::path& statistics) {
+  LinkBytes bytes;
+  bytes.received = read_counter(statistics / "tx_bytes");  // out of the bridge, into the namespace
+  bytes.sent = read_counter(statistics / "rx_bytes");
+  return bytes;
+}
+
+NamespaceNetwork::NamespaceNetwork(int namespaces, double gbps,
                                    std::chrono::milliseconds command_timeout)
     : prefix_("gs" + std::to_string(::getpid())),
       bridge_(prefix_ + "br"),
-      processes_(processes),
+      namespaces_(namespaces),
       command_timeout_(command_timeout) {
   // wrap()'s commands are exec'd by the launcher as a path, without a PATH search.
   for (const char* candidate : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
@@ -150,15 +181,15 @@ NamespaceNetwork::NamespaceNetwork(int processes, double gbps,
                       "needs root (network namespaces, veth and tc); run as root or leave it "
                       "false and use network.link_gbps alone");
   }
-  GRADSYNC_CHECK(processes >= 1 && processes < 250, "namespace network: 1..249 processes");
+  GRADSYNC_CHECK(namespaces >= 1 && namespaces < 250, "namespace network: 1..249 namespaces");
   // Every command with this network's timeout.
   const auto run = [this](const std::vector<std::string>& argv) { must(argv, command_timeout_); };
   try {
     run({"ip", "link", "add", bridge_, "type", "bridge"});
     run({"ip", "link", "set", bridge_, "up"});
-    for (int i = 0; i < processes; ++i) {
+    for (int i = 0; i < namespaces; ++i) {
       const std::string ns = namespace_name(i);
-      const std::string inside = prefix_ + "v" + std::to_string(i);  // the process's NIC
+      const std::string inside = prefix_ + "v" + std::to_string(i);  // the namespace's NIC
       const std::string outside = bridge_port(i);
       run({"ip", "netns", "add", ns});
       ++made_;
@@ -169,7 +200,7 @@ NamespaceNetwork::NamespaceNetwork(int processes, double gbps,
       run({"ip", "-n", ns, "link", "set", inside, "up"});
       run({"ip", "-n", ns, "link", "set", "lo", "up"});
       if (gbps > 0) {
-        run(tbf({"tc", "-n", ns}, inside, gbps));  // what the process sends
+        run(tbf({"tc", "-n", ns}, inside, gbps));  // what the namespace sends
         run(tbf({"tc"}, outside, gbps));           // what it receives
       }
     }
@@ -197,23 +228,27 @@ void NamespaceNetwork::tear_down() noexcept {
   }
 }
 
-std::string NamespaceNetwork::address(int process) const {
-  return "10.99.0." + std::to_string(process + 1);
+std::string NamespaceNetwork::address(int ns) const { return "10.99.0." + std::to_string(ns + 1); }
+
+std::string NamespaceNetwork::bridge_port(int ns) const {
+  return prefix_ + "p" + std::to_string(ns);
 }
 
-std::string NamespaceNetwork::bridge_port(int process) const {
-  return prefix_ + "p" + std::to_string(process);
+std::string NamespaceNetwork::namespace_name(int ns) const {
+  return "gradsync-" + std::to_string(::getpid()) + "-" + std::to_string(ns);
 }
 
-std::string NamespaceNetwork::namespace_name(int process) const {
-  return "gradsync-" + std::to_string(::getpid()) + "-" + std::to_string(process);
-}
-
-std::vector<std::string> NamespaceNetwork::wrap(int process,
+std::vector<std::string> NamespaceNetwork::wrap(int ns,
                                                 const std::vector<std::string>& argv) const {
-  std::vector<std::string> out = {ip_path_, "netns", "exec", namespace_name(process)};
+  std::vector<std::string> out = {ip_path_, "netns", "exec", namespace_name(ns)};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
+}
+
+LinkBytes NamespaceNetwork::link_bytes(int ns) const {
+  GRADSYNC_CHECK(ns >= 0 && ns < made_, "link_bytes: a namespace of this network");
+  // The outer end stays in the launcher's namespace, whose devices /sys/class/net lists.
+  return outer_veth_bytes(std::filesystem::path("/sys/class/net") / bridge_port(ns) / "statistics");
 }
 
 }  // namespace gradsync

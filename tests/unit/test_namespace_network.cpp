@@ -1,14 +1,18 @@
 // NamespaceNetwork's failures, with a fake `ip` first on PATH: a command that fails is named with
 // what it printed, and one that hangs is killed at the timeout instead of hanging the run.
 // No namespace is made. Root only: the class refuses anyone else before running a command.
+// Also, for anyone: which namespace each process goes in (network.hosts), and how a veth's
+// counters read as the namespace's bytes.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "launch/namespace_network.h"
@@ -48,7 +52,64 @@ std::string construction_error(std::chrono::milliseconds timeout) {
   return "(no error)";
 }
 
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
 }  // namespace
+
+TEST_CASE("namespace network: every shard and every rank a namespace of its own without hosts") {
+  CHECK(namespace_of_processes(0, 1, 0) == std::vector<int>{0});
+  CHECK(namespace_of_processes(0, 4, 0) == std::vector<int>{0, 1, 2, 3});
+  CHECK(namespace_of_processes(2, 3, 0) == std::vector<int>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("namespace network: hosts group the ranks in contiguous blocks, shards apart") {
+  // Rank r on host r * H / N.
+  CHECK(namespace_of_processes(0, 4, 2) == std::vector<int>{0, 0, 1, 1});
+  CHECK(namespace_of_processes(0, 4, 1) == std::vector<int>{0, 0, 0, 0});
+  CHECK(namespace_of_processes(0, 4, 4) == std::vector<int>{0, 1, 2, 3});
+  CHECK(namespace_of_processes(0, 5, 2) == std::vector<int>{0, 0, 0, 1, 1});
+  CHECK(namespace_of_processes(0, 7, 5) == std::vector<int>{0, 0, 1, 2, 2, 3, 4});
+  // Shards first, a namespace each; the hosts after them.
+  CHECK(namespace_of_processes(2, 4, 2) == std::vector<int>{0, 1, 2, 2, 3, 3});
+  // For every N and H <= N: hosts 0 .. H-1 in order, none empty, sizes within one of each other.
+  for (int workers = 1; workers <= 64; ++workers) {
+    for (int hosts = 1; hosts <= workers; ++hosts) {
+      const std::vector<int> layout = namespace_of_processes(1, workers, hosts);
+      REQUIRE(layout.size() == static_cast<std::size_t>(1 + workers));
+      CHECK(layout.front() == 0);
+      std::vector<int> sizes(hosts, 0);
+      for (int r = 0; r < workers; ++r) {
+        const int host = layout[1 + r] - 1;
+        REQUIRE(host >= 0);
+        REQUIRE(host < hosts);
+        if (r > 0) CHECK((host == layout[r] - 1 || host == layout[r]));  // contiguous, climbing
+        ++sizes[host];
+      }
+      const auto [least, most] = std::minmax_element(sizes.begin(), sizes.end());
+      CHECK(*least >= 1);
+      CHECK(*most - *least <= 1);
+    }
+  }
+  CHECK_THROWS_AS(namespace_of_processes(0, 2, 3), Error);
+}
+
+TEST_CASE("namespace network: the outer veth's tx is what the namespace received") {
+  TempDir dir;
+  write_text(dir.path() / "tx_bytes", "123456789012\n");
+  write_text(dir.path() / "rx_bytes", "42\n");
+  const LinkBytes bytes = outer_veth_bytes(dir.path());
+  CHECK(bytes.received == 123456789012ULL);
+  CHECK(bytes.sent == 42);
+  write_text(dir.path() / "rx_bytes", "none\n");
+  CHECK_THROWS_WITH_AS(outer_veth_bytes(dir.path()),
+                       ((dir.path() / "rx_bytes").string() + ": not a byte count").c_str(), Error);
+  std::filesystem::remove(dir.path() / "tx_bytes");
+  CHECK_THROWS_WITH_AS(
+      outer_veth_bytes(dir.path()),
+      ((dir.path() / "tx_bytes").string() + ": cannot open (is the device gone?)").c_str(), Error);
+}
 
 TEST_CASE("namespace network: a failing ip command is named with what it printed") {
   if (::geteuid() != 0) {
