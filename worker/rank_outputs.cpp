@@ -8,6 +8,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/host_id.h"
 
 namespace gradsync {
 namespace fs = std::filesystem;
@@ -74,10 +75,11 @@ void write_rank_result(const std::string& path, const LoopResult& r) {
                                {"between_steps_s", r.between_steps_s},
                                {"step_seconds", r.step_seconds},
                                {"backend", r.backend},
+                               {"host", this_host_id()},
                                {"evals", evals}});
 }
 
-LoopResult read_rank_result(const std::string& path) {
+LoopResult read_rank_result(const std::string& path, std::string* host) {
   const nlohmann::json j = read_json(path);
   try {
     LoopResult r;
@@ -94,6 +96,7 @@ LoopResult read_rank_result(const std::string& path) {
     r.between_steps_s = j.at("between_steps_s");
     r.step_seconds = j.at("step_seconds").get<std::vector<float>>();
     r.backend = j.value("backend", std::string());
+    if (host != nullptr) *host = j.value("host", std::string());
     for (const auto& e : j.at("evals")) {
       r.evals.push_back({e.at(0), e.at(1), number_or_nan(e.at(2)), number_or_nan(e.at(3))});
     }
@@ -170,21 +173,25 @@ void wait_for_run_outputs(const Config& config, const std::string& run_dir, int 
   }
 }
 
-RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
+RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir,
+                             std::vector<HostLink> host_links) {
   merge_traces(run_trace_paths(config, run_dir), (fs::path(run_dir) / "trace.json").string());
   // A worker the shards dropped (ps.continue_without_dead_workers) wrote no result: the
   // summary is the others', and names it.
   const bool may_drop = config.strategy == "ps" && config.ps.continue_without_dead_workers;
   std::vector<LoopResult> results;
   std::vector<int> ranks, dropped;
+  std::vector<RankHost> hosts;
   for (int r = 0; r < config.workers; ++r) {
     const std::string path = rank_result_path(run_dir, r);
     if (may_drop && !fs::exists(path)) {
       dropped.push_back(r);
       continue;
     }
-    results.push_back(read_rank_result(path));
+    std::string host;
+    results.push_back(read_rank_result(path, &host));
     ranks.push_back(r);
+    if (!host.empty()) hosts.push_back({r, host});
     fs::remove(path);
   }
   if (results.empty()) {
@@ -198,6 +205,8 @@ RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir) {
   }
   RunSummary summary = summarize(config, results.front().parameters, results, servers, ranks);
   summary.dropped_workers = dropped;
+  summary.rank_hosts = hosts;
+  add_host_links(summary, std::move(host_links));
   write_summary((fs::path(run_dir) / "summary.json").string(), summary);
   return summary;
 }

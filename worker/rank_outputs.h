@@ -1,6 +1,6 @@
 // What a rank process leaves in the run folder for the launcher, and how the launcher folds
 // it into the run's files:
-//   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations)
+//   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations) and host
 //   trace.rank<R>.json  that rank's Chrome trace, merged into trace.json
 //   trace.shard<K>.json a ps shard's Chrome trace, merged likewise
 // The per-rank files are removed once merged.
@@ -23,10 +23,12 @@ std::string shard_trace_path(const std::string& run_dir, int shard);
 // Every per-process trace a run of `config` writes: its ranks', then its ps shards'.
 std::vector<std::string> run_trace_paths(const Config& config, const std::string& run_dir);
 
-// Atomic (temporary file, then rename). Throws Error naming the path.
+// Atomic (temporary file, then rename). Throws Error naming the path. Called by the rank itself:
+// the file also records this process's host id (common/host_id.h).
 void write_rank_result(const std::string& path, const LoopResult& result);
-// Throws Error naming the path when the file is missing or malformed.
-LoopResult read_rank_result(const std::string& path);
+// Throws Error naming the path when the file is missing or malformed. `host`, when given, gets
+// the rank's host id ("" from a file written before it was recorded).
+LoopResult read_rank_result(const std::string& path, std::string* host = nullptr);
 
 // A parameter-server shard's traffic over the run (server<K>.json).
 std::string server_result_path(const std::string& run_dir, int shard);
@@ -48,8 +50,10 @@ void wait_for_run_outputs(const Config& config, const std::string& run_dir, int 
                           std::chrono::milliseconds timeout);
 
 // After every process of a run has exited cleanly: merges the ranks' traces into trace.json,
-// summarises their results (and the shards' traffic, for ps) into summary.json, removes the
-// per-process files and returns the summary. Throws Error naming a missing or malformed file.
-RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir);
+// summarises their results (and the shards' traffic, for ps; `host_links`, the launcher's
+// kernel counts in network namespaces) into summary.json, removes the per-process files and
+// returns the summary. Throws Error naming a missing or malformed file.
+RunSummary fold_rank_outputs(const Config& config, const std::string& run_dir,
+                             std::vector<HostLink> host_links = {});
 
 }  // namespace gradsync

@@ -159,6 +159,17 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
   return s;
 }
 
+void add_host_links(RunSummary& s, std::vector<HostLink> links) {
+  s.host_links = std::move(links);
+  s.link_bytes_per_step.reset();
+  if (s.host_links.empty() || s.steps <= 0) return;
+  std::uint64_t sent = 0;
+  for (const HostLink& link : s.host_links) {
+    if (!link.ranks.empty()) sent += link.sent;  // the workers' hosts, not the ps shards
+  }
+  s.link_bytes_per_step = static_cast<double>(sent) / static_cast<double>(s.steps);
+}
+
 void write_summary(const std::string& path, const RunSummary& s) {
   nlohmann::json evals = nlohmann::json::array();
   for (const EvalPoint& e : s.evals) {
@@ -205,6 +216,24 @@ void write_summary(const std::string& path, const RunSummary& s) {
       {"evals", evals},
       {"provenance", provenance(std::filesystem::path(path).parent_path().string())},
   };
+  // Optional keys, absent where they do not apply, so readers of older summaries keep working.
+  if (!s.rank_hosts.empty()) {
+    nlohmann::json hosts = nlohmann::json::array();
+    for (const RankHost& r : s.rank_hosts) hosts.push_back({{"rank", r.rank}, {"host", r.host}});
+    j["rank_hosts"] = hosts;
+  }
+  if (!s.host_links.empty()) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const HostLink& link : s.host_links) {
+      links.push_back({{"name", link.name},
+                       {"namespace", link.netns},
+                       {"ranks", link.ranks},
+                       {"sent", link.sent},
+                       {"received", link.received}});
+    }
+    j["host_link_bytes"] = links;
+    if (s.link_bytes_per_step) j["link_bytes_per_step"] = *s.link_bytes_per_step;
+  }
   write_file_atomically(path, j.dump(2) + "\n");
 }
 

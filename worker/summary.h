@@ -30,6 +30,23 @@ struct SlowestRank {
 // Absent with fewer than two ranks: one rank is nobody's straggler.
 std::optional<SlowestRank> slowest_rank(const std::vector<StepPercentiles>& ranks);
 
+// One network namespace's link over a run in namespaces (launch/namespace_network.h), as the
+// kernel counted it at the veth: every byte on the emulated wire, headers, acknowledgements and
+// the rendezvous included, whichever process or library sent it.
+struct HostLink {
+  std::string name;        // "server 0"; "rank 2" (network.hosts 0); "host 1" (network.hosts)
+  std::string netns;       // the namespace: its processes' host id (common/host_id.h)
+  std::vector<int> ranks;  // the workers in it; empty for a ps shard
+  std::uint64_t sent = 0;  // by its processes, onto the wire
+  std::uint64_t received = 0;
+};
+
+// Where a rank ran: its host id (common/host_id.h), as its communicator saw it.
+struct RankHost {
+  int rank = 0;
+  std::string host;
+};
+
 struct RunSummary {
   std::string run;
   std::string strategy;
@@ -59,7 +76,20 @@ struct RunSummary {
   // ps.continue_without_dead_workers: the workers the run went on without (died or stopped);
   // the figures above are the others'.
   std::vector<int> dropped_workers;
+  // Each rank's host, in rank order; empty where the ranks did not report one (in-process runs).
+  std::vector<RankHost> rank_hosts;
+  // network.namespaces: every namespace's link, shards first, then the workers' hosts; empty
+  // otherwise.
+  std::vector<HostLink> host_links;
+  // network.namespaces: the bytes all the workers' namespaces sent onto their links, divided by
+  // the steps run (`steps`): what a step put on the emulated wire between hosts, the rendezvous,
+  // headers and acknowledgements spread over it; traffic between ranks of one host never
+  // reaches a link. Absent without namespaces or steps.
+  std::optional<double> link_bytes_per_step;
 };
+
+// Sets s.host_links and s.link_bytes_per_step (from s.steps).
+void add_host_links(RunSummary& s, std::vector<HostLink> links);
 
 // Bytes a node other than a worker moved over the run (a parameter-server shard).
 struct NodeTraffic {
