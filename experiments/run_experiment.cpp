@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -13,6 +14,7 @@
 #include "allreduce/tcp/socket.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/host_id.h"
 #include "common/progress.h"
 #include "common/run_id.h"
 #include "experiments/kept_results.h"
@@ -47,6 +49,12 @@ void report(const RunOutcome& run) {
   // A synthetic model has no test set: no accuracy to report, rather than a misleading 0%.
   if (!run.summary.evals.empty()) {
     std::cerr << ", test accuracy " << run.summary.final_test_accuracy * 100.0 << "%";
+  }
+  // In namespaces: what the kernel put on the workers' links (summary.json, host_link_bytes).
+  if (run.summary.link_bytes_per_step) {
+    char mib[32];
+    std::snprintf(mib, sizeof mib, "%.2f", *run.summary.link_bytes_per_step / (1 << 20));
+    std::cerr << ", " << mib << " MiB a step on the workers' links";
   }
   std::cerr << "\n";
 }
@@ -134,6 +142,39 @@ void check_namespaces_allowed(const Config& config) {
                     "false and use network.link_gbps alone");
 }
 
+// Every namespace's link counters, in namespace order.
+std::vector<LinkBytes> link_counts(const NamespaceNetwork& network) {
+  std::vector<LinkBytes> counts;
+  for (int ns = 0; ns < network.size(); ++ns) counts.push_back(network.link_bytes(ns));
+  return counts;
+}
+
+// What each namespace's link carried since `before` (link_counts), named for summary.json:
+// "server K" for a shard's, "rank R" for a rank's own, "host H" for a simulated host's.
+// `netns_of` is the namespace of each process, shards first (namespace_of_processes).
+std::vector<HostLink> host_links(const Config& config, const NamespaceNetwork& network,
+                                 const std::vector<int>& netns_of, int shards,
+                                 const std::vector<LinkBytes>& before) {
+  std::vector<HostLink> links(static_cast<std::size_t>(network.size()));
+  const std::vector<LinkBytes> after = link_counts(network);
+  for (int ns = 0; ns < network.size(); ++ns) {
+    HostLink& link = links[ns];
+    link.netns = network.namespace_name(ns);
+    link.sent = after[ns].sent - before[ns].sent;
+    link.received = after[ns].received - before[ns].received;
+    if (ns < shards) link.name = "server " + std::to_string(ns);
+  }
+  for (int r = 0; r < config.workers; ++r) {
+    HostLink& link = links[netns_of[shards + r]];
+    link.ranks.push_back(r);
+    if (link.name.empty()) {
+      link.name = config.network.hosts > 0 ? "host " + std::to_string(netns_of[shards + r] - shards)
+                                           : "rank " + std::to_string(r);
+    }
+  }
+  return links;
+}
+
 // A std::bad_alloc the memory check did not foresee ends as one line naming the run.
 template <typename F>
 auto naming_the_run(const Config& config, const DataShape& data, std::optional<double> available,
@@ -157,22 +198,30 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   { MetricsWriter header((fs::path(run_dir) / "metrics.csv").string()); }
 
   const std::string exe = current_executable();
-  // network.namespaces: one namespace per process (shards first, then ranks), each with its own
-  // address and port space; torn down when this function returns, however it returns.
+  // network.namespaces: one namespace per simulated host, each with its own address and port
+  // space: every shard one, and every rank one, or with network.hosts a block of ranks
+  // (namespace_of_processes, processes numbered shards first, then ranks); torn down when this
+  // function returns, however it returns.
   const int shards = config.strategy == "ps" ? config.ps.servers : 0;
   // Before the network: Ctrl-C while it is made (or while the ranks run) must still lead to its
   // teardown, not kill this process with the namespaces left in the kernel. launch() acts on it.
   const InterruptGuard interrupts;
   std::optional<NamespaceNetwork> network;
-  if (config.network.namespaces) network.emplace(shards + config.workers, config.network.link_gbps);
+  std::vector<int> netns_of;  // each process's namespace
+  if (config.network.namespaces) {
+    netns_of = namespace_of_processes(shards, config.workers, config.network.hosts);
+    network.emplace(netns_of.back() + 1, config.network.link_gbps);
+  }
   auto host_of = [&](int process) {
-    return network ? network->address(process) : std::string("127.0.0.1");
+    return network ? network->address(netns_of[process]) : std::string("127.0.0.1");
   };
   // Rank 0's store socket, bound here and kept bound until the run ends: no other process can
   // take its port before rank 0 serves on it (handed down as kStoreFdEnv). mpirun does not pass
   // descriptors on: there the port is held (tcp::hold_port) and rank 0 shares it. In namespaces
-  // each process has a port space of its own, where no process of another run lives: the ports
-  // there are fixed.
+  // each host has a port space of its own, where no process of another run lives: the ports
+  // there are fixed. Ranks of one simulated host share it, which the fixed ports allow: only
+  // rank 0 binds the store's, each shard has a namespace of its own, and the ring and gloo
+  // listen on ports the kernel picks.
   std::optional<tcp::Socket> store_socket, store_port_held;
   std::vector<tcp::Socket> shard_sockets;  // likewise, each ps shard's
   if (!network && starts_under_mpirun(config)) {
@@ -247,9 +296,16 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   for (ProcessSpec& process : processes) process.env.emplace_back(kRunIdEnv, run_id);
   if (network) {
     for (std::size_t i = 0; i < processes.size(); ++i) {
-      processes[i].argv = network->wrap(static_cast<int>(i), processes[i].argv);
+      const int ns = netns_of[i];
+      processes[i].argv = network->wrap(ns, processes[i].argv);
+      // Its simulated host: processes of one namespace may share memory, as on one machine;
+      // the others are reached only over the shaped link.
+      processes[i].env.emplace_back(kHostIdEnv, network->namespace_name(ns));
     }
   }
+  // The links' counters before the attempt that completes: summary.json counts that one's bytes,
+  // as it does its ranks' results.
+  std::vector<LinkBytes> counted_from;
   const std::vector<std::string> traces = run_trace_paths(config, run_dir);
   // A run that drops its dead workers goes on without them: restarting it would undo that.
   const bool drops_workers = config.strategy == "ps" && config.ps.continue_without_dead_workers;
@@ -260,6 +316,7 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
   }
   try {
     for (int restart = 1;; ++restart) {
+      if (network) counted_from = link_counts(*network);
       try {
         LaunchOptions launch_options;
         // Outside the results: a full results disk must not silence the notes that name it.
@@ -293,7 +350,10 @@ RunOutcome run_multi_process(const Config& config, const std::string& run_dir, i
     }
     throw;
   }
-  return RunOutcome{fold_rank_outputs(config, run_dir), run_dir};
+  // Every process has ended, and the namespaces are still there: their counters are final.
+  std::vector<HostLink> links;
+  if (network) links = host_links(config, *network, netns_of, shards, counted_from);
+  return RunOutcome{fold_rank_outputs(config, run_dir, std::move(links)), run_dir};
 }
 
 RunOutcome run_experiment(const Config& config, const TrainTest& data, const std::string& run_dir) {
