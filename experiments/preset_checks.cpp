@@ -71,6 +71,47 @@ void check_link_with_nccl(const Origins& origins, const std::string& source, con
                         "or ps on gpu");
 }
 
+// network.hosts: the workers grouped into simulated hosts, each a network namespace on its own
+// shaped link (experiments/run_experiment.cpp), so only runs of worker processes in namespaces
+// have them, and every host holds a worker at least.
+void check_hosts(const Origins& origins, const std::string& source, const Config& config) {
+  const NetworkConfig& network = config.network;
+  if (network.hosts <= 0) return;
+  const std::string where = origin_of(origins, {"network.hosts", "network"}, source + ":1");
+  if (config.strategy != "allreduce" && config.strategy != "ps") {
+    throw ConfigError(where, "network.hosts",
+                      config.strategy +
+                          " runs its workers as threads of one process: simulated hosts group "
+                          "worker processes (allreduce, ps)");
+  }
+  if (!network.namespaces) {
+    throw ConfigError(where, "network.hosts",
+                      "hosts are simulated by network namespaces, one per host: it needs "
+                      "network.namespaces: true (and root)");
+  }
+  if (network.hosts > config.workers) {
+    throw ConfigError(where, "network.hosts",
+                      std::to_string(network.hosts) + " hosts for " +
+                          std::to_string(config.workers) +
+                          " workers: each simulated host holds one worker at least");
+  }
+}
+
+// comm.hierarchical: on reduces within each host over shared memory and among one leader per
+// host over tcp or gloo (allreduce/make_communicator.h, which refuses the rest only once the
+// ranks run). Like every comm key, it is allreduce's: other strategies ignore it.
+void check_hierarchical(const Origins& origins, const std::string& source, const Config& config) {
+  if (config.strategy != "allreduce" || config.comm.hierarchical != "on") return;
+  // comm.backend auto means nccl for a model on a GPU.
+  const std::string backend = reduces_over_nccl(config) ? "nccl" : config.comm.backend;
+  if (backend == "auto" || backend == "tcp" || backend == "gloo") return;
+  throw ConfigError(origin_of(origins, {"comm.hierarchical", "comm"}, source + ":1"),
+                    "comm.hierarchical",
+                    "on reduces within each host over shared memory and between hosts over tcp "
+                    "or gloo: it needs comm.backend auto, tcp or gloo, not " +
+                        backend + (config.comm.backend == "auto" ? " (auto on device: gpu)" : ""));
+}
+
 // network.slow_ranks: stragglers on a slower emulated link. Each is a process of its own with a
 // Link of its own (worker/run_plan.cpp), so only allreduce and ps have them, and only where
 // gradsync paces the sockets itself: not in namespaces (the kernel shapes every process at
@@ -120,19 +161,26 @@ void check_slow_ranks(const Origins& origins, const std::string& source, const C
   }
 }
 
-// The namespace network puts every process of a run on one /24 (launch/namespace_network.cpp):
-// 249 processes at most, shards and ranks together.
+// The namespace network puts every host of a run on one /24 (launch/namespace_network.cpp):
+// 249 namespaces at most, shards and the workers' hosts together (a host per worker, or
+// network.hosts of them).
 constexpr int kMaxNamespaceProcesses = 249;
 
 void check_processes(const Origins& origins, const std::string& source, const Config& config) {
   const bool processes = config.strategy == "allreduce" || config.strategy == "ps";
   const int shards = config.strategy == "ps" ? config.ps.servers : 0;
-  if (processes && config.network.namespaces && config.workers + shards > kMaxNamespaceProcesses) {
+  const int hosts = config.network.hosts > 0 ? config.network.hosts : config.workers;
+  if (processes && config.network.namespaces && hosts + shards > kMaxNamespaceProcesses) {
+    const std::string where =
+        config.network.hosts > 0
+            ? origin_of(origins, {"network.hosts", "ps.servers", "network.namespaces"},
+                        source + ":1")
+            : origin_of(origins, {"workers", "ps.servers", "network.namespaces"}, source + ":1");
     throw ConfigError(
-        origin_of(origins, {"workers", "ps.servers", "network.namespaces"}, source + ":1"),
-        "network.namespaces",
+        where, "network.namespaces",
         "one network of at most " + std::to_string(kMaxNamespaceProcesses) + " processes, got " +
-            std::to_string(config.workers) + " workers" +
+            (config.network.hosts > 0 ? std::to_string(hosts) + " network.hosts"
+                                      : std::to_string(config.workers) + " workers") +
             (shards > 0 ? " + " + std::to_string(shards) + " ps.servers" : std::string()) +
             " (leave it false and use network.link_gbps alone)");
   }
@@ -183,6 +231,8 @@ void check_data(const Origins& origins, const std::string& source, DataConfig* d
 void check_combinations(const Origins& origins, const std::string& source, const Config& config) {
   check_backend(origins, source, config);
   check_link_with_nccl(origins, source, config);
+  check_hierarchical(origins, source, config);
+  check_hosts(origins, source, config);
   check_processes(origins, source, config);
   check_slow_ranks(origins, source, config);
   if (config.strategy == "single" && config.workers != 1) {

@@ -22,8 +22,9 @@ std::string origin_of(const Origins& origins, std::initializer_list<const char*>
 // filled in when none is given. Throws ConfigError naming data.dir.
 void check_data(const Origins& origins, const std::string& source, DataConfig* data);
 
-// Every other combination (backend and device, link emulation, single's one worker, the
-// synthetic model's layers, network namespaces' processes, ps' dropped workers). Throws the
+// Every other combination (backend and device, link emulation, comm.hierarchical's backends,
+// single's one worker, the synthetic model's layers, network namespaces' hosts, ps' dropped
+// workers). Throws the
 // first as a ConfigError; `source` is the preset file, for keys left at their defaults.
 void check_combinations(const Origins& origins, const std::string& source, const Config& config);
 

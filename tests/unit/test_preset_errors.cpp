@@ -197,6 +197,63 @@ TEST_CASE("preset: network.slow_ranks names workers of a run of processes, with 
         "ranks need comm.backend tcp (or auto on cpu)");
 }
 
+TEST_CASE("preset: network.hosts groups worker processes in namespaces") {
+  const std::string ring = "data: {kind: synthetic}\nstrategy: allreduce\nworkers: 4\n";
+  CHECK(load(ring + "network: {namespaces: true, hosts: 2}\n").runs[0].network.hosts == 2);
+  CHECK_NOTHROW(
+      load(ring + "ps: {servers: 2}\nnetwork: {namespaces: true, hosts: 4}\n", {"strategy=ps"}));
+  CHECK(error_of(ring + "network: {hosts: 2}\n") ==
+        "presets/x.yaml:4: network.hosts: hosts are simulated by network namespaces, one per "
+        "host: it needs network.namespaces: true (and root)");
+  CHECK(error_of(ring + "network: {namespaces: true, hosts: 5}\n") ==
+        "presets/x.yaml:4: network.hosts: 5 hosts for 4 workers: each simulated host holds one "
+        "worker at least");
+  CHECK(error_of("data: {kind: synthetic}\nstrategy: dp\nworkers: 4\n"
+                 "network: {namespaces: true, hosts: 2}\n") ==
+        "presets/x.yaml:4: network.hosts: dp runs its workers as threads of one process: "
+        "simulated hosts group worker processes (allreduce, ps)");
+  // The /24 counts hosts, not workers, once they are grouped.
+  CHECK_NOTHROW(
+      load("data: {kind: synthetic}\nstrategy: allreduce\nworkers: 300\n"
+           "network: {namespaces: true, hosts: 100}\n"));
+  CHECK(error_of("data: {kind: synthetic}\nstrategy: allreduce\nworkers: 300\n"
+                 "network: {namespaces: true, hosts: 250}\n") ==
+        "presets/x.yaml:4: network.namespaces: one network of at most 249 processes, got 250 "
+        "network.hosts (leave it false and use network.link_gbps alone)");
+}
+
+TEST_CASE("preset: comm.hierarchical on needs a backend between hosts") {
+  const std::string ring = "data: {kind: synthetic}\nstrategy: allreduce\nworkers: 4\n";
+  for (const char* backend : {"auto", "tcp", "gloo"}) {
+    CHECK_NOTHROW(load(ring + "comm: {hierarchical: on, backend: " + backend + "}\n"));
+  }
+  for (const char* backend : {"shm", "mpi"}) {
+    CHECK(error_of(ring + "comm: {hierarchical: on, backend: " + backend + "}\n") ==
+          "presets/x.yaml:4: comm.hierarchical: on reduces within each host over shared memory "
+          "and between hosts over tcp or gloo: it needs comm.backend auto, tcp or gloo, not " +
+              std::string(backend));
+  }
+  CHECK(error_of(ring + "device: gpu\ncomm: {hierarchical: on, backend: nccl}\n") ==
+        "presets/x.yaml:5: comm.hierarchical: on reduces within each host over shared memory and "
+        "between hosts over tcp or gloo: it needs comm.backend auto, tcp or gloo, not nccl");
+  CHECK(error_of(ring + "device: gpu\ncomm: {hierarchical: on}\n") ==
+        "presets/x.yaml:5: comm.hierarchical: on reduces within each host over shared memory and "
+        "between hosts over tcp or gloo: it needs comm.backend auto, tcp or gloo, not nccl (auto "
+        "on device: gpu)");
+  // Host-staged on a GPU, it reduces host buffers like any cpu run.
+  CHECK_NOTHROW(load(ring + "device: gpu\ncomm: {hierarchical: on, backend: tcp}\n"));
+  // off and auto take any backend; the comm keys are allreduce's, other strategies ignore them.
+  CHECK_NOTHROW(load(ring + "comm: {hierarchical: off, backend: shm}\n"));
+  CHECK_NOTHROW(load(ring + "comm: {hierarchical: auto, backend: mpi}\n"));
+  CHECK_NOTHROW(
+      load("data: {kind: synthetic}\nstrategy: ps\nworkers: 2\n"
+           "comm: {hierarchical: on, backend: shm}\n"));
+  // shm in namespaces stays refused for itself, before comm.hierarchical is looked at.
+  CHECK(error_of(ring + "comm: {hierarchical: on, backend: shm}\nnetwork: {namespaces: true}\n")
+            .starts_with("presets/x.yaml:5: network.namespaces: shm moves bytes through shared "
+                         "memory"));
+}
+
 TEST_CASE("preset: choices list the valid values") {
   CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
         "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, ps)");
