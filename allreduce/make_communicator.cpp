@@ -88,7 +88,8 @@ std::vector<std::string> host_ids(Store& store, int rank, int size,
     return ids;
   }
   const std::string prefix = options.tcp.store_prefix + "/auto/host/";
-  store.set(prefix + std::to_string(rank), this_host_id());
+  store.set(prefix + std::to_string(rank),
+            options.host_id.empty() ? this_host_id() : options.host_id);
   for (int r = 0; r < size; ++r) {
     ids.push_back(store.get(prefix + std::to_string(r), options.tcp.timeout));
   }

@@ -1,11 +1,11 @@
 // make_communicator: the Communicator of `backend` (comm.backend) for where a rank's buffers
 // live. auto: ShmCommunicator for host memory when every rank is on one host and
 // shm_on_one_host allows it, a HierarchicalCommunicator (shared memory within each host, tcp
-// between them) for ranks on several hosts with several on one, else TcpRing; NcclCommunicator for a CUDA device; tcp, shm
-// (allreduce/shm/, ranks of one host), gloo (allreduce/gloo/) and mpi (allreduce/mpi/, ranks
-// started by mpirun) reduce host buffers, nccl
-// device ones, ordered after `producer_stream` (the model's stream, so bucket reductions start
-// after their layer's gradient kernels; see allreduce/nccl/nccl_communicator.h).
+// between them) for ranks on several hosts with several on one, else TcpRing; NcclCommunicator for
+// a CUDA device; tcp, shm (allreduce/shm/, ranks of one host), gloo (allreduce/gloo/) and mpi
+// (allreduce/mpi/, ranks started by mpirun) reduce host buffers, nccl device ones, ordered after
+// `producer_stream` (the model's stream, so bucket reductions start after their layer's gradient
+// kernels; see allreduce/nccl/nccl_communicator.h).
 //
 //   CommunicatorOptions options;
 //   options.tcp = ring_options;            // timeout and store prefix are shared by both
@@ -49,6 +49,9 @@ struct CommunicatorOptions {
   // gloo between hosts; off: one flat communicator. Hosts as shm_on_one_host sees them: where it
   // is off every rank is a host of its own.
   std::string hierarchical = "auto";
+  // This rank's host as the others compare it; empty: this_host_id() (common/host_id.h). Set by
+  // tests that group the threads of one process into hosts.
+  std::string host_id;
 };
 
 std::shared_ptr<Communicator> make_communicator(Store& store, int rank, int size,

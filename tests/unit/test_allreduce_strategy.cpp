@@ -33,6 +33,9 @@ struct RankRun {
   std::vector<std::int64_t> steps_per_rank;  // empty: every rank takes `steps`
   std::string backend = "tcp";               // comm.backend: the communicator under the strategy
   std::string algorithm = "default";
+  std::string hierarchical = "auto";  // comm.hierarchical
+  int ranks_per_host = 0;             // > 0: ranks grouped into hosts of this many (host ids)
+  std::vector<std::string>* backends = nullptr;  // when set: each rank's Communicator::backend()
   // When set, each rank records a digest of its parameters after every step: [rank][step].
   std::vector<std::vector<std::uint64_t>>* digests = nullptr;
 };
@@ -48,6 +51,7 @@ std::vector<LoopResult> train_ring(
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
   if (buckets) buckets->assign(static_cast<std::size_t>(ranks), {});
   if (run.digests) run.digests->assign(static_cast<std::size_t>(ranks), {});
+  if (run.backends) run.backends->assign(static_cast<std::size_t>(ranks), {});
   {
     std::vector<std::jthread> threads;
     for (int r = 0; r < ranks; ++r) {
@@ -56,9 +60,15 @@ std::vector<LoopResult> train_ring(
           gradsync::CommunicatorOptions communicator;
           communicator.backend = run.backend;
           communicator.algorithm = run.algorithm;
+          communicator.hierarchical = run.hierarchical;
+          communicator.shm_on_one_host = true;
+          if (run.ranks_per_host > 0) {
+            communicator.host_id = "host " + std::to_string(r / run.ranks_per_host);
+          }
           communicator.tcp.timeout = std::chrono::milliseconds(errors_out ? 2000 : 20000);
           std::shared_ptr<gradsync::Communicator> comm =
               gradsync::make_communicator(store, r, ranks, communicator);
+          if (run.backends) (*run.backends)[r] = comm->backend();
           gradsync::AllreduceStrategyOptions options;
           options.bucket_bytes = run.bucket_bytes;
           options.overlap = run.overlap;
@@ -131,7 +141,7 @@ TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 5
 
 TEST_CASE("allreduce strategy: every backend follows `single`, ranks bitwise equal every step") {
   std::vector<std::pair<std::string, std::string>> backends = {{"tcp", "default"},
-                                                                {"shm", "default"}};
+                                                               {"shm", "default"}};
   for (const std::string& name : gradsync::compiled_backends()) {
     if (name == "gloo") {
       for (const char* algorithm : {"ring", "ring_chunked", "halving_doubling"}) {
@@ -159,6 +169,29 @@ TEST_CASE("allreduce strategy: every backend follows `single`, ranks bitwise equ
                       << " ranks vs single: max relative difference " << diff);
       CHECK(diff <= 1e-5);
     }
+  }
+}
+
+TEST_CASE("allreduce strategy: hierarchical over hosts of 2 ranks follows `single`") {
+  for (int ranks : {4, 5}) {
+    CAPTURE(ranks);
+    std::vector<std::vector<std::uint64_t>> digests;
+    std::vector<std::string> backends;
+    RankRun run;
+    run.backends = &backends;
+    run.bucket_bytes = 4096;
+    run.backend = "auto";
+    run.ranks_per_host = 2;  // auto goes hierarchical: several hosts, several ranks on one
+    run.digests = &digests;
+    const auto results = train_ring(ranks, run, 50);
+    for (int r = 1; r < ranks; ++r) CHECK(digests[r] == digests.front());
+    CHECK(backends.front() == "shm+tcp");
+    // Rank 4 of 5 is host 2's only rank, so its leader; rank 3 of 4 is not.
+    CHECK(backends.back() == (ranks == 5 ? "shm+tcp" : "shm+leaders"));
+    const double diff = gradsync::testing::max_relative_difference(
+        results.front().final_params, train_single(16 * ranks, 50), layers());
+    MESSAGE("hierarchical with " << ranks << " ranks vs single: max relative difference " << diff);
+    CHECK(diff <= 1e-5);
   }
 }
 
