@@ -8,6 +8,7 @@
 #include "experiments/preset.h"
 #include "experiments/run_experiment.h"
 #include "teach/dp_vs_ddp.h"
+#include "teach/hierarchical.h"
 #include "teach/ring_schedule.h"
 
 namespace gradsync {
@@ -66,13 +67,40 @@ Command add_dp_vs_ddp_lesson(CLI::App& teach) {
           }};
 }
 
+Command add_hierarchical_lesson(CLI::App& teach) {
+  struct Options {
+    std::string preset = "hierarchical";
+    std::vector<std::string> overrides;
+    std::string output;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* lesson = teach.add_subcommand(
+      "hierarchical",
+      "run a flat ring and the hierarchical all-reduce on the same simulated hosts (root: network "
+      "namespaces) and print the bytes between hosts beside the model's");
+  lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
+  lesson->add_option("--set", options->overrides, "override a key, e.g. network.hosts=4");
+  lesson->add_option("--output", options->output, "results root (default: output.dir)");
+  return {
+      lesson, [options] {
+        const Preset preset =
+            load_preset(find_preset(options->preset, presets_dir()), options->overrides);
+        const PresetOutcome outcome = run_preset(preset, options->output);
+        std::cout << "\n"
+                  << teach::render_hierarchical(teach::hierarchical_rows(preset.runs, outcome.runs))
+                  << "\nresults: " << outcome.dir << "\n";
+        return 0;
+      }};
+}
+
 }  // namespace
 
 Command add_teach_command(CLI::App& parent) {
   CLI::App* teach =
       parent.add_subcommand("teach", "step-by-step demos of how the strategies move data");
   teach->require_subcommand(1);
-  std::vector<Command> lessons = {add_ring_lesson(*teach), add_dp_vs_ddp_lesson(*teach)};
+  std::vector<Command> lessons = {add_ring_lesson(*teach), add_dp_vs_ddp_lesson(*teach),
+                                  add_hierarchical_lesson(*teach)};
   return {teach, [lessons = std::move(lessons)] { return run_parsed(lessons); }};
 }
 
