@@ -1,6 +1,6 @@
 // The gradient codecs of common/compression/: fp16 and bf16 against their IEEE definition (every
-// 16-bit pattern, the rounding boundaries, the fast path bit for bit against the scalar one) and
-// the bytes they put on the wire.
+// 16-bit pattern, the rounding boundaries, the fast path bit for bit against the scalar one),
+// top-k's choice and its error-feedback invariant, and the bytes each puts on the wire.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/compression/half_codec.h"
+#include "common/compression/top_k_codec.h"
 #include "common/error.h"
 #include "common/random.h"
 
@@ -20,6 +21,7 @@ namespace {
 
 using Floats = std::vector<float>;
 constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 Floats random_floats(std::size_t n, std::uint64_t seed, double scale = 1.0) {
   SplitMix64 rng(seed);
@@ -176,6 +178,115 @@ TEST_CASE("compression fp16: dividing by N before encoding keeps a sum finite") 
   CHECK(float_from_fp16(wire[0]) == 30000.0f);
   CHECK(float_from_fp16(wire[8]) == 30000.0f);
   CHECK(half_wire_bytes(1000) == 2000);
+}
+
+TEST_CASE("compression top-k: k, the choice with ties by index, NaN first, ratio 1 exact") {
+  CHECK(TopKCodec::k_for(100, 0.07) == 7);  // 7.000000000000001 in doubles
+  CHECK(TopKCodec::k_for(100, 0.01) == 1);
+  CHECK(TopKCodec::k_for(10, 0.001) == 1);
+  CHECK(TopKCodec::k_for(3, 0.5) == 2);
+  CHECK(TopKCodec::k_for(0, 0.5) == 0);
+  CHECK_THROWS_AS(TopKCodec::k_for(10, 0.0), Error);
+  CHECK_THROWS_AS(TopKCodec::k_for(10, 1.5), Error);
+  CHECK(TopKCodec::wire_bytes(7) == 56);
+
+  TopKCodec codec(6);
+  const SparseGradient sent = codec.select(Floats{1, -5, 3, 5, -3, 0.5f}, 0.5);
+  CHECK(sent.indices == std::vector<std::uint32_t>{1, 2, 3});  // |3| at 2 and 4: the lower
+  CHECK(sent.values == Floats{-5, 3, 5});
+  CHECK(std::vector(codec.residual().begin(), codec.residual().end()) ==
+        Floats{1, 0, 0, 0, -3, 0.5f});
+
+  Floats flat(1000);  // every magnitude equal: the lowest indices, whatever nth_element does
+  for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = i % 2 ? 1.0f : -1.0f;
+  TopKCodec ties(flat.size());
+  const SparseGradient first = ties.select(flat, 0.1);
+  for (std::uint32_t i = 0; i < 100; ++i) CHECK(first.indices[i] == i);
+
+  TopKCodec late(4);  // a tie at the k-th magnitude comes before a larger value
+  CHECK(late.select(Floats{3, -3, 5, 3}, 0.5).indices == std::vector<std::uint32_t>{0, 2});
+
+  // Against a full sort by (magnitude descending, index ascending), over values with many ties.
+  SplitMix64 rng(4);
+  for (const double ratio : {0.01, 0.1, 0.37, 0.9}) {
+    Floats grad(200);
+    for (float& g : grad) g = float(int(rng.below(7)) - 3);
+    std::vector<std::uint32_t> order(grad.size());
+    for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::ranges::sort(order, [&](std::uint32_t a, std::uint32_t b) {
+      return std::fabs(grad[a]) > std::fabs(grad[b]) ||
+             (std::fabs(grad[a]) == std::fabs(grad[b]) && a < b);
+    });
+    order.resize(TopKCodec::k_for(grad.size(), ratio));
+    std::ranges::sort(order);
+    CHECK(TopKCodec(grad.size()).select(grad, ratio).indices == order);
+  }
+
+  TopKCodec with_nan(3);
+  CHECK(with_nan.select(Floats{1, kNaN, 2}, 0.3).indices == std::vector<std::uint32_t>{1});
+
+  const Floats grad = random_floats(777, 3);
+  TopKCodec all(grad.size());
+  const SparseGradient everything = all.select(grad, 1.0);
+  REQUIRE(everything.indices.size() == grad.size());
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    CHECK(everything.indices[i] == i);
+    CHECK(everything.values[i] == grad[i]);
+    CHECK(all.residual()[i] == 0.0f);
+  }
+  CHECK_THROWS_AS(all.select(Floats(3), 1.0), Error);
+}
+
+TEST_CASE("compression top-k: sent plus residual is the running sum of gradients") {
+  for (const bool integers : {true, false}) {
+    CAPTURE(integers);
+    const std::size_t n = 500;
+    TopKCodec codec(n);
+    std::vector<double> sent(n, 0.0), sum(n, 0.0), magnitude(n, 0.0);
+    SplitMix64 rng(integers ? 1 : 2);
+    for (int step = 0; step < 8; ++step) {
+      Floats grad(n);
+      for (float& g : grad) g = integers ? float(int(rng.below(101)) - 50) : float(rng.normal());
+      for (std::size_t i = 0; i < n; ++i) sum[i] += grad[i], magnitude[i] += std::fabs(grad[i]);
+      const SparseGradient out = codec.select(grad, 0.1);
+      CHECK(out.indices.size() == 50);
+      for (std::size_t i = 0; i < out.indices.size(); ++i) sent[out.indices[i]] += out.values[i];
+      for (std::size_t i = 0; i < n; ++i) {
+        const double total = sent[i] + codec.residual()[i];
+        if (integers)
+          REQUIRE(total == sum[i]);
+        else
+          REQUIRE(std::fabs(total - sum[i]) <= 1e-6 * (1 + magnitude[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("compression top-k: scatter_add from several ranks, packed, and refused garbage") {
+  const std::size_t n = 300;
+  std::vector<Floats> grads;
+  Floats dense(n, 0.0f), packed_dense(n, 0.0f), expected(n, 0.0f);
+  for (int rank = 0; rank < 3; ++rank) {
+    grads.push_back(random_floats(n, 40 + rank));
+    for (std::size_t i = 0; i < n; ++i) expected[i] += grads.back()[i];
+    TopKCodec codec(n);  // ratio 1: the sum equals `none` up to summation order
+    const SparseGradient sparse = codec.select(grads.back(), 1.0);
+    scatter_add(sparse, dense);
+    Floats packed(2 * sparse.indices.size());
+    pack(sparse, packed);
+    scatter_add_packed(packed, packed_dense);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    CHECK(std::fabs(dense[i] - expected[i]) <= 1e-6f * (1 + std::fabs(expected[i])));
+    CHECK(packed_dense[i] == dense[i]);
+  }
+  const Floats before = dense;
+  const std::vector<std::uint32_t> bad = {0, 300};
+  CHECK_THROWS_WITH_AS(scatter_add(bad, Floats{1, 2}, dense), doctest::Contains("index 300"),
+                       Error);
+  CHECK(dense == before);  // nothing written
+  CHECK_THROWS_AS(scatter_add(bad, Floats{1}, dense), Error);
+  CHECK_THROWS_AS(scatter_add_packed(Floats(3), dense), Error);
 }
 
 }  // namespace
