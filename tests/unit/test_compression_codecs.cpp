@@ -1,6 +1,7 @@
 // The gradient codecs of common/compression/: fp16 and bf16 against their IEEE definition (every
 // 16-bit pattern, the rounding boundaries, the fast path bit for bit against the scalar one),
-// top-k's choice and its error-feedback invariant, and the bytes each puts on the wire.
+// top-k's choice and its error-feedback invariant, PowerSGD's exactness at full rank (one rank
+// and two simulated ones), its warm start and seed, and the bytes each puts on the wire.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/compression/half_codec.h"
+#include "common/compression/power_sgd_codec.h"
 #include "common/compression/top_k_codec.h"
 #include "common/error.h"
 #include "common/random.h"
@@ -287,6 +289,145 @@ TEST_CASE("compression top-k: scatter_add from several ranks, packed, and refuse
   CHECK(dense == before);  // nothing written
   CHECK_THROWS_AS(scatter_add(bad, Floats{1}, dense), Error);
   CHECK_THROWS_AS(scatter_add_packed(Floats(3), dense), Error);
+}
+
+// One PowerSGD step over simulated ranks: P and Q averaged between phases, as the all-reduce
+// would. Each m in `ms` becomes the approximation.
+void power_sgd_step(std::vector<PowerSgdCodec>& codecs, std::vector<Floats>& ms) {
+  const auto average_into = [&](std::vector<std::span<float>> spans) {
+    for (std::size_t i = 0; i < spans[0].size(); ++i) {
+      double sum = 0;
+      for (const auto& s : spans) sum += s[i];
+      for (const auto& s : spans) s[i] = static_cast<float>(sum / double(spans.size()));
+    }
+  };
+  std::vector<std::span<float>> ps, qs;
+  for (std::size_t r = 0; r < codecs.size(); ++r) ps.push_back(codecs[r].compute_p(ms[r]));
+  average_into(ps);
+  for (auto& codec : codecs) codec.orthonormalize_p();
+  for (std::size_t r = 0; r < codecs.size(); ++r) qs.push_back(codecs[r].compute_q(ms[r]));
+  average_into(qs);
+  for (std::size_t r = 0; r < codecs.size(); ++r) codecs[r].decompress(ms[r]);
+}
+
+TEST_CASE("compression PowerSGD: at rank >= min(n, m) it equals the uncompressed average") {
+  struct Shape {
+    std::size_t n, m, rank;
+  };
+  for (const Shape s :
+       {Shape{5, 3, 3}, Shape{3, 5, 3}, Shape{4, 4, 4}, Shape{16, 7, 9}, Shape{6, 40, 6}}) {
+    for (const int ranks : {1, 2}) {
+      CAPTURE(s.n);
+      CAPTURE(s.m);
+      CAPTURE(ranks);
+      std::vector<PowerSgdCodec> codecs(ranks, PowerSgdCodec(s.n, s.m, s.rank, 99));
+      CHECK(codecs[0].rank() == std::min(s.n, s.m));
+      for (int step = 0; step < 4; ++step) {  // residuals carry over between steps
+        std::vector<Floats> ms;
+        Floats average(s.n * s.m, 0.0f);
+        for (int r = 0; r < ranks; ++r) {
+          ms.push_back(random_floats(s.n * s.m, 1000 * step + r));
+          for (std::size_t i = 0; i < average.size(); ++i)
+            average[i] += ms.back()[i] / float(ranks);
+        }
+        power_sgd_step(codecs, ms);
+        for (std::size_t i = 0; i < average.size(); ++i) {
+          REQUIRE(std::fabs(ms[0][i] - average[i]) <= 1e-5f);
+          if (ranks == 2) REQUIRE(ms[1][i] == ms[0][i]);  // every rank applies the same bits
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("compression PowerSGD: rank-1 matrix exact; error feedback keeps what is missed") {
+  const Floats u = {1, -2, 3, 0.5f, 4, -1}, v = {2, 1, -3, 0.25f};
+  Floats outer(u.size() * v.size());
+  for (std::size_t i = 0; i < u.size(); ++i)
+    for (std::size_t j = 0; j < v.size(); ++j) outer[i * v.size() + j] = u[i] * v[j];
+  for (const std::size_t rank : {1, 2}) {
+    std::vector<PowerSgdCodec> codecs(1, PowerSgdCodec(u.size(), v.size(), rank, 5));
+    std::vector<Floats> ms = {outer};
+    power_sgd_step(codecs, ms);
+    for (std::size_t i = 0; i < outer.size(); ++i) CHECK(std::fabs(ms[0][i] - outer[i]) <= 1e-5f);
+    if (rank == 2) {  // the second column of P depends on the first: zero, not noise
+      for (std::size_t i = 0; i < u.size(); ++i) CHECK(codecs[0].p()[i * 2 + 1] == 0.0f);
+    }
+  }
+  // Rank 1 of a random matrix: approximation + residual == the gradient it was given.
+  std::vector<PowerSgdCodec> codecs(1, PowerSgdCodec(8, 6, 1, 5));
+  const Floats grad = random_floats(48, 8);
+  std::vector<Floats> ms = {grad};
+  power_sgd_step(codecs, ms);
+  double missed = 0;
+  for (std::size_t i = 0; i < grad.size(); ++i) {
+    CHECK(std::fabs(ms[0][i] + codecs[0].residual()[i] - grad[i]) <= 1e-6f);
+    missed += std::fabs(codecs[0].residual()[i]);
+  }
+  CHECK(missed > 1.0);  // rank 1 cannot hold a random 8 x 6 matrix: something waits
+}
+
+TEST_CASE("compression PowerSGD: seed, warm start, zero gradients, order and bytes") {
+  const PowerSgdCodec fresh(7, 5, 2, 42), other(7, 5, 2, 43);
+  std::vector<PowerSgdCodec> a(1, fresh), b(1, PowerSgdCodec(7, 5, 2, 42));
+  CHECK(std::ranges::equal(a[0].q(), b[0].q()));  // the same seed: the same Q, bit for bit
+  CHECK(!std::ranges::equal(a[0].q(), other.q()));
+  // After a step, a's next P is (gradient + residual) times the Q that step averaged, made
+  // orthonormal: the warm start, not the seed's Q that a fresh codec (b) still holds.
+  std::vector<Floats> ms = {random_floats(35, 1)};
+  power_sgd_step(a, ms);
+  Floats warm(a[0].q().begin(), a[0].q().end());
+  orthonormalize_columns(warm, 5, 2);
+  Floats m2 = random_floats(35, 2), fed = m2;
+  for (std::size_t i = 0; i < fed.size(); ++i) fed[i] += a[0].residual()[i];
+  const std::span<const float> p = a[0].compute_p(m2);
+  CHECK(m2 == fed);  // error feedback, in place
+  for (std::size_t i = 0; i < 7; ++i)
+    for (std::size_t c = 0; c < 2; ++c) {
+      double sum = 0;
+      for (std::size_t j = 0; j < 5; ++j) sum += double(fed[i * 5 + j]) * warm[j * 2 + c];
+      CHECK(std::fabs(p[i * 2 + c] - sum) <= 1e-5);
+    }
+  Floats m2_again = random_floats(35, 2);
+  CHECK(!std::ranges::equal(p, b[0].compute_p(m2_again)));
+  // reset: back to the seed's Q and no residual, as b is.
+  a[0].reset();
+  m2 = random_floats(35, 2);
+  CHECK(std::ranges::equal(a[0].compute_p(m2), b[0].p()));
+  // A zero gradient leaves Q zero; the next step redraws it and is exact at full rank again.
+  std::vector<PowerSgdCodec> zeroed(1, PowerSgdCodec(4, 3, 3, 1));
+  std::vector<Floats> zero = {Floats(12, 0.0f)};
+  power_sgd_step(zeroed, zero);
+  CHECK(std::ranges::all_of(zeroed[0].q(), [](float x) { return x == 0.0f; }));
+  const Floats grad = random_floats(12, 9);
+  std::vector<Floats> next = {grad};
+  power_sgd_step(zeroed, next);
+  for (std::size_t i = 0; i < grad.size(); ++i) CHECK(std::fabs(next[0][i] - grad[i]) <= 1e-5f);
+  // Phases out of order, wrong sizes; the bytes on the wire.
+  PowerSgdCodec c(4, 3, 2, 1);
+  Floats m(12, 1.0f);
+  CHECK_THROWS_AS(c.compute_q(m), Error);
+  Floats short_m(11);
+  CHECK_THROWS_AS(c.compute_p(short_m), Error);
+  CHECK(PowerSgdCodec::wire_bytes(784, 256, 4) == (784 + 256) * 4 * 4);
+  CHECK(PowerSgdCodec::wire_bytes(3, 5, 8) == (3 + 5) * 3 * 4);
+  CHECK(c.wire_bytes() == (4 + 3) * 2 * 4);
+}
+
+TEST_CASE("compression PowerSGD: orthonormalize_columns keeps zero and dependent columns zero") {
+  Floats a = random_floats(7 * 4, 3);
+  for (std::size_t i = 0; i < 7; ++i) a[i * 4 + 1] = 0.0f, a[i * 4 + 3] = 2 * a[i * 4 + 0];
+  CHECK(orthonormalize_columns(a, 7, 4) == 2);
+  for (std::size_t x = 0; x < 4; ++x)
+    for (std::size_t y = 0; y < 4; ++y) {
+      double d = 0;
+      for (std::size_t i = 0; i < 7; ++i) d += double(a[i * 4 + x]) * a[i * 4 + y];
+      const bool unit = x == y && (x == 0 || x == 2);
+      CHECK(std::fabs(d - (unit ? 1.0 : 0.0)) <= 1e-6);
+    }
+  Floats with_nan = {1, kNaN, 2, 3};
+  orthonormalize_columns(with_nan, 2, 2);
+  CHECK(std::isnan(with_nan[1]));
 }
 
 }  // namespace
