@@ -66,6 +66,15 @@ struct CommConfig {
   // all-reduce). auto: where some host has more than one rank and the ranks span hosts; on:
   // always (tcp or gloo between hosts); off: one flat ring.
   std::string hierarchical = "auto";
+  // allreduce: each bucket's gradient compressed for the wire, as DDP's communication hooks do
+  // (strategies/allreduce/bucket_reducer.h). none | fp16 | bf16 (16 bits a value, divided
+  // by N before the sum) | powersgd (rank-r low-rank approximation of each weight matrix, error
+  // feedback) | topk (the largest topk_ratio of each bucket, error feedback). Steps before
+  // compression_start_step run uncompressed (PowerSGD's warm-up).
+  std::string compression = "none";
+  int powersgd_rank = 1;
+  double topk_ratio = 0.01;
+  std::int64_t compression_start_step = 0;
 };
 
 struct PsConfig {

@@ -112,6 +112,30 @@ void check_hierarchical(const Origins& origins, const std::string& source, const
                         backend + (config.comm.backend == "auto" ? " (auto on device: gpu)" : ""));
 }
 
+// comm.compression: DDP's comm hooks, per bucket of the allreduce strategy, on host buffers
+// (strategies/allreduce/gradient_compression.h). Join averages over the ranks that trained after
+// the sum, which a compression that averages on its own cannot follow.
+void check_compression(const Origins& origins, const std::string& source, const Config& config) {
+  const std::string& method = config.comm.compression;
+  if (method == "none") return;
+  const std::string where = origin_of(origins, {"comm.compression", "comm"}, source + ":1");
+  if (config.strategy != "allreduce") {
+    throw ConfigError(where, "comm.compression",
+                      method + " compresses the buckets of allreduce (DDP's comm hooks); " +
+                          config.strategy + " sends its gradients uncompressed in this version");
+  }
+  if (config.device == "gpu") {
+    throw ConfigError(where, "comm.compression",
+                      method + " encodes gradients in host memory: it needs device: cpu");
+  }
+  if (config.comm.uneven_inputs) {
+    throw ConfigError(origin_of(origins, {"comm.uneven_inputs"}, where), "comm.compression",
+                      "not with comm.uneven_inputs: Join averages over the ranks that trained, "
+                      "after the sum, and " +
+                          method + " averages within its own reduction");
+  }
+}
+
 // network.slow_ranks: stragglers on a slower emulated link. Each is a process of its own with a
 // Link of its own (worker/run_plan.cpp), so only allreduce and ps have them, and only where
 // gradsync paces the sockets itself: not in namespaces (the kernel shapes every process at
@@ -232,6 +256,7 @@ void check_combinations(const Origins& origins, const std::string& source, const
   check_backend(origins, source, config);
   check_link_with_nccl(origins, source, config);
   check_hierarchical(origins, source, config);
+  check_compression(origins, source, config);
   check_hosts(origins, source, config);
   check_processes(origins, source, config);
   check_slow_ranks(origins, source, config);

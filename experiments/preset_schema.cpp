@@ -55,6 +55,10 @@ const std::vector<std::string>& hierarchical_modes() {
   static const std::vector<std::string> modes = {"auto", "on", "off"};
   return modes;
 }
+const std::vector<std::string>& compression_methods() {
+  static const std::vector<std::string> methods = {"none", "fp16", "bf16", "powersgd", "topk"};
+  return methods;
+}
 const std::vector<std::string>& devices() {
   static const std::vector<std::string> kinds = {"cpu", "gpu"};
   return kinds;
@@ -161,6 +165,21 @@ const KeySpec kRows[] = {
      "allreduce on cpu: reduce within each host over shared memory, then among one leader per "
      "host (auto: when ranks span hosts and some host has several; on; off: one flat ring)",
      GRADSYNC_FIELD(comm.hierarchical), hierarchical_modes},
+    {"comm.compression", Type::kChoice, kUnbounded,
+     "allreduce on cpu: each bucket compressed for the wire, as DDP's comm hooks (none; fp16, "
+     "bf16: 16 bits a value; powersgd: low-rank, error feedback; topk: largest values, error "
+     "feedback)",
+     GRADSYNC_FIELD(comm.compression), compression_methods},
+    {"comm.powersgd_rank", Type::kInteger, between(1, 1024),
+     "powersgd: rank r of each weight matrix's approximation (PyTorch's "
+     "matrix_approximation_rank)",
+     GRADSYNC_FIELD(comm.powersgd_rank)},
+    {"comm.topk_ratio", Type::kNumber, between(1e-6, 1),
+     "topk: fraction of each bucket's values sent (the largest magnitudes)",
+     GRADSYNC_FIELD(comm.topk_ratio)},
+    {"comm.compression_start_step", Type::kInteger, between(0, kMaxSteps),
+     "steps run uncompressed before comm.compression starts (PowerSGD's start_powerSGD_iter)",
+     GRADSYNC_FIELD(comm.compression_start_step)},
     {"ps.servers", Type::kInteger, between(1, 256), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
     {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",

@@ -110,6 +110,16 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
   return loss_sum / batch;
 }
 
+std::vector<TensorShape> Mlp::tensors() const {
+  std::vector<TensorShape> shapes;
+  for (const LayerRange& layer : layers_) {
+    shapes.push_back({layer.weight_offset, static_cast<std::size_t>(layer.in),
+                      static_cast<std::size_t>(layer.out)});
+    shapes.push_back({layer.bias_offset, static_cast<std::size_t>(layer.out), 1});
+  }
+  return shapes;
+}
+
 double Mlp::step_flop(int batch) const {
   double flop = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {

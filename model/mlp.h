@@ -41,6 +41,8 @@ class Mlp final : public Model {
   std::span<const float> params() const { return params_; }
   std::size_t param_count() const override { return params_.size(); }
   const std::vector<LayerRange>& layers() const { return layers_; }
+  // Per layer: W, column-major out x in, so row-major in x out; then b, 1-D.
+  std::vector<TensorShape> tensors() const override;
   const std::vector<int>& widths() const { return widths_; }
   // Floating-point operations of one training step on `batch` samples, counted exactly: the
   // products only (forward 2·P·B, weight gradients 2·P·B, input gradients 2·P_l·B of every layer

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "common/error.h"
 #include "model/dataset.h"
@@ -25,6 +26,18 @@ struct Evaluation {
   double loss = 0;      // mean loss
   double accuracy = 0;  // fraction of argmax == label (0 for a model without classes)
   std::int64_t samples = 0;
+};
+
+// One parameter tensor as a range of the flat buffers, seen as a row-major rows x cols matrix:
+// what a low-rank gradient compression (PowerSGD) approximates. A bias or any 1-D tensor has
+// cols == 1.
+struct TensorShape {
+  std::size_t offset = 0;
+  std::size_t rows = 0;
+  std::size_t cols = 1;
+  std::size_t size() const { return rows * cols; }
+  std::size_t end() const { return offset + size(); }
+  bool matrix() const { return rows > 1 && cols > 1; }
 };
 
 class Model {
@@ -66,6 +79,10 @@ class Model {
   // model uploads the data set and loads its kernels (about 0.1 s on an H100, against 0.2 ms a
   // step). Changes no parameter, gradient that a step reads, or optimizer state.
   virtual void prepare(const Dataset& /*data*/) {}
+
+  // The parameter tensors in buffer order, covering params() exactly; by default one 1-D
+  // tensor of the whole buffer (a model without matrices to approximate).
+  virtual std::vector<TensorShape> tensors() const { return {{0, param_count(), 1}}; }
 
   // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
   virtual bool evaluates() const { return true; }

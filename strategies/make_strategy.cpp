@@ -49,6 +49,9 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
   allreduce.join_uneven = options.join_uneven;
   allreduce.sgd = options.sgd;
   allreduce.device = process.model->device();
+  allreduce.compression = options.compression;
+  allreduce.compression.tensors = process.model->tensors();
+  allreduce.first_step = static_cast<std::int64_t>(process.first_step);
   return std::make_unique<AllreduceStrategy>(process.comm, allreduce);
 }
 

@@ -30,6 +30,7 @@
 #include "model/model.h"
 #include "model/optimizer/sgd_options.h"
 #include "server/curve_keys.h"
+#include "strategies/allreduce/bucket_reducer.h"
 #include "strategies/sync_strategy.h"
 
 namespace gradsync {
@@ -45,6 +46,9 @@ struct StrategyOptions {
   std::size_t bucket_bytes = 25u << 20;
   bool overlap = true;
   bool join_uneven = false;
+  // comm.compression and its keys (strategies/allreduce/bucket_reducer.h); the tensors
+  // come from the rank's model
+  CompressionOptions compression;
   // ps: one endpoint per shard, the shared CURVE pair, the heartbeat period
   std::vector<std::string> ps_endpoints;
   std::optional<CurveKeys> ps_curve;

@@ -83,6 +83,12 @@ StrategyOptions strategy_options(const Config& config, const std::vector<std::st
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
   options.join_uneven = config.comm.uneven_inputs;
+  options.compression.method = config.comm.compression;
+  options.compression.powersgd_rank = config.comm.powersgd_rank;
+  options.compression.topk_ratio = config.comm.topk_ratio;
+  options.compression.start_step = config.comm.compression_start_step;
+  // PowerSGD's Q: drawn alike on every rank, from the run's seed.
+  options.compression.seed = config.train.seed ^ 0x5057534744ull;
   options.ps_endpoints = ps_endpoints;
   if (config.strategy == "ps" && !config.ps.curve_keys.empty()) {
     options.ps_curve = read_curve_keys(config.ps.curve_keys);

@@ -5,29 +5,22 @@
 #include "common/error.h"
 #include "common/stopwatch.h"
 #include "model/make_optimizer.h"
+#include "strategies/allreduce/reducer_work.h"
 
 namespace gradsync {
-namespace {
-
-// A collective that already ran on the caller's thread: what the step's last bucket becomes.
-class CompletedWork final : public Work {
- public:
-  explicit CompletedWork(WorkTimes times) : times_(times) {}
-  void wait(std::chrono::milliseconds) override {}
-  bool completed() const override { return true; }
-  WorkTimes times() const override { return times_; }
-
- private:
-  WorkTimes times_;
-};
-
-}  // namespace
-
 AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
                                      const AllreduceStrategyOptions& options)
     : comm_(std::move(comm)), options_(options) {
   GRADSYNC_CHECK(comm_ != nullptr, "allreduce needs a communicator");
   GRADSYNC_CHECK(options_.bucket_bytes > 0, "bucket size must be positive");
+  if (options_.compression.method != "none") {
+    // Join sums what the active ranks contributed and divides after; the compressions average
+    // in their own way (fp16 divides before its sum): preset_checks.cpp refuses the pair.
+    GRADSYNC_CHECK(!options_.join_uneven, "comm.compression with comm.uneven_inputs");
+    GRADSYNC_CHECK(options_.device < 0, "comm.compression runs on models in host memory");
+  }
+  reducer_ = make_bucket_reducer(comm_, options_.compression);
+  steps_ = options_.first_step;
 }
 
 AllreduceStrategy::~AllreduceStrategy() { settle(); }
@@ -83,24 +76,24 @@ void AllreduceStrategy::close_bucket(std::span<float> grads, bool last) {
   if (range.first == range.second) return;
   issued_ranges_.push_back(range);
   if (options_.overlap) {
-    issue(grads.subspan(range.first, range.second - range.first), last);
+    issue(grads.subspan(range.first, range.second - range.first), range.first, last);
   } else {
     deferred_.push_back(range);
   }
 }
 
-void AllreduceStrategy::issue(std::span<float> bucket, bool last) {
-  const Clock::time_point now = Clock::now();
-  issued_at_.push_back(now);
-  if (!last) {
-    in_flight_.push_back(comm_->allreduce_async(bucket, reduce_op()));
+void AllreduceStrategy::issue(std::span<float> bucket, std::size_t offset, bool last) {
+  issued_at_.push_back(Clock::now());
+  // The step waits for its last bucket anyway: a blocking start lets a backend with a thread of
+  // its own run it on this thread when nothing is queued before it (tcp, shm, gloo).
+  if (!options_.join_uneven) {
+    in_flight_.push_back(reducer_->start(bucket, offset, steps_, last));
     return;
   }
-  // The step waits for this one anyway: the blocking form lets a backend with a thread of its
-  // own run it on this thread when nothing is queued before it (tcp, shm, gloo), saving two
-  // hand-offs between threads, which a model of one bucket pays on every step.
-  comm_->allreduce(bucket, reduce_op());
-  in_flight_.push_back(std::make_shared<CompletedWork>(WorkTimes{now, Clock::now()}));
+  // Join: summed, and divided by the ranks that trained once the step's flags are in.
+  in_flight_.push_back(run_or_issue(
+      last, [&] { return comm_->allreduce_async(bucket, ReduceOp::kSum); },
+      [&] { comm_->allreduce(bucket, ReduceOp::kSum); }));
 }
 
 void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> params) {
@@ -116,7 +109,7 @@ void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> par
   close_bucket(grads, true);
   for (std::size_t d = 0; d < deferred_.size(); ++d) {
     const auto [begin, end] = deferred_[d];
-    issue(grads.subspan(begin, end - begin), d + 1 == deferred_.size());
+    issue(grads.subspan(begin, end - begin), begin, d + 1 == deferred_.size());
   }
   deferred_.clear();
   for (std::size_t b = 0; b < in_flight_.size(); ++b) {

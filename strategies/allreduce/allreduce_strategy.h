@@ -11,7 +11,8 @@
 //                 bit-identical without ever being sent
 //
 // With overlap off, the same buckets are reduced one after another once backward is done:
-// the baseline that shows what overlap buys.
+// the baseline that shows what overlap buys. Each bucket goes through a BucketReducer: one
+// all-reduce, or a compression (comm.compression) as DDP's communication hooks do.
 //
 // Uneven inputs (`join_uneven`, DDP's Join): every step ends with a one-float allreduce of
 // "still training" flags, and gradients are averaged over the ranks that contributed. A rank
@@ -30,6 +31,7 @@
 
 #include "allreduce/communicator.h"
 #include "model/optimizer/sgd.h"
+#include "strategies/allreduce/gradient_compression.h"
 #include "strategies/sync_strategy.h"
 
 namespace gradsync {
@@ -40,6 +42,9 @@ struct AllreduceStrategyOptions {
   bool join_uneven = false;
   SgdOptions sgd;
   int device = -1;  // where the model's buffers live (Model::device())
+  // comm.compression: how each bucket is reduced (bucket_reducer.h); none by default.
+  CompressionOptions compression;
+  std::int64_t first_step = 0;  // the step the loop starts at (a resumed run's checkpoint)
 };
 
 class AllreduceStrategy final : public SyncStrategy {
@@ -73,13 +78,13 @@ class AllreduceStrategy final : public SyncStrategy {
   void settle();
   // `last`: the step's final bucket, issued from synchronize().
   void close_bucket(std::span<float> grads, bool last = false);
-  void issue(std::span<float> bucket, bool last);
+  void issue(std::span<float> bucket, std::size_t offset, bool last);
   // The flag round that ends a step under join_uneven: returns how many ranks trained.
   int count_active(bool active);
-  ReduceOp reduce_op() const { return options_.join_uneven ? ReduceOp::kSum : ReduceOp::kAvg; }
 
   std::shared_ptr<Communicator> comm_;
   AllreduceStrategyOptions options_;
+  std::unique_ptr<BucketReducer> reducer_;
   std::unique_ptr<Optimizer> sgd_;
   StepStats stats_;
   CommCounters counted_;  // counters at the end of the previous step

@@ -36,6 +36,7 @@ struct RankRun {
   std::string hierarchical = "auto";  // comm.hierarchical
   int ranks_per_host = 0;             // > 0: ranks grouped into hosts of this many (host ids)
   std::vector<std::string>* backends = nullptr;  // when set: each rank's Communicator::backend()
+  gradsync::CompressionOptions compression;      // its tensors: the model's
   // When set, each rank records a digest of its parameters after every step: [rank][step].
   std::vector<std::vector<std::uint64_t>>* digests = nullptr;
 };
@@ -74,8 +75,10 @@ std::vector<LoopResult> train_ring(
           options.overlap = run.overlap;
           options.join_uneven = run.join_uneven;
           options.sgd = {0.05, 0.9, 1e-4};
-          gradsync::AllreduceStrategy strategy(comm, options);
           gradsync::Mlp model(kWidths, run.batch);
+          options.compression = run.compression;
+          options.compression.tensors = model.tensors();
+          gradsync::AllreduceStrategy strategy(comm, options);
           // Different initial weights per rank: init's broadcast must make them equal.
           model.init_params(1 + static_cast<std::uint64_t>(r) * 100);
           gradsync::DistributedSampler sampler(data().train.size, r, ranks, run.batch, 1);
@@ -192,6 +195,55 @@ TEST_CASE("allreduce strategy: hierarchical over hosts of 2 ranks follows `singl
         results.front().final_params, train_single(16 * ranks, 50), layers());
     MESSAGE("hierarchical with " << ranks << " ranks vs single: max relative difference " << diff);
     CHECK(diff <= 1e-5);
+  }
+}
+
+TEST_CASE("allreduce strategy: PowerSGD at full rank is the uncompressed average") {
+  // The layers' matrices are 32x64, 64x32 and 32x10: rank 64 is clamped to each one's full
+  // rank, where P Q^T is the average gradient itself, and the residual stays zero.
+  RankRun plain;
+  plain.bucket_bytes = 4096;
+  RankRun full = plain;
+  full.compression.method = "powersgd";
+  full.compression.powersgd_rank = 64;
+  full.compression.seed = 7;
+  const auto a = train_ring(2, plain, 30);
+  const auto b = train_ring(2, full, 30);
+  const double diff = gradsync::testing::max_relative_difference(a.front().final_params,
+                                                                 b.front().final_params, layers());
+  MESSAGE("powersgd at full rank vs none after 30 steps: max relative difference " << diff);
+  CHECK(diff <= 1e-5);
+}
+
+TEST_CASE("allreduce strategy: PowerSGD keeps ranks bitwise equal and moves (n + m) r a matrix") {
+  for (int ranks : {2, 3}) {
+    CAPTURE(ranks);
+    std::vector<std::vector<std::uint64_t>> digests;
+    RankRun run;
+    run.bucket_bytes = 4096;
+    run.compression.method = "powersgd";
+    run.compression.powersgd_rank = 2;
+    run.compression.start_step = 5;  // 5 uncompressed steps first
+    run.digests = &digests;
+    const auto results = train_ring(ranks, run, 20);
+    for (int r = 1; r < ranks; ++r) CHECK(digests[r] == digests.front());
+    std::vector<std::vector<std::uint64_t>> plain_digests;
+    RankRun plain;
+    plain.bucket_bytes = 4096;
+    plain.digests = &plain_digests;
+    train_ring(ranks, plain, 6);
+    // The warm-up steps are the uncompressed ones, bit for bit; the first compressed one is not.
+    CHECK(std::equal(plain_digests.front().begin(), plain_digests.front().begin() + 5,
+                     digests.front().begin()));
+    CHECK(plain_digests.front()[5] != digests.front()[5]);
+    // Per compressed step: P and Q of the three matrices at rank 2, the 106 bias floats plain,
+    // each all-reduced by the ring at 2(N-1)/N of its bytes (up to segment rounding).
+    const double floats = (32 + 64) * 2 + (64 + 32) * 2 + (32 + 10) * 2 + (64 + 32 + 10);
+    const double plain_floats = 32 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10;
+    const double per = 2.0 * (ranks - 1) / ranks * 4;
+    const double expected = 15 * per * floats + 5 * per * plain_floats;
+    CHECK(static_cast<double>(results.front().totals.bytes_sent) ==
+          doctest::Approx(expected).epsilon(0.02));
   }
 }
 

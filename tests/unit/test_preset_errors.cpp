@@ -222,6 +222,25 @@ TEST_CASE("preset: network.hosts groups worker processes in namespaces") {
         "network.hosts (leave it false and use network.link_gbps alone)");
 }
 
+TEST_CASE("preset: comm.compression where it can run") {
+  const std::string ring = "data: {kind: synthetic}\nstrategy: allreduce\nworkers: 4\n";
+  CHECK_NOTHROW(load(ring + "comm: {compression: powersgd, powersgd_rank: 4}\n"));
+  CHECK(
+      error_of("data: {kind: synthetic}\nstrategy: ps\nworkers: 2\ncomm: {compression: fp16}\n") ==
+      "presets/x.yaml:4: comm.compression: fp16 compresses the buckets of allreduce (DDP's comm "
+      "hooks); ps sends its gradients uncompressed in this version");
+  CHECK(error_of(ring + "device: gpu\ncomm: {compression: topk}\n") ==
+        "presets/x.yaml:5: comm.compression: topk encodes gradients in host memory: it needs "
+        "device: cpu");
+  CHECK(error_of(ring + "comm: {compression: bf16, uneven_inputs: true}\n") ==
+        "presets/x.yaml:4: comm.compression: not with comm.uneven_inputs: Join averages over the "
+        "ranks that trained, after the sum, and bf16 averages within its own reduction");
+  CHECK(error_of(ring + "comm: {compression: zip}\n")
+            .starts_with("presets/x.yaml:4: comm.compression: "));
+  CHECK(error_of(ring + "comm: {topk_ratio: 0}\n")
+            .starts_with("presets/x.yaml:4: comm.topk_ratio: "));
+}
+
 TEST_CASE("preset: comm.hierarchical on needs a backend between hosts") {
   const std::string ring = "data: {kind: synthetic}\nstrategy: allreduce\nworkers: 4\n";
   for (const char* backend : {"auto", "tcp", "gloo"}) {
