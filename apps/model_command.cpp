@@ -38,6 +38,9 @@ struct ModelOptions {
   std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
   std::vector<int> servers = {1, 4};
   double bucket_mb = 25;
+  std::string compression = "none";  // the ring's (comm.compression)
+  double topk_ratio = 0.01;
+  double powersgd_fraction = 0;  // powersgd: floats sent over the model's
   std::string calibrate_dir;
   bool json = false;
 };
@@ -89,6 +92,7 @@ int print_model(const ModelOptions& o) {
   const double bytes = model_bytes(o);
   const cost::LinkParams link{o.latency_us * 1e-6, 8.0 / (o.gbps * 1e9)};
   const int buckets = cost::ring_buckets(bytes, o.bucket_mb);
+  cost::Compression compression{o.compression, o.topk_ratio, o.powersgd_fraction, 1.0};
   std::cout << "alpha-beta model: S = " << format("%.1f", bytes / 1e6) << " MB of gradients, link "
             << format("%g", o.gbps)
             << " Gbit/s (beta = " << format("%.3g", link.beta_s_per_byte * 1e9)
@@ -112,7 +116,8 @@ int print_model(const ModelOptions& o) {
   for (int n : o.workers) {
     std::vector<cost::Scenario> scenarios = {{cost::Scheme::kDp, n, 1, bytes, 1}};
     for (int k : o.servers) scenarios.push_back({cost::Scheme::kPs, n, k, bytes, 1});
-    scenarios.push_back({cost::Scheme::kRing, n, 1, bytes, buckets});
+    scenarios.push_back(
+        {cost::Scheme::kRing, n, 1, bytes, buckets, cost::ring_wire_fraction(compression, n)});
     std::vector<std::string> row = {std::to_string(n)};
     for (const auto& s : scenarios) row.push_back(cell(cost::step_terms(s).seconds(link) * 1e3));
     for (const auto& s : scenarios) row.push_back(cell(cost::busiest_node_bytes(s) / 1e6));
@@ -216,6 +221,18 @@ Command add_model_command(CLI::App& parent) {
                   "ring bucket size in MiB (B = ceil(S / bucket), DDP's default 25)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app->add_option("--compression", options->compression,
+                  "the ring's gradient compression (comm.compression): its bytes scaled by the "
+                  "method's wire fraction")
+      ->check(CLI::IsMember({"none", "fp16", "bf16", "powersgd", "topk"}))
+      ->capture_default_str();
+  app->add_option("--topk-ratio", options->topk_ratio, "topk: fraction of values sent")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
+  app->add_option("--powersgd-fraction", options->powersgd_fraction,
+                  "powersgd: floats sent per step over the model's (sum of (n + m) r and the "
+                  "1-D tensors, over the parameters)")
+      ->check(CLI::Range(1e-9, 1.0));
   CLI::Option* calibrate =
       app->add_option("--calibrate", options->calibrate_dir,
                       "fit alpha and beta to the runs of a results folder (of `gradsync run` or "
@@ -225,6 +242,11 @@ Command add_model_command(CLI::App& parent) {
 
   return {app, [options]() -> int {
             if (!options->calibrate_dir.empty()) return print_calibration(*options);
+            if (options->compression == "powersgd" && options->powersgd_fraction <= 0) {
+              throw ConfigError("gradsync model", "--powersgd-fraction",
+                                "--compression powersgd needs the fraction of the model's floats "
+                                "it sends");
+            }
             return print_model(*options);
           }};
 }

@@ -89,7 +89,7 @@ CostTerms step_terms(const Scenario& s) {
       // Reduce-scatter and all-gather take N-1 rounds each, one segment of S/N per round per
       // link; every bucket is its own all-reduce, so the rounds (and latencies) repeat per bucket
       // while the bytes add up to the same 2(N-1)/N * S.
-      return {2 * (n - 1) * s.buckets, 2 * (n - 1) / n * bytes};
+      return {2 * (n - 1) * s.buckets, 2 * (n - 1) / n * bytes * s.wire_fraction};
   }
   return {};
 }
@@ -104,7 +104,8 @@ double busiest_node_bytes(const Scenario& s) {
     case Scheme::kPs:
       return std::max(2 * bytes, 2 * n * bytes / s.servers);  // a worker or a shard, in + out
     case Scheme::kRing:
-      return 2 * (2 * (n - 1) / n * bytes);  // every worker sends and receives 2(N-1)/N * S
+      // every worker sends and receives 2(N-1)/N * S, compressed by the wire fraction
+      return 2 * (2 * (n - 1) / n * bytes) * s.wire_fraction;
   }
   return 0;
 }
@@ -120,6 +121,25 @@ int ps_servers_to_beat_ring(int workers, double model_bytes, const LinkParams& l
     if (ps < ring - margin) return k;
   }
   return 0;
+}
+
+double ring_wire_fraction(const Compression& c, int workers) {
+  if (c.method == "none") return 1;
+  if (c.method == "fp16" || c.method == "bf16") return 0.5;
+  if (c.method == "powersgd") {
+    if (!(c.parameters > 0) || !(c.powersgd_floats >= 0)) {
+      throw ConfigError(kWhere, "powersgd", "needs the model's parameters and the floats sent");
+    }
+    return c.powersgd_floats / c.parameters;
+  }
+  if (c.method == "topk") {
+    if (!(c.topk_ratio > 0 && c.topk_ratio <= 1)) {
+      throw ConfigError(kWhere, "topk_ratio", "must be in (0, 1]");
+    }
+    return static_cast<double>(workers) * c.topk_ratio;  // (N-1) 8k / (2(N-1)/N 4n)
+  }
+  throw ConfigError(kWhere, "compression",
+                    "unknown method '" + c.method + "' (valid: none, fp16, bf16, powersgd, topk)");
 }
 
 namespace {

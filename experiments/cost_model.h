@@ -41,7 +41,27 @@ struct Scenario {
   int servers = 1;         // K >= 1, ps only
   double model_bytes = 0;  // S
   int buckets = 1;         // B >= 1, ring only: separate all-reduces per step
+  // Ring only: the bytes a compressed gradient puts on each link, as a fraction of the
+  // uncompressed ring's (ring_wire_fraction); 1: none.
+  double wire_fraction = 1;
 };
+
+// comm.compression's effect on the ring's bytes (Scenario::wire_fraction), each link against
+// the uncompressed 2(N-1)/N S:
+//   none 1; fp16, bf16 1/2 (16 bits a value);
+//   powersgd: the all-reduced floats over the model's: sum of (n + m) r over the weight matrices
+//             plus the 1-D tensors, over the parameters (`powersgd_floats` / `parameters`);
+//   topk:     an allgather of 8 k bytes a rank, k = ratio n: (N-1) 8 k over 2(N-1)/N 4 n,
+//             N ratio: it grows with N, where the others do not (Deep Gradient Compression's
+//             all-gather, which is why sparse methods need ratios well below 1/N).
+// Throws ConfigError for an unknown method.
+struct Compression {
+  std::string method = "none";
+  double topk_ratio = 0.01;
+  double powersgd_floats = 0;  // powersgd: floats all-reduced per step
+  double parameters = 0;       // powersgd: floats of the model
+};
+double ring_wire_fraction(const Compression& compression, int workers);
 
 struct LinkParams {
   double alpha_s = 0;          // latency per message, seconds

@@ -409,4 +409,22 @@ TEST_CASE("cost: flat ring against hierarchical, bytes within and between hosts"
   CHECK_THROWS_AS(hierarchical_host_bytes(2, 0, s), ConfigError);
 }
 
+TEST_CASE("cost: compression scales the ring's bytes by its wire fraction") {
+  CHECK(ring_wire_fraction({"none"}, 4) == 1);
+  CHECK(ring_wire_fraction({"fp16"}, 4) == 0.5);
+  CHECK(ring_wire_fraction({"bf16"}, 8) == 0.5);
+  // 784-256-256-10 at rank 4: (784+256)4 + (256+256)4 + (256+10)4 + 522 biases floats sent.
+  const double params = 784.0 * 256 + 256 * 256 + 256 * 10 + 522;
+  const double sent = (784 + 256) * 4 + (256 + 256) * 4 + (256 + 10) * 4 + 522;
+  CHECK(ring_wire_fraction({"powersgd", 0, sent, params}, 4) == doctest::Approx(sent / params));
+  // top-k's allgather: N ratio of the ring's bytes, growing with N.
+  CHECK(ring_wire_fraction({"topk", 0.01}, 4) == doctest::Approx(0.04));
+  CHECK(ring_wire_fraction({"topk", 0.01}, 64) == doctest::Approx(0.64));
+  const Scenario half{Scheme::kRing, 4, 1, kS, 1, 0.5};
+  CHECK(step_terms(half).bytes == doctest::Approx(0.5 * 1.5 * kS));
+  CHECK(busiest_node_bytes(half) == doctest::Approx(0.5 * 2 * 1.5 * kS));
+  CHECK_THROWS_AS(ring_wire_fraction({"zip"}, 4), ConfigError);
+  CHECK_THROWS_AS(ring_wire_fraction({"topk", 0}, 4), ConfigError);
+}
+
 }  // namespace gradsync::cost
