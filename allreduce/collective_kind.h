@@ -3,6 +3,7 @@
 //
 //   LinkHeader h{.op = std::uint32_t(CollectiveKind::kAllreduceAvg), ...};
 //   describe_collective(CollectiveKind::kBroadcast, 10, 2);   // "broadcast of 10 floats from ..."
+//   half_allreduce_kind(HalfType::kBf16, ReduceOp::kAvg);     // kAllreduceBf16Avg
 //
 // The values are a wire format within one job (every rank runs one build): append, never
 // renumber. Header-only, no state.
@@ -10,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "allreduce/communicator.h"
 
 namespace gradsync {
 
@@ -20,8 +23,37 @@ enum class CollectiveKind : std::uint32_t {
   kAllgather,
   kBarrier,
   kReduceScatterSum,
-  kReduceScatterAvg
+  kReduceScatterAvg,
+  // allreduce_half: the format and the op in the kind, so that a 16-bit allreduce meets neither
+  // a float allreduce nor one of the other format without a desync error.
+  kAllreduceFp16Sum,
+  kAllreduceFp16Avg,
+  kAllreduceBf16Sum,
+  kAllreduceBf16Avg
 };
+
+// The kind of allreduce_half(type, op).
+inline CollectiveKind half_allreduce_kind(HalfType type, ReduceOp op) {
+  const bool avg = op == ReduceOp::kAvg;
+  if (type == HalfType::kFp16) {
+    return avg ? CollectiveKind::kAllreduceFp16Avg : CollectiveKind::kAllreduceFp16Sum;
+  }
+  return avg ? CollectiveKind::kAllreduceBf16Avg : CollectiveKind::kAllreduceBf16Sum;
+}
+
+// What a collective's elements are, for messages: "fp16 values", "bf16 values", else "floats".
+inline const char* collective_elements(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduceFp16Sum:
+    case CollectiveKind::kAllreduceFp16Avg:
+      return "fp16 values";
+    case CollectiveKind::kAllreduceBf16Sum:
+    case CollectiveKind::kAllreduceBf16Avg:
+      return "bf16 values";
+    default:
+      return "floats";
+  }
+}
 
 // "allreduce", "reduce-scatter avg", ...; "unknown operation" for a value no build sends (what
 // a corrupt or foreign header holds).
@@ -42,16 +74,25 @@ inline const char* collective_name(std::uint64_t kind) {
       return "reduce-scatter";
     case CollectiveKind::kReduceScatterAvg:
       return "reduce-scatter avg";
+    case CollectiveKind::kAllreduceFp16Sum:
+      return "allreduce fp16";
+    case CollectiveKind::kAllreduceFp16Avg:
+      return "allreduce fp16 avg";
+    case CollectiveKind::kAllreduceBf16Sum:
+      return "allreduce bf16";
+    case CollectiveKind::kAllreduceBf16Avg:
+      return "allreduce bf16 avg";
   }
   return "unknown operation";
 }
 
-// "allreduce of 1000 floats" (broadcasts add "from rank R"; a barrier is just "barrier").
+// "allreduce of 1000 floats", "allreduce fp16 avg of 7 fp16 values" (broadcasts add "from rank
+// R"; a barrier is just "barrier").
 // `count` is the collective's total elements: an allgather's output, a reduce-scatter's input.
 inline std::string describe_collective(CollectiveKind kind, std::uint64_t count, int root) {
   std::string text = collective_name(std::uint64_t(kind));
   if (kind == CollectiveKind::kBarrier) return text;
-  text += " of " + std::to_string(count) + " floats";
+  text += " of " + std::to_string(count) + " " + collective_elements(kind);
   if (kind == CollectiveKind::kBroadcast) text += " from rank " + std::to_string(root);
   return text;
 }

@@ -7,6 +7,8 @@
 //   ... more backward ...
 //   work->wait(timeout);                                        // rethrows a failure
 //   comm->reduce_scatter(grads, my_shard, ReduceOp::kAvg);      // ZeRO / FSDP: rank r gets block r
+//   comm->allreduce_half(wire, HalfType::kFp16, ReduceOp::kSum); // 16-bit floats, 2 bytes each
+//   comm->allgather_words(pairs, all_pairs);                     // raw 32-bit words, bit-exact
 //
 // Collectives run one at a time, in the order they were issued, on a background thread of the
 // communicator (as a c10d ProcessGroup does); every rank must issue the same sequence of
@@ -27,11 +29,21 @@
 #include <span>
 #include <string>
 
+#include "common/error.h"
 #include "common/stopwatch.h"
 
 namespace gradsync {
 
 enum class ReduceOp { kSum, kAvg };
+
+// The 16-bit float formats allreduce_half reduces, as bit patterns in std::uint16_t:
+// IEEE binary16 (1 sign, 5 exponent, 10 mantissa bits) and bfloat16 (fp32's top half).
+enum class HalfType { kFp16, kBf16 };
+
+// "fp16", "bf16".
+inline const char* half_type_name(HalfType type) {
+  return type == HalfType::kFp16 ? "fp16" : "bf16";
+}
 
 // When a collective really began and ended on its communicator's thread (after waiting its
 // turn in the queue), for the trace; default-constructed where the backend cannot tell.
@@ -92,6 +104,36 @@ class Communicator {
                                                      std::span<float> out, ReduceOp op) = 0;
   virtual std::shared_ptr<Work> barrier_async() = 0;
 
+  // All-reduce of 16-bit floats (`type`'s bit patterns, as common/compression/half_codec.h
+  // writes them), in place, 16 bits a value on the wire: what DDP's fp16_compress_hook and
+  // bf16_compress_hook send, half a float allreduce's bytes (the counters count 2 bytes a value).
+  // Each addition is done in fp32 and rounded back to 16 bits (round to nearest even), as NCCL
+  // sums half and bfloat16; shm sums every rank's value in fp32 and rounds once. The order of
+  // the additions is the backend's, as for floats: integer-valued sums that every partial sum
+  // can represent (fp16: |x| <= 2048, bf16: |x| <= 256) are exact everywhere, and every rank ends
+  // with the same bits. kAvg divides the finished 16-bit sum by N once, in fp32, and rounds
+  // again (NCCL: ncclAvg, its own pre-scaling). Overflow: an fp16 sum of magnitude 65520 or more
+  // (halfway past 65504, the largest fp16) rounds to inf of its sign, and stays inf under kAvg;
+  // divide before the sum to avoid it (half_codec's encode with a divisor, as DDP does). A NaN
+  // stays a NaN (made quiet; its payload may change). A 16-bit allreduce never matches a float
+  // allreduce or one of the other format: ranks that mix them fail with a desync error, as for any
+  // mismatched collective. The default throws gradsync::Error naming backend(): every backend
+  // gradsync ships overrides it (tcp, shm, gloo, mpi, nccl, hierarchical, host-staged); a default
+  // rather than a pure virtual only so that a test's stand-in communicator need not. Buffers,
+  // threads, timeouts and failures: as every other collective (the top of this file).
+  virtual std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                                     ReduceOp op);
+  // Allgather of raw 32-bit words, bit for bit (top-k's (index, value bits) pairs; NaN patterns
+  // arrive as sent): out.size() == size() * in.size(); rank r's words land at out[r * in.size()].
+  // The default is allgather_async on the same bytes: every backend's float allgather moves bytes
+  // without reading them as floats (tcp, shm, gloo and host-staged copy them, MPI_Allgather of
+  // MPI_FLOAT in one homogeneous job and ncclAllGather copy them, the hierarchical communicator
+  // gathers, never sums). On the wire it is therefore an allgather of as many floats: a rank in a
+  // words allgather meets a rank in a float allgather of the same count without a desync error
+  // (the bytes still arrive unchanged).
+  virtual std::shared_ptr<Work> allgather_words_async(std::span<const std::uint32_t> in,
+                                                      std::span<std::uint32_t> out);
+
   virtual CommCounters counters() const = 0;
   // comm.backend's name for what this is ("tcp", "shm", "gloo", "mpi", "nccl"): what a run's
   // summary reports, also where `auto` chose it.
@@ -126,6 +168,12 @@ class Communicator {
   void barrier() {
     wait_for(issue_blocking([&] { return barrier_async(); }));
   }
+  void allreduce_half(std::span<std::uint16_t> data, HalfType type, ReduceOp op) {
+    wait_for(issue_blocking([&] { return allreduce_half_async(data, type, op); }));
+  }
+  void allgather_words(std::span<const std::uint32_t> in, std::span<std::uint32_t> out) {
+    wait_for(issue_blocking([&] { return allgather_words_async(in, out); }));
+  }
 
  protected:
   static bool issuing_blocking_call() { return blocking_call_flag(); }
@@ -146,5 +194,19 @@ class Communicator {
   }
   void wait_for(const std::shared_ptr<Work>& work) { work->wait(timeout()); }
 };
+
+inline std::shared_ptr<Work> Communicator::allreduce_half_async(std::span<std::uint16_t> data,
+                                                                HalfType type, ReduceOp) {
+  throw Error("allreduce_half: the " + backend() + " communicator has no 16-bit allreduce (" +
+              half_type_name(type) + ", " + std::to_string(data.size()) + " values)");
+}
+
+inline std::shared_ptr<Work> Communicator::allgather_words_async(std::span<const std::uint32_t> in,
+                                                                 std::span<std::uint32_t> out) {
+  static_assert(sizeof(float) == sizeof(std::uint32_t));
+  // Only the bytes move (see the declaration): no backend reads these as floats.
+  return allgather_async({reinterpret_cast<const float*>(in.data()), in.size()},
+                         {reinterpret_cast<float*>(out.data()), out.size()});
+}
 
 }  // namespace gradsync
