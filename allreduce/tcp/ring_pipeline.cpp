@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "allreduce/half_sum.h"
+
 namespace gradsync::tcp {
 namespace {
 
@@ -32,12 +34,13 @@ bool would_block(int error) { return error == EAGAIN || error == EWOULDBLOCK || 
 class Pipeline {
  public:
   Pipeline(int send_fd, int recv_fd, const LinkHeader& header, std::span<const RingStep> steps,
-           std::size_t chunk_bytes, std::span<float> scratch, Clock::time_point deadline,
-           Traffic& traffic, Link* link)
+           RingElement element, std::size_t chunk_bytes, std::span<float> scratch,
+           Clock::time_point deadline, Traffic& traffic, Link* link)
       : send_fd_(send_fd),
         recv_fd_(recv_fd),
         header_(header),
         steps_(steps),
+        element_(element),
         chunk_bytes_(chunk_bytes),
         scratch_(reinterpret_cast<std::byte*>(scratch.data())),
         deadline_(deadline),
@@ -177,19 +180,34 @@ class Pipeline {
     if (!step->reduce) {
       done_[recv_step_] = recv_offset_;
     } else if (recv_offset_ == chunk_end) {
-      auto* dst = reinterpret_cast<float*>(step->recv + chunk_begin);
-      const std::size_t floats = (chunk_end - chunk_begin) / sizeof(float);
-      const auto* received = reinterpret_cast<const float*>(scratch_);
-      if (step->reduce_with == nullptr || step->reduce_with == step->recv) {
-        add_into(dst, received, floats);
-      } else {
-        add_to(dst, reinterpret_cast<const float*>(step->reduce_with + chunk_begin), received,
-               floats);
-      }
-      if (step->divisor != 0.0f) divide(dst, floats, step->divisor);
+      reduce_chunk(*step, chunk_begin, chunk_end);
       done_[recv_step_] = chunk_end;
     }
     return true;
+  }
+
+  // The scratch chunk, now whole, added into bytes [begin, end) of the step's segment, in the
+  // collective's element type; then kAvg's division where the step has one.
+  void reduce_chunk(const RingStep& step, std::size_t begin, std::size_t end) {
+    const bool in_place = step.reduce_with == nullptr || step.reduce_with == step.recv;
+    const std::size_t n = (end - begin) / element_bytes(element_);
+    if (element_ == RingElement::kFloat) {
+      auto* dst = reinterpret_cast<float*>(step.recv + begin);
+      const auto* received = reinterpret_cast<const float*>(scratch_);
+      if (in_place) {
+        add_into(dst, received, n);
+      } else {
+        add_to(dst, reinterpret_cast<const float*>(step.reduce_with + begin), received, n);
+      }
+      if (step.divisor != 0.0f) divide(dst, n, step.divisor);
+      return;
+    }
+    const HalfType type = element_ == RingElement::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+    auto* dst = reinterpret_cast<std::uint16_t*>(step.recv + begin);
+    const auto* base =
+        in_place ? dst : reinterpret_cast<const std::uint16_t*>(step.reduce_with + begin);
+    add_halves(type, base, reinterpret_cast<const std::uint16_t*>(scratch_), dst, n);
+    if (step.divisor != 0.0f) divide_halves(type, dst, n, step.divisor);
   }
 
   // The right neighbour went away, perhaps because it failed on a desync that started at our
@@ -277,6 +295,7 @@ class Pipeline {
   const int recv_fd_;
   const LinkHeader& header_;
   const std::span<const RingStep> steps_;
+  const RingElement element_;
   const std::size_t chunk_bytes_;
   std::byte* const scratch_;
   const Clock::time_point deadline_;
@@ -304,10 +323,11 @@ std::string describe(const LinkHeader& header) {
 }
 
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
-                       std::span<const RingStep> steps, std::size_t chunk_bytes,
-                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic,
-                       Link* link) {
-  Pipeline(send_fd, recv_fd, header, steps, chunk_bytes, scratch, deadline, traffic, link).run();
+                       std::span<const RingStep> steps, RingElement element,
+                       std::size_t chunk_bytes, std::span<float> scratch,
+                       Clock::time_point deadline, Traffic& traffic, Link* link) {
+  Pipeline(send_fd, recv_fd, header, steps, element, chunk_bytes, scratch, deadline, traffic, link)
+      .run();
 }
 
 }  // namespace gradsync::tcp

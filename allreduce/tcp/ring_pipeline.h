@@ -1,13 +1,14 @@
 // The data mover under every TcpRing collective: one thread drives both ring links at once
 // (non-blocking sockets + poll), sending to the right neighbour while receiving from the left.
 //
-// A collective is a list of RingSteps. Step k sends `send_bytes` from `send` to the right and
+// A collective is a list of RingSteps over elements of one type (RingElement: 32-bit floats,
+// or 16-bit ones for allreduce_half). Step k sends `send_bytes` from `send` to the right and
 // receives `recv_bytes` from the left into `recv` (or, with `reduce`, into a scratch chunk that
-// is then added into `recv`). Sends are gated on data that has arrived: in a ring, what a rank
-// forwards at step k is what it received (and reduced) at step k-1, so chunk c of step k may go
-// as soon as chunk c of step k-1 is complete, not when the whole step is. Receiving runs ahead
-// of sending as far as the left neighbour delivers; the kernel's socket buffers hold the next
-// chunk while this thread reduces the current one.
+// is then added into `recv`, element by element). Sends are gated on data that has arrived: in a
+// ring, what a rank forwards at step k is what it received (and reduced) at step k-1, so chunk c
+// of step k may go as soon as chunk c of step k-1 is complete, not when the whole step is.
+// Receiving runs ahead of sending as far as the left neighbour delivers; the kernel's socket
+// buffers hold the next chunk while this thread reduces the current one.
 //
 // Both streams begin with a LinkHeader naming the collective; a header that differs from this
 // rank's own is a desync. Errors come out as LinkFailure (which side, what happened), which the
@@ -45,6 +46,15 @@ inline constexpr std::uint32_t kLinkMagic = 0x47524753;  // "SGRG" on the wire
 // "collective #7 allreduce of 1000 floats".
 std::string describe(const LinkHeader& header);
 
+// What a collective's elements are, for the reducing steps: 32-bit floats (added in fp32), or
+// 16-bit floats (half_sum.h: each addition in fp32, rounded back to 16 bits, and kAvg's division
+// rounded again). The wire carries the elements as they are: 4 or 2 bytes each.
+enum class RingElement { kFloat, kFp16, kBf16 };
+
+inline constexpr std::size_t element_bytes(RingElement element) {
+  return element == RingElement::kFloat ? 4 : 2;
+}
+
 struct RingStep {
   // What gates this step's send: nothing (the data is this rank's own), the previous step's
   // received bytes (ring forwarding), or this step's own received bytes (broadcast chain).
@@ -54,10 +64,10 @@ struct RingStep {
   std::size_t send_bytes = 0;
   std::byte* recv = nullptr;
   std::size_t recv_bytes = 0;
-  bool reduce = false;   // recv holds floats: add the received floats into it
+  bool reduce = false;   // recv holds elements: add the received elements into it
   float divisor = 0.0f;  // non-zero: divide each reduced chunk by it (the final reduction of kAvg)
   Gate gate = Gate::kNone;
-  // With reduce: the floats the received ones are added to, written to recv (recv[i] =
+  // With reduce: the elements the received ones are added to, written to recv (recv[i] =
   // reduce_with[i] + received[i]); null, or recv itself, adds into recv in place.
   const std::byte* reduce_with = nullptr;
 };
@@ -76,12 +86,14 @@ struct Traffic {
 };
 
 // Runs one collective over the links; throws LinkFailure. `scratch` holds at least one chunk
-// of floats; `chunk_bytes` is a positive multiple of sizeof(float). Counts payload bytes into
-// `traffic` as they move, so a failure still reports what went through. With a `link`, payload
-// bytes move only as fast as its buckets allow (headers are not charged).
+// (of any element type: it is bytes); `chunk_bytes` is a positive multiple of sizeof(float), so
+// of either element's size, and every step's byte counts are multiples of `element`'s size.
+// Counts payload bytes into `traffic` as they move, so a failure still reports what went
+// through. With a `link`, payload bytes move only as fast as its buckets allow (headers are not
+// charged).
 void run_ring_pipeline(int send_fd, int recv_fd, const LinkHeader& header,
-                       std::span<const RingStep> steps, std::size_t chunk_bytes,
-                       std::span<float> scratch, Clock::time_point deadline, Traffic& traffic,
-                       Link* link = nullptr);
+                       std::span<const RingStep> steps, RingElement element,
+                       std::size_t chunk_bytes, std::span<float> scratch,
+                       Clock::time_point deadline, Traffic& traffic, Link* link = nullptr);
 
 }  // namespace gradsync::tcp

@@ -86,6 +86,21 @@ class TcpRing final : public Communicator {
     });
   }
 
+  // The allreduce's ring on 16-bit elements: the same segments and order of additions (each
+  // rounded to 16 bits, tcp::RingElement), 2 bytes an element on the wire; kAvg divides each
+  // finished segment once, as for floats.
+  std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                             ReduceOp op) override {
+    const RingOp code = half_allreduce_kind(type, op);
+    const tcp::RingElement element =
+        type == HalfType::kFp16 ? tcp::RingElement::kFp16 : tcp::RingElement::kBf16;
+    return issue(code, data.size(), 0, [this, data, code, element, op](RingWork& work) {
+      auto* bytes = reinterpret_cast<std::byte*>(data.data());
+      run(work, code, data.size(), 0,
+          ring_steps(bytes, bytes, data.size(), element, op == ReduceOp::kAvg, true, 0), element);
+    });
+  }
+
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
     GRADSYNC_CHECK(root >= 0 && root < size_, "broadcast root outside [0, size)");
     return issue(RingOp::kBroadcast, data.size(), root, [this, data, root](RingWork& work) {
@@ -199,23 +214,24 @@ class TcpRing final : public Communicator {
   // Out of place, `in` is read where a rank's own values enter: the segment it sends first,
   // and each segment it adds into (RingStep::reduce_with); the sums, and everything forwarded
   // after the first step, live in `out`. In place, in and out are one buffer.
-  std::vector<RingStep> ring_steps(std::span<const float> in, std::span<float> out, bool average,
-                                   bool all_gather, int shift) const {
-    const Segments seg(out.size(), size_);
+  //
+  // The segments count elements of `element` (4 or 2 bytes); `in` and `out` hold `count` of them.
+  std::vector<RingStep> ring_steps(const std::byte* in, std::byte* out, std::size_t count,
+                                   tcp::RingElement element, bool average, bool all_gather,
+                                   int shift) const {
+    const Segments seg(count, size_);
+    const std::size_t width = tcp::element_bytes(element);
     std::vector<RingStep> steps;
     for (int k = 0; k < (all_gather ? 2 : 1) * (size_ - 1); ++k) {
       const int s_send = mod(rank_ - k + shift, size_);
       const int s_recv = mod(rank_ - k - 1 + shift, size_);
       RingStep step;
-      step.send =
-          reinterpret_cast<const std::byte*>((k == 0 ? in.data() : out.data()) + seg.begin(s_send));
-      step.send_bytes = seg.size(s_send) * sizeof(float);
-      step.recv = reinterpret_cast<std::byte*>(out.data() + seg.begin(s_recv));
-      step.recv_bytes = seg.size(s_recv) * sizeof(float);
+      step.send = (k == 0 ? in : out) + seg.begin(s_send) * width;
+      step.send_bytes = seg.size(s_send) * width;
+      step.recv = out + seg.begin(s_recv) * width;
+      step.recv_bytes = seg.size(s_recv) * width;
       step.reduce = k < size_ - 1;
-      if (step.reduce) {
-        step.reduce_with = reinterpret_cast<const std::byte*>(in.data() + seg.begin(s_recv));
-      }
+      if (step.reduce) step.reduce_with = in + seg.begin(s_recv) * width;
       // kAvg divides once, on the finished sum (step N-2 completes it), before the all-gather
       // copies it out, so every rank ends with bit-identical values (reduce-scatter: the same
       // single division, so its blocks are the allreduce's where the sums agree).
@@ -225,9 +241,16 @@ class TcpRing final : public Communicator {
     }
     return steps;
   }
+  std::vector<RingStep> ring_steps(std::span<const float> in, std::span<float> out, bool average,
+                                   bool all_gather, int shift) const {
+    return ring_steps(reinterpret_cast<const std::byte*>(in.data()),
+                      reinterpret_cast<std::byte*>(out.data()), out.size(),
+                      tcp::RingElement::kFloat, average, all_gather, shift);
+  }
 
   // Runs on the queue thread.
-  void run(RingWork& work, RingOp op, std::size_t count, int root, std::vector<RingStep> steps) {
+  void run(RingWork& work, RingOp op, std::size_t count, int root, std::vector<RingStep> steps,
+           tcp::RingElement element = tcp::RingElement::kFloat) {
     started_ = work.seq();
     if (size_ > 1 && count > 0) {
       LinkHeader header;
@@ -239,8 +262,8 @@ class TcpRing final : public Communicator {
       header.sender = rank_;
       tcp::Traffic traffic;
       try {
-        tcp::run_ring_pipeline(links_.right.fd(), links_.left.fd(), header, steps, chunk_bytes_,
-                               scratch_, Clock::now() + options_.timeout, traffic,
+        tcp::run_ring_pipeline(links_.right.fd(), links_.left.fd(), header, steps, element,
+                               chunk_bytes_, scratch_, Clock::now() + options_.timeout, traffic,
                                options_.link.get());
       } catch (const LinkFailure& failure) {
         count_traffic(traffic);
