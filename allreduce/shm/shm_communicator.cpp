@@ -11,6 +11,7 @@
 
 #include "allreduce/collective_checks.h"
 #include "allreduce/collective_kind.h"
+#include "allreduce/half_sum.h"
 #include "allreduce/shm/shm_segment.h"
 #include "allreduce/shm/shm_wait.h"
 #include "allreduce/tcp/work_queue.h"
@@ -138,6 +139,14 @@ class ShmCommunicator final : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                             ReduceOp op) override {
+    return issue(half_allreduce_kind(type, op), data.size(), 0,
+                 [this, data, type, op](RingWork& work) {
+                   run_allreduce_half(work, data, type, op == ReduceOp::kAvg);
+                 });
+  }
+
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
     GRADSYNC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) +
                                                   " is not a rank of " + std::to_string(size_));
@@ -250,6 +259,10 @@ class ShmCommunicator final : public Communicator {
     return reinterpret_cast<float*>(segment_.data() + data_offset(size_)) + n * area_floats;
   }
   float* slot(int set, int r) const { return area(set, r); }
+  // The same slot holding 16-bit values: twice as many as floats.
+  std::uint16_t* half_slot(int set, int r) const {
+    return reinterpret_cast<std::uint16_t*>(area(set, r));
+  }
   float* result(int set) const { return area(set, size_); }
   int next_set() { return static_cast<int>(chunks_++ & 1u); }
 
@@ -308,6 +321,34 @@ class ShmCommunicator final : public Communicator {
       std::memcpy(out.data() + off, result(set), len * sizeof(float));
       bytes_sent_ += (len + (e - b)) * sizeof(float);
       bytes_received_ += (len + (e - b) * static_cast<std::size_t>(size_ - 1)) * sizeof(float);
+    }
+  }
+
+  // The allreduce's schedule on 16-bit values, a chunk holding twice as many: rank r sums slice
+  // r of every slot in fp32, in rank order, and rounds once (sum_half_slots), so every element
+  // is rounded once whichever rank sums it, and every rank copies out the same bits. kAvg
+  // divides that 16-bit sum once, and rounds again, as the other backends divide theirs.
+  void run_allreduce_half(RingWork& work, std::span<std::uint16_t> data, HalfType type,
+                          bool average) {
+    if (size_ == 1) return;  // one rank's sum is its own values, and so is their average
+    begin(work);
+    const std::size_t n = data.size();
+    const std::size_t per_chunk = 2 * chunk_floats_;
+    constexpr std::size_t kWidth = sizeof(std::uint16_t);
+    std::vector<const std::uint16_t*> slots(static_cast<std::size_t>(size_));
+    for (std::size_t off = 0; off < n; off += per_chunk) {
+      const std::size_t len = std::min(per_chunk, n - off);
+      const int set = next_set();
+      std::memcpy(half_slot(set, rank_), data.data() + off, len * kWidth);
+      sync(work);
+      const auto [b, e] = slice(len, rank_, 64 / kWidth);
+      for (int r = 0; r < size_; ++r) slots[static_cast<std::size_t>(r)] = half_slot(set, r) + b;
+      std::uint16_t* result_half = reinterpret_cast<std::uint16_t*>(result(set));
+      sum_half_slots(type, result_half + b, slots, e - b, average ? float(size_) : 0.0f);
+      sync(work);
+      std::memcpy(data.data() + off, result_half, len * kWidth);
+      bytes_sent_ += (len + (e - b)) * kWidth;
+      bytes_received_ += (len + (e - b) * static_cast<std::size_t>(size_ - 1)) * kWidth;
     }
   }
 
@@ -376,12 +417,13 @@ class ShmCommunicator final : public Communicator {
     }
   }
 
-  // Rank r's part of a chunk of `len` floats: cut at multiples of 16 floats (64-byte lines), so
-  // two ranks never write one cache line of the result.
-  std::pair<std::size_t, std::size_t> slice(std::size_t len, int r) const {
-    const std::size_t lines = (len + 15) / 16;
+  // Rank r's part of a chunk of `len` elements: cut at multiples of `per_line` elements (64-byte
+  // lines: 16 floats, 32 16-bit values), so two ranks never write one cache line of the result.
+  std::pair<std::size_t, std::size_t> slice(std::size_t len, int r,
+                                            std::size_t per_line = 16) const {
+    const std::size_t lines = (len + per_line - 1) / per_line;
     const auto cut = [&](int k) {
-      return std::min(len, lines * static_cast<std::size_t>(k) / std::size_t(size_) * 16);
+      return std::min(len, lines * static_cast<std::size_t>(k) / std::size_t(size_) * per_line);
     };
     return {cut(r), cut(r + 1)};
   }

@@ -13,7 +13,9 @@
 // result area come in two sets used alternately, so step 1 of chunk c + 1 never waits for the
 // copies out of chunk c: a set is reused only after every rank has passed the next chunk's
 // first barrier. Broadcast, allgather and reduce-scatter take one barrier per chunk.
-// kAvg divides the finished sum by N once, as the ring does.
+// kAvg divides the finished sum by N once, as the ring does. allreduce_half runs the same steps
+// on 16-bit values (a chunk holds twice as many): rank r adds slice r of every slot in fp32, in
+// rank order, and rounds to 16 bits once.
 //
 // Barriers: each rank owns a counter (phase) in the segment; it passes a barrier by raising it
 // and waiting until every other rank's has reached the same value: a short spin, then a futex
