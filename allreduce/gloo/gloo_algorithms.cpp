@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "allreduce/half_sum.h"
 #include "common/error.h"
 
 namespace gradsync::gloo {
@@ -17,6 +18,17 @@ namespace {
 // gloo::sum<float> has overloads; this is the (out, a, b, n) one that AllreduceOptions wants.
 void sum_floats(void* out, const void* a, const void* b, std::size_t n) {
   ::gloo::sum<float>(out, a, b, n);
+}
+
+// (out, a, b, n) over n 16-bit values: out may be a (Gloo reduces into its own buffer).
+void sum_fp16(void* out, const void* a, const void* b, std::size_t n) {
+  add_halves(HalfType::kFp16, static_cast<const std::uint16_t*>(a),
+             static_cast<const std::uint16_t*>(b), static_cast<std::uint16_t*>(out), n);
+}
+
+void sum_bf16(void* out, const void* a, const void* b, std::size_t n) {
+  add_halves(HalfType::kBf16, static_cast<const std::uint16_t*>(a),
+             static_cast<const std::uint16_t*>(b), static_cast<std::uint16_t*>(out), n);
 }
 
 }  // namespace
@@ -93,6 +105,19 @@ void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm al
       return;
     }
   }
+}
+
+void allreduce_half_sum(const std::shared_ptr<::gloo::Context>& context, HalfType type,
+                        std::span<std::uint16_t> data, std::uint32_t tag,
+                        std::chrono::milliseconds timeout) {
+  ::gloo::AllreduceOptions opts(context);
+  opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+  // In place, 2 bytes an element: Gloo's ring cuts its segments by elementSize.
+  opts.setOutput(data.data(), data.size());
+  opts.setReduceFunction(type == HalfType::kFp16 ? sum_fp16 : sum_bf16);
+  opts.setTag(tag);
+  opts.setTimeout(timeout);
+  ::gloo::allreduce(opts);
 }
 
 }  // namespace gradsync::gloo

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/communicator.h"
+
 namespace gradsync::gloo {
 
 enum class Algorithm { kRing, kRingChunked, kHalvingDoubling };
@@ -60,5 +62,15 @@ std::uint32_t tag_of(const std::string& collective);
 void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
                    std::span<const float> in, std::span<float> data, std::uint32_t tag,
                    std::chrono::milliseconds timeout);
+
+// Sums the 16-bit floats of `type` in `data` over every rank of `context`, in place, with
+// gloo::allreduce's RING whatever `algorithm` the communicator runs for floats: that is the one
+// of the three that takes a reduce function, and ours (allreduce/half_sum.h: each addition in
+// fp32, rounded back to 16 bits) serves bf16, which Gloo has no type for, and fp16 with the
+// rounding every other backend uses rather than gloo::float16's. Every rank ends with the same
+// bits (the ring's all-gather copies the finished segments).
+void allreduce_half_sum(const std::shared_ptr<::gloo::Context>& context, HalfType type,
+                        std::span<std::uint16_t> data, std::uint32_t tag,
+                        std::chrono::milliseconds timeout);
 
 }  // namespace gradsync::gloo

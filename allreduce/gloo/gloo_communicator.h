@@ -20,6 +20,8 @@
 //   ring_chunked      gloo::AllreduceRingChunked: the ring over 2N chunks, two in flight
 //   halving_doubling  gloo::AllreduceHalvingDoubling: recursive halving then doubling (log2 N
 //                     steps; other sizes in binary blocks)
+// allreduce_half is gloo::allreduce's RING on 2-byte elements with a reduce function of ours
+// (allreduce/half_sum.h), whatever options.algorithm says (gloo_algorithms.h says why).
 // Broadcast is gloo::broadcast (a binomial tree from the root), allgather gloo::allgather (ring),
 // barrier gloo::barrier, each call with its own tag (see "Mismatched collectives" below).
 // Reduce-scatter is the reduce-scatter half of a ring, written here over Gloo's tagged unbound
