@@ -12,6 +12,7 @@
 
 #include "allreduce/collective_checks.h"
 #include "allreduce/collective_kind.h"
+#include "allreduce/half_sum.h"
 #include "allreduce/mpi/mpi_runner.h"
 #include "allreduce/mpi/mpi_runtime.h"
 #include "allreduce/tcp/work_queue.h"
@@ -24,6 +25,50 @@ using mpi::Header;
 using Op = CollectiveKind;
 using std::chrono::milliseconds;
 using tcp::RingWork;
+
+// MPI's user reductions for allreduce_half (MPI has no 16-bit float types): over MPI_UINT16_T,
+// inout[i] = round16(float(in[i]) + float(inout[i])) (allreduce/half_sum.h). Commutative (an
+// fp32 addition is, and so its rounding) though not associative: MPI may then pair the ranks in
+// any order, as it may for MPI_FLOAT's sums.
+void sum_fp16(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* both = static_cast<std::uint16_t*>(inout);
+  add_halves(HalfType::kFp16, both, static_cast<const std::uint16_t*>(in), both,
+             static_cast<std::size_t>(*len));
+}
+
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* both = static_cast<std::uint16_t*>(inout);
+  add_halves(HalfType::kBf16, both, static_cast<const std::uint16_t*>(in), both,
+             static_cast<std::size_t>(*len));
+}
+
+// The two MPI_Ops, made with the communicator and freed with it (unless MPI was finalised
+// first, which frees them itself).
+class HalfSumOps {
+ public:
+  HalfSumOps() {
+    auto held = mpi::lock();
+    mpi::check(MPI_Op_create(&sum_fp16, 1, &fp16_), "MPI_Op_create (fp16 sum)");
+    mpi::check(MPI_Op_create(&sum_bf16, 1, &bf16_), "MPI_Op_create (bf16 sum)");
+  }
+  ~HalfSumOps() {
+    try {
+      auto held = mpi::lock();
+      MPI_Op_free(&fp16_);
+      MPI_Op_free(&bf16_);
+    } catch (const std::exception&) {
+      // MPI was finalised first: nothing left to free.
+    }
+  }
+  HalfSumOps(const HalfSumOps&) = delete;
+  HalfSumOps& operator=(const HalfSumOps&) = delete;
+
+  MPI_Op sum(HalfType type) const { return type == HalfType::kFp16 ? fp16_ : bf16_; }
+
+ private:
+  MPI_Op fp16_ = MPI_OP_NULL;
+  MPI_Op bf16_ = MPI_OP_NULL;
+};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -78,6 +123,33 @@ class MpiCommunicator final : public Communicator {
                    }});
       if (avg) divide(data);
     });
+  }
+
+  // MPI_Allreduce of MPI_UINT16_T with the format's user reduction (HalfSumOps), in place, 2
+  // bytes an element; kAvg divides the finished 16-bit sum once, on every rank alike.
+  std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                             ReduceOp op) override {
+    const bool avg = op == ReduceOp::kAvg;
+    const Header h{std::int64_t(half_allreduce_kind(type, op)), count(data.size())};
+    const std::uint64_t moved = ring_share(data.size_bytes(), 2);
+    const MPI_Op sum = half_ops_.sum(type);
+    return issue(
+        h, moved, moved, [this, data, type, avg, moved, sum](RingWork& work, const Header& mine) {
+          if (size_ == 1) return;
+          if (data.empty()) return headers_only(work, mine);
+          std::uint16_t* const buffer = data.data();
+          const int n = int(data.size());
+          const MPI_Comm comm = runner_.comm();
+          runner_.run(
+              work, mine, moved,
+              {"MPI_Allreduce",
+               [&] { return MPI_Allreduce(MPI_IN_PLACE, buffer, n, MPI_UINT16_T, sum, comm); },
+               "MPI_Iallreduce",
+               [&](MPI_Request* request) {
+                 return MPI_Iallreduce(MPI_IN_PLACE, buffer, n, MPI_UINT16_T, sum, comm, request);
+               }});
+          if (avg) divide_halves(type, data.data(), data.size(), float(size_));
+        });
   }
 
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
@@ -208,7 +280,7 @@ class MpiCommunicator final : public Communicator {
   std::int64_t count(std::size_t n) const {
     if (n > std::size_t(INT_MAX)) {
       throw Error(me_ + ": mpi takes at most " + std::to_string(INT_MAX) +
-                  " floats per collective (MPI counts in an int); this one has " +
+                  " elements per collective (MPI counts in an int); this one has " +
                   std::to_string(n));
     }
     return std::int64_t(n);
@@ -249,6 +321,7 @@ class MpiCommunicator final : public Communicator {
   const MpiOptions options_;
   const std::string me_;  // "rank 3", for messages
   mpi::MpiRunner runner_;
+  HalfSumOps half_ops_;  // after runner_: MPI runs by then
   std::atomic<bool> aborted_{false};
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
   tcp::WorkQueue queue_;  // last: its thread stops before the members above go
