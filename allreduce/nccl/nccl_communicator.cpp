@@ -166,13 +166,13 @@ std::string NcclCommunicator::version() {
 
 std::shared_ptr<Work> NcclCommunicator::issue(
     const char* operation, std::size_t count, std::uint64_t bytes_sent,
-    std::uint64_t bytes_received,
-    const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call) {
+    std::uint64_t bytes_received, const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call,
+    const char* elements) {
   nccl::State& s = *state_;
   s.throw_if_failed();
   const std::uint64_t sequence = s.sequence++;
   const std::string what = std::string(operation) + " #" + std::to_string(sequence) + " (" +
-                           std::to_string(count) + " floats)";
+                           std::to_string(count) + " " + elements + ")";
   if (count == 0) return nccl::make_work(state_, nullptr, what);
   OnDevice on(s.device);
   if (s.producer != nullptr) {
@@ -248,6 +248,20 @@ std::shared_ptr<Work> NcclCommunicator::allreduce_into_async(std::span<const flo
     // sendbuff == recvbuff is NCCL's in place.
     return ncclAllReduce(in.data(), out.data(), out.size(), ncclFloat, nccl_op(op), comm, stream);
   });
+}
+
+std::shared_ptr<Work> NcclCommunicator::allreduce_half_async(std::span<std::uint16_t> data,
+                                                             HalfType type, ReduceOp op) {
+  check_device_buffer(data.data(), data.size(), "allreduce_half", *state_);
+  const bool fp16 = type == HalfType::kFp16;
+  const std::uint64_t moved = ring_share(data.size_bytes(), size(), 2);
+  return issue(
+      fp16 ? "allreduce fp16" : "allreduce bf16", data.size(), moved, moved,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclAllReduce(data.data(), data.data(), data.size(), fp16 ? ncclHalf : ncclBfloat16,
+                             nccl_op(op), comm, stream);
+      },
+      fp16 ? "fp16 values" : "bf16 values");
 }
 
 std::shared_ptr<Work> NcclCommunicator::broadcast_async(std::span<float> data, int root) {

@@ -74,6 +74,12 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
                                              ReduceOp op) override;
   std::shared_ptr<Work> barrier_async() override;
+  // ncclAllReduce of ncclHalf or ncclBfloat16, in place, on device memory: NCCL adds in fp32
+  // and rounds each partial sum to 16 bits; kAvg is ncclAvg, which for floating types scales
+  // each rank's values by 1/N before the sum (so, unlike the CPU backends, an fp16 average whose
+  // sum would overflow need not). Bits agree with the CPU backends' where the sums are exact.
+  std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                             ReduceOp op) override;
   // In place; only `root` receives the reduction (DataParallel's gather onto device 0).
   std::shared_ptr<Work> reduce_async(std::span<float> data, ReduceOp op, int root);
   void reduce(std::span<float> data, ReduceOp op, int root) {
@@ -107,9 +113,11 @@ class NcclCommunicator final : public Communicator {
   explicit NcclCommunicator(std::shared_ptr<nccl::State> state);
   // The common path of every collective: failure check, producer ordering, the NCCL call,
   // its completion event, the counters.
+  // `elements` names what count counts, for messages ("floats", "fp16 values").
   std::shared_ptr<Work> issue(const char* operation, std::size_t count, std::uint64_t bytes_sent,
                               std::uint64_t bytes_received,
-                              const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call);
+                              const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call,
+                              const char* elements = "floats");
 
   std::shared_ptr<nccl::State> state_;
 };
