@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "allreduce/collective_checks.h"
+#include "allreduce/half_sum.h"
 #include "allreduce/tcp/work_queue.h"
 #include "common/error.h"
 
@@ -92,6 +93,13 @@ class HierarchicalCommunicator final : public Communicator {
     check_allreduce_into_buffers(in.data(), in.size(), out.data(), out.size());
     return issue("allreduce of " + std::to_string(in.size()) + " floats",
                  [this, in, out, op] { run_allreduce(in, out, op); });
+  }
+
+  std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                             ReduceOp op) override {
+    return issue(std::string("allreduce ") + half_type_name(type) + " of " +
+                     std::to_string(data.size()) + " values",
+                 [this, data, type, op] { run_allreduce_half(data, type, op); });
   }
 
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
@@ -224,6 +232,38 @@ class HierarchicalCommunicator final : public Communicator {
     }
   }
 
+  // The allreduce's three levels on 16-bit values: each level's allreduce_half sums (its own
+  // rounding rule: shm rounds a host's sum once, the leaders' ring at each addition), and the
+  // leader's result reaches its host as bytes (broadcast_halves). kAvg divides the finished
+  // 16-bit sum once, on every rank alike.
+  void run_allreduce_half(std::span<std::uint16_t> data, HalfType type, ReduceOp op) {
+    if (layout_.local_size() > 1) {
+      in_host([&] { intra_->allreduce_half(data, type, ReduceOp::kSum); });
+    }
+    if (layout_.hosts > 1) {
+      among_leaders([&] { inter_->allreduce_half(data, type, ReduceOp::kSum); });
+      broadcast_halves(data);
+    }
+    if (op == ReduceOp::kAvg && size_ > 1) {
+      divide_halves(type, data.data(), data.size(), static_cast<float>(size_));
+    }
+  }
+
+  // The leader's 16-bit values to its host's ranks, bit for bit. A float broadcast moves bytes
+  // without reading them, so the values travel as the bytes of a float buffer: copied in and
+  // out rather than viewed in place, since the caller's buffer need not be 4-byte aligned and an
+  // odd count does not fill its last float (that one carries 2 bytes of padding).
+  void broadcast_halves(std::span<std::uint16_t> data) {
+    std::vector<float> words((data.size_bytes() + sizeof(float) - 1) / sizeof(float));
+    if (layout_.leader() && !data.empty()) {
+      std::memcpy(words.data(), data.data(), data.size_bytes());
+    }
+    from_leader([&] { after_->broadcast(words, 0); });
+    if (!layout_.leader() && !data.empty()) {
+      std::memcpy(data.data(), words.data(), data.size_bytes());
+    }
+  }
+
   void run_broadcast(std::span<float> data, int root) {
     const int root_host = layout_.host_of_rank[root];
     const std::vector<int>& root_ranks = layout_.ranks_of_host[root_host];
@@ -234,16 +274,12 @@ class HierarchicalCommunicator final : public Communicator {
     if (layout_.host != root_host) from_leader([&] { after_->broadcast(data, 0); });
   }
 
+  // Every path gathers: the levels' allgathers and broadcasts move bytes without reading them,
+  // so every block arrives bit for bit as it was sent (NaN patterns, -0.0), which is what lets
+  // allgather_words ride on it (allreduce/communicator.h).
   void run_allgather(std::span<const float> in, std::span<float> out) {
     const std::size_t n = in.size();
-    if (!layout_.regular()) {
-      // Each rank's block in a zero-filled buffer, summed: x + 0 is x, so every block arrives
-      // as it was sent (a -0.0 as +0.0), at the cost of an all-reduce of the whole.
-      std::fill(out.begin(), out.end(), 0.0f);
-      std::copy(in.begin(), in.end(), out.begin() + static_cast<std::ptrdiff_t>(n * rank_));
-      run_allreduce(out, out, ReduceOp::kSum);
-      return;
-    }
+    if (!layout_.regular()) return run_irregular_allgather(in, out);
     // Regular: the host's ranks are contiguous, so its gathered blocks are one range of out.
     const std::size_t per_host = n * static_cast<std::size_t>(layout_.local_size());
     const std::span<float> host_block =
@@ -258,6 +294,48 @@ class HierarchicalCommunicator final : public Communicator {
       among_leaders([&] { inter_->allgather(mine, out); });
       from_leader([&] { after_->broadcast(out, 0); });
     }
+  }
+
+  // Hosts of different sizes, or ranks not contiguous by host: the leaders' allgather needs
+  // blocks of one size, so each host's blocks are padded to the largest host's L ranks.
+  //   1. within each host, allgather: the host's blocks in local-rank order    (L n, padded)
+  //   2. among the leaders, allgather of those padded blocks                   (H L n)
+  //   3. each leader puts block j of host h where its rank ranks_of_host[h][j] goes in out
+  //   4. within each host, the leader broadcasts out
+  // The leaders move H L n values where N n would do: the padding is the price of irregularity.
+  void run_irregular_allgather(std::span<const float> in, std::span<float> out) {
+    const std::size_t n = in.size();
+    std::size_t widest = 0;
+    for (const std::vector<int>& ranks : layout_.ranks_of_host) {
+      widest = std::max(widest, ranks.size());
+    }
+    const std::size_t local = static_cast<std::size_t>(layout_.local_size());
+    std::vector<float> host_blocks(widest * n);  // the padding stays zero
+    const std::span<float> gathered(host_blocks.data(), local * n);
+    if (local > 1) {
+      in_host([&] { intra_->allgather(in, gathered); });
+    } else if (n > 0) {
+      std::memcpy(gathered.data(), in.data(), in.size_bytes());
+    }
+    std::vector<float> all;
+    if (layout_.hosts > 1) {
+      if (layout_.leader()) all.resize(static_cast<std::size_t>(layout_.hosts) * widest * n);
+      among_leaders([&] { inter_->allgather(host_blocks, all); });
+    } else {
+      all = std::move(host_blocks);
+    }
+    // With one host every rank gathered everything in step 1 (and there is no step 4).
+    if ((layout_.leader() || layout_.hosts == 1) && n > 0) {
+      for (int h = 0; h < layout_.hosts; ++h) {
+        const std::vector<int>& ranks = layout_.ranks_of_host[static_cast<std::size_t>(h)];
+        for (std::size_t j = 0; j < ranks.size(); ++j) {
+          std::memcpy(out.data() + static_cast<std::size_t>(ranks[j]) * n,
+                      all.data() + (static_cast<std::size_t>(h) * widest + j) * n,
+                      n * sizeof(float));
+        }
+      }
+    }
+    from_leader([&] { after_->broadcast(out, 0); });
   }
 
   const int rank_;

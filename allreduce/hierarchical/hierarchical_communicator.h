@@ -11,11 +11,14 @@
 //   (the ring crosses each host boundary once: 1.5 S per boundary at N = 4): the cost model
 //   has both (experiments/cost_model.h).
 //
-// broadcast and barrier take the same three levels; allgather does where every host has the
-// same number of contiguous ranks (HostLayout::regular) and otherwise sums zero-filled blocks in
-// an all-reduce; reduce-scatter is the all-reduce's matching block (the same bits, at the
-// all-reduce's cost). kAvg divides the finished sum by N once, on every rank alike, so every
-// rank holds the same bits.
+// broadcast and barrier take the same three levels, and so does allreduce_half (each level's
+// allreduce_half, then the leader's 16-bit result broadcast to its host as bytes). allgather
+// gathers, bit for bit, on every layout: where every host has the same number of contiguous
+// ranks (HostLayout::regular) the host blocks line up in the output; otherwise the leaders
+// gather each host's blocks padded to the largest host's count, and each leader places them
+// (moving H L blocks between hosts where N would do). reduce-scatter is the all-reduce's
+// matching block (the same bits, at the all-reduce's cost). kAvg divides the finished sum by N
+// once, on every rank alike, so every rank holds the same bits.
 //
 // Failures: a level that fails aborts the others with its reason, so the ranks waiting there fail
 // at once with it instead of at their timeout; errors name the global rank that failed (a
