@@ -101,6 +101,28 @@ class HostStagedCommunicator final : public Communicator {
     });
   }
 
+  // The 16-bit values staged as they are, 2 bytes each, and reduced by the host communicator's
+  // allreduce_half (its rounding, its counters).
+  std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
+                                             ReduceOp op) override {
+    check_buffer(data.data(), data.size(), "allreduce_half");
+    const std::string what = std::string("allreduce ") + half_type_name(type) +
+                             (op == ReduceOp::kAvg ? " avg" : " sum") + " of " +
+                             std::to_string(data.size()) + " values";
+    return submit(what, [this, data, type, op, produced = mark_produced()](tcp::RingWork& work) {
+      if (data.empty()) return finish(host_->allreduce_half_async({}, type, op));
+      const std::span<std::uint16_t> host = staging_halves(work, data.size());
+      on_device(work, "copying to host", [&] {
+        after_producer(produced);
+        copy_bytes(host.data(), data.data(), data.size_bytes(), cudaMemcpyDeviceToHost);
+      });
+      finish(host_->allreduce_half_async(host, type, op));
+      on_device(work, "copying back", [&] {
+        copy_bytes(data.data(), host.data(), data.size_bytes(), cudaMemcpyHostToDevice);
+      });
+    });
+  }
+
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
     GRADSYNC_CHECK(root >= 0 && root < size(), "broadcast root outside [0, size)");
     check_buffer(data.data(), data.size(), "broadcast");
@@ -243,6 +265,14 @@ class HostStagedCommunicator final : public Communicator {
     return staging_.span().first(count);
   }
 
+  // The same pinned memory holding `count` 16-bit values (cudaMallocHost's storage has no type
+  // of its own: each collective stages whatever it moves there).
+  std::span<std::uint16_t> staging_halves(const tcp::RingWork& work, std::size_t count) {
+    const std::span<float> room =
+        staging(work, (count * sizeof(std::uint16_t) + sizeof(float) - 1) / sizeof(float));
+    return {reinterpret_cast<std::uint16_t*>(room.data()), count};
+  }
+
   // Everything enqueued on the copy stream from here on waits for the producer's event: the
   // device-to-host copy reads what the producer wrote, and a copy back (a broadcast's receiver)
   // lands after the producer's own writes.
@@ -251,7 +281,10 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   void copy(float* to, const float* from, std::size_t count, cudaMemcpyKind kind) {
-    GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(to, from, count * sizeof(float), kind, copies_.get()));
+    copy_bytes(to, from, count * sizeof(float), kind);
+  }
+  void copy_bytes(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind) {
+    GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, kind, copies_.get()));
   }
 
   // The host collective on the staging buffer, waited for with the host communicator's timeout.
