@@ -30,6 +30,7 @@
 #include "strategies/allreduce/model_communicator.h"
 #include "tests/support/compare.h"
 #include "tests/support/error_checks.h"
+#include "tests/support/half_collective_checks.h"
 #include "tests/support/ring_ranks.h"
 #include "tests/support/training.h"
 #include "worker/model_factory.h"
@@ -392,6 +393,61 @@ TEST_CASE("host-staged communicator: a host buffer is refused at the call; one r
   comm->allreduce(device.span(), ReduceOp::kAvg);
   CHECK(download(device.span()) == values);
   comm->allreduce(std::span<float>(), ReduceOp::kSum);  // zero elements: nothing to do
+}
+
+TEST_CASE(
+    "host-staged communicator: allreduce_half and allgather_words of device buffers are the host "
+    "communicator's, 2 bytes a value") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  using gradsync::HalfType;
+  for (const std::string& backend : host_backends()) {
+    CAPTURE(backend);
+    const int n = 2;
+    gradsync::InMemoryStore store;
+    run_ranks(
+        n,
+        [&](int r) {
+          gradsync::cuda::DeviceGuard on(0);
+          auto comm = staged(store, r, n, backend, nullptr);
+          for (const std::size_t length : {std::size_t(0), std::size_t(1), std::size_t(100003)}) {
+            for (const HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+              for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+                const std::vector<std::uint16_t> mine = half_rank_data(type, r, length);
+                gradsync::cuda::DeviceBuffer<std::uint16_t> device(length);
+                if (length > 0) {
+                  GRADSYNC_CUDA_CHECK(cudaMemcpy(device.data(), mine.data(), device.bytes(),
+                                                 cudaMemcpyHostToDevice));
+                }
+                const gradsync::CommCounters before = comm->counters();
+                comm->allreduce_half(device.span(), type, op);
+                // The ring formula on 2 bytes a value: 2 (N - 1) / N of them each way.
+                CHECK(comm->counters().bytes_sent - before.bytes_sent == 2 * length);
+                std::vector<std::uint16_t> got(length);
+                if (length > 0) {
+                  GRADSYNC_CUDA_CHECK(cudaMemcpy(got.data(), device.data(), device.bytes(),
+                                                 cudaMemcpyDeviceToHost));
+                }
+                CHECK(wrong_bits(got, [&](std::size_t i) {
+                        return half_expected(type, n, i, op == ReduceOp::kAvg);
+                      }) == 0);
+              }
+            }
+          }
+          const std::size_t m = 1001;
+          std::vector<std::uint32_t> words(m);
+          for (std::size_t i = 0; i < m; ++i) words[i] = word_of(r, i);
+          gradsync::cuda::DeviceBuffer<std::uint32_t> in(m), out(m * n);
+          GRADSYNC_CUDA_CHECK(
+              cudaMemcpy(in.data(), words.data(), in.bytes(), cudaMemcpyHostToDevice));
+          comm->allgather_words(in.span(), out.span());
+          std::vector<std::uint32_t> gathered(m * n);
+          GRADSYNC_CUDA_CHECK(
+              cudaMemcpy(gathered.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+          CHECK(wrong_bits(gathered, [&](std::size_t j) { return word_of(int(j / m), j % m); }) ==
+                0);
+        },
+        120s);
+  }
 }
 
 TEST_CASE(

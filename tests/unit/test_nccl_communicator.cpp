@@ -12,11 +12,16 @@
 #include "gpu_test_support.h"
 #include "model/cuda/cuda_device.h"
 #include "model/cuda/device_buffer.h"
+#include "tests/support/half_collective_checks.h"
 
 namespace {
 
 using gradsync::NcclCommunicator;
 using gradsync::cuda::DeviceBuffer;
+using gradsync::testing::half_expected;
+using gradsync::testing::half_rank_data;
+using gradsync::testing::word_of;
+using gradsync::testing::wrong_bits;
 
 // These run on rank threads too, where a failed REQUIRE could not unwind: errors are thrown as
 // gradsync::Error and reported by run_ranks.
@@ -141,7 +146,88 @@ void run_ranks(int n, std::size_t count) {
   for (const auto& e : errors) CHECK_MESSAGE(e.empty(), e);
 }
 
+template <typename T>
+std::vector<T> download(const DeviceBuffer<T>& d, cudaStream_t stream) {
+  std::vector<T> out(d.size());
+  if (out.empty()) return out;
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpyAsync(out.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost, stream));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out;
+}
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& h, cudaStream_t stream) {
+  DeviceBuffer<T> d(h.size());
+  if (h.empty()) return d;
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpyAsync(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice, stream));
+  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return d;
+}
+
+// ncclHalf and ncclBfloat16 sums of integer-valued data (tests/support/half_collective_checks.h:
+// exact in any order), averages where n is a power of two (ncclAvg scales each value by 1/n
+// first, exactly then), and words gathered bit for bit, NaN patterns included.
+void check_half_collectives(NcclCommunicator& comm, std::size_t count) {
+  using gradsync::HalfType;
+  using gradsync::ReduceOp;
+  const int n = comm.size(), r = comm.rank();
+  gradsync::cuda::DeviceGuard on(comm.device());
+  const cudaStream_t stream = comm.stream();
+  const bool exact_avg = (n & (n - 1)) == 0;
+  for (const HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      if (op == ReduceOp::kAvg && !exact_avg) continue;
+      DeviceBuffer<std::uint16_t> data = upload(half_rank_data(type, r, count), stream);
+      comm.allreduce_half(data.span(), type, op);
+      const std::vector<std::uint16_t> got = download(data, stream);
+      CHECK_MESSAGE(wrong_bits(got,
+                               [&](std::size_t i) {
+                                 return half_expected(type, n, i, op == ReduceOp::kAvg);
+                               }) == 0,
+                    gradsync::half_type_name(type) << " of " << count);
+    }
+  }
+  std::vector<std::uint32_t> words(count);
+  for (std::size_t i = 0; i < count; ++i) words[i] = word_of(r, i);
+  DeviceBuffer<std::uint32_t> in = upload(words, stream);
+  DeviceBuffer<std::uint32_t> out(count * static_cast<std::size_t>(n));
+  comm.allgather_words(in.span(), out.span());
+  CHECK(wrong_bits(download(out, stream),
+                   [&](std::size_t j) { return word_of(int(j / count), j % count); }) == 0);
+}
+
+void run_half_ranks(int n, std::size_t count) {
+  gradsync::InMemoryStore store;
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  std::vector<std::jthread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        gradsync::NcclOptions options;
+        options.device = r;
+        options.timeout = std::chrono::seconds(60);
+        auto comm = NcclCommunicator::create(store, r, n, options);
+        check_half_collectives(*comm, count);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  threads.clear();
+  for (const auto& e : errors) CHECK_MESSAGE(e.empty(), e);
+}
+
 }  // namespace
+
+TEST_CASE("nccl: allreduce_half and allgather_words on device buffers, 1 rank and one per GPU") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  for (std::size_t count : {std::size_t{1}, std::size_t{1001}, (std::size_t{1} << 20) + 1}) {
+    run_half_ranks(1, count);
+    if (gradsync::visible_gpus() >= 2) run_half_ranks(gradsync::visible_gpus(), count);
+  }
+}
 
 TEST_CASE("nccl: collectives are exact with world size 1") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);
