@@ -77,6 +77,13 @@ struct CommConfig {
   std::int64_t compression_start_step = 0;
 };
 
+// `zero` (strategies/zero/zero_strategy.h): ZeRO's stage. 1 shards the optimizer state, 2 also
+// reduce-scatters each unit's gradient during backward; 3 (parameters sharded too) is refused
+// in this version.
+struct ZeroConfig {
+  int stage = 1;
+};
+
 struct PsConfig {
   int servers = 1;            // K shards, each owning a contiguous key range
   std::string mode = "sync";  // sync | async | ssp
@@ -136,10 +143,17 @@ struct Config {
   ModelConfig model;
   CommConfig comm;
   PsConfig ps;
+  ZeroConfig zero;
   NetworkConfig network;
   SweepConfig sweep;
   CheckpointConfig checkpoint;
   OutputConfig output;
 };
+
+// The strategies whose ranks reduce over a Communicator (allreduce/): each rank a process, the
+// comm.* keys theirs.
+inline bool uses_communicator(const std::string& strategy) {
+  return strategy == "allreduce" || strategy == "zero";
+}
 
 }  // namespace gradsync

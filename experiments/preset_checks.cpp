@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 // comm.backend and comm.algorithm together with the device and link emulation: one meaning per
 // key, whichever backend (README, "Backends").
 void check_backend(const Origins& origins, const std::string& source, const Config& config) {
-  if (config.strategy != "allreduce") return;  // the keys are allreduce's
+  if (!uses_communicator(config.strategy)) return;  // the keys are allreduce's and zero's
   const std::string& backend = config.comm.backend;
   const std::string where = origin_of(origins, {"comm.backend", "device"}, source + ":1");
   if (config.comm.algorithm != "default" && backend != "gloo") {
@@ -191,7 +191,7 @@ void check_slow_ranks(const Origins& origins, const std::string& source, const C
 constexpr int kMaxNamespaceProcesses = 249;
 
 void check_processes(const Origins& origins, const std::string& source, const Config& config) {
-  const bool processes = config.strategy == "allreduce" || config.strategy == "ps";
+  const bool processes = uses_communicator(config.strategy) || config.strategy == "ps";
   const int shards = config.strategy == "ps" ? config.ps.servers : 0;
   const int hosts = config.network.hosts > 0 ? config.network.hosts : config.workers;
   if (processes && config.network.namespaces && hosts + shards > kMaxNamespaceProcesses) {
@@ -204,6 +204,26 @@ void check_processes(const Origins& origins, const std::string& source, const Co
         where, "network.namespaces",
         "one network of at most " + std::to_string(kMaxNamespaceProcesses) + " processes, got " +
             (config.network.hosts > 0 ? std::to_string(hosts) + " network.hosts"
+// zero: stages 1 and 2 on host buffers (strategies/zero/zero_strategy.h).
+void check_zero(const Origins& origins, const std::string& source, const Config& config) {
+  if (config.strategy != "zero") return;
+  const std::string where = origin_of(origins, {"zero.stage", "zero", "strategy"}, source + ":1");
+  if (config.zero.stage == 3) {
+    throw ConfigError(where, "zero.stage",
+                      "3 shards the parameters, gathered layer by layer before forward and "
+                      "backward, which needs parameter storage the model hands to the strategy: "
+                      "not in this version (use 1 or 2)");
+  }
+  if (config.device == "gpu") {
+    throw ConfigError(origin_of(origins, {"device"}, where), "device",
+                      "zero shards buffers in host memory in this version: use device: cpu");
+  }
+  if (config.comm.uneven_inputs) {
+    throw ConfigError(origin_of(origins, {"comm.uneven_inputs"}, where), "comm.uneven_inputs",
+                      "Join is allreduce's: zero needs every rank in every step");
+  }
+}
+
                                       : std::to_string(config.workers) + " workers") +
             (shards > 0 ? " + " + std::to_string(shards) + " ps.servers" : std::string()) +
             " (leave it false and use network.link_gbps alone)");
@@ -272,6 +292,7 @@ void check_combinations(const Origins& origins, const std::string& source, const
         "model.layers",
         std::to_string(config.model.layers) + " layers of a model of " +
             std::to_string(config.model.parameters) +
+  check_zero(origins, source, config);
             " model.parameters: at most one layer per parameter");
   }
 }

@@ -180,6 +180,10 @@ const KeySpec kRows[] = {
     {"comm.compression_start_step", Type::kInteger, between(0, kMaxSteps),
      "steps run uncompressed before comm.compression starts (PowerSGD's start_powerSGD_iter)",
      GRADSYNC_FIELD(comm.compression_start_step)},
+    {"zero.stage", Type::kInteger, between(1, 3),
+     "zero: ZeRO stage (1: optimizer state sharded; 2: also gradients, reduce-scattered during "
+     "backward; 3: also parameters)",
+     GRADSYNC_FIELD(zero.stage)},
     {"ps.servers", Type::kInteger, between(1, 256), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
     {"ps.mode", Type::kChoice, kUnbounded, "ps: consistency (sync, async, ssp)",

@@ -1,7 +1,10 @@
 #include "strategies/make_strategy.h"
 
+#include "common/config.h"
+
 #include "common/error.h"
 #include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/zero/zero_strategy.h"
 #include "strategies/dp/dp_strategy.h"
 #include "strategies/ps/host_staged_strategy.h"
 #include "strategies/ps/ps_strategy.h"
@@ -42,7 +45,16 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     return adapt_to_model_device(std::make_unique<PsStrategy>(client, process.first_step),
                                  *process.model);
   }
-  GRADSYNC_CHECK(process.comm != nullptr, "allreduce needs the communicator over every rank");
+  GRADSYNC_CHECK(process.comm != nullptr, options.name + " needs the communicator over every rank");
+  if (options.name == "zero") {
+    ZeroStrategyOptions zero;
+    zero.stage = options.zero_stage;
+    zero.unit_bytes = options.bucket_bytes;
+    zero.sgd = options.sgd;
+    zero.tensors = process.model->tensors();
+    zero.params = process.model->param_count();
+    return std::make_unique<ZeroStrategy>(process.comm, std::move(zero));
+  }
   AllreduceStrategyOptions allreduce;
   allreduce.bucket_bytes = options.bucket_bytes;
   allreduce.overlap = options.overlap;
@@ -78,13 +90,13 @@ void check_dp_on_gpus(int workers) {
 }
 
 const std::vector<std::string>& strategy_names() {
-  static const std::vector<std::string> names = {"single", "dp", "allreduce", "ps"};
+  static const std::vector<std::string> names = {"single", "dp", "allreduce", "zero", "ps"};
   return names;
 }
 
 std::vector<std::unique_ptr<SyncStrategy>> make_strategies(
     const StrategyOptions& options, const std::optional<ProcessContext>& process) {
-  const bool per_process = options.name == "allreduce" || options.name == "ps";
+  const bool per_process = uses_communicator(options.name) || options.name == "ps";
   if (per_process && !process) {
     throw ConfigError(
         "strategy", "strategy",

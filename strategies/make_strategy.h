@@ -49,6 +49,7 @@ struct StrategyOptions {
   // comm.compression and its keys (strategies/allreduce/bucket_reducer.h); the tensors
   // come from the rank's model
   CompressionOptions compression;
+  int zero_stage = 1;  // zero: zero.stage
   // ps: one endpoint per shard, the shared CURVE pair, the heartbeat period
   std::vector<std::string> ps_endpoints;
   std::optional<CurveKeys> ps_curve;

@@ -222,6 +222,11 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 }
 
 void validate_checkpointing(const Config& config) {
+  if (config.strategy == "zero" && config.checkpoint.every > 0) {
+    throw ConfigError(config.name, "checkpoint.every",
+                      "zero keeps each rank's slices of the momentum apart, and this version does "
+                      "not gather them into a checkpoint (a zero run resumes from any other's)");
+  }
   const bool used = config.checkpoint.every > 0 || !config.checkpoint.resume.empty();
   if (used && config.strategy == "ps" && config.ps.mode != "sync") {
     throw ConfigError(config.name,

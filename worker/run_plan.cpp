@@ -83,6 +83,7 @@ StrategyOptions strategy_options(const Config& config, const std::vector<std::st
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
   options.join_uneven = config.comm.uneven_inputs;
+  options.zero_stage = config.zero.stage;
   options.compression.method = config.comm.compression;
   options.compression.powersgd_rank = config.comm.powersgd_rank;
   options.compression.topk_ratio = config.comm.topk_ratio;
@@ -98,7 +99,7 @@ StrategyOptions strategy_options(const Config& config, const std::vector<std::st
 }
 
 bool runs_as_processes(const Config& config) {
-  return config.strategy == "allreduce" || config.strategy == "ps";
+  return uses_communicator(config.strategy) || config.strategy == "ps";
 }
 
 double emulated_link_gbps(const Config& config, int rank) {

@@ -84,7 +84,7 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
   RunSummary s;
   s.run = config.name;
   s.strategy = config.strategy;
-  if (config.strategy == "allreduce") {
+  if (uses_communicator(config.strategy)) {
     // What the ranks ran (auto's choice included), else what the configuration implies.
     s.backend = !lead.backend.empty()           ? lead.backend
                 : config.comm.backend != "auto" ? config.comm.backend

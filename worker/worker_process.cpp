@@ -364,8 +364,8 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
   StrategyOptions strategy_settings = strategy_options(config, ps_endpoints, env.rank);
   strategy_settings.ps_run_id = run_id;
   strategy_settings.ps_ipc = true;  // shards on this host: ipc, not loopback tcp
-  std::shared_ptr<Communicator> comm;  // allreduce only
-  if (config.strategy == "allreduce")
+  std::shared_ptr<Communicator> comm;  // allreduce and zero only
+  if (uses_communicator(config.strategy))
     comm = connect_ranks(config, strategy_settings, env, *model, *store);
   const ProcessContext process{.rank = env.rank,
                                .model = model.get(),

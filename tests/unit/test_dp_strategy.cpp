@@ -116,7 +116,7 @@ TEST_CASE("strategies: a wrong name lists the valid ones") {
   gradsync::StrategyOptions options;
   options.name = "ddp";
   CHECK_THROWS_WITH(gradsync::make_strategies(options),
-                    doctest::Contains("valid: single, dp, allreduce, ps"));
+                    doctest::Contains("valid: single, dp, allreduce, zero, ps"));
 }
 
 TEST_CASE("dp: the replicas' waits use comm.timeout_s from the preset") {

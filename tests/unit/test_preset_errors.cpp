@@ -27,13 +27,13 @@ using testing::TempDir;
 TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(error_of("data: {kind: synthetic}\nworkerz: 2\n") ==
         "presets/x.yaml:2: workerz: unknown key (known at top level: strategy, workers, device, "
-        "train, data, model, comm, ps, network, sweep, checkpoint, output, runs)");
+        "train, data, model, comm, zero, ps, network, sweep, checkpoint, output, runs)");
   CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
         "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
         "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
         "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
-        "device, train, data, model, comm, ps, network, sweep, checkpoint, output)");
+        "device, train, data, model, comm, zero, ps, network, sweep, checkpoint, output)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - name: a\n    runs: []\n")
             .starts_with("presets/x.yaml:4: runs: unknown key (known in a runs entry:"));
   CHECK(error_of("data: {kind: synthetic}\nname: top\n") ==
@@ -275,7 +275,7 @@ TEST_CASE("preset: comm.hierarchical on needs a backend between hosts") {
 
 TEST_CASE("preset: choices list the valid values") {
   CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
-        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, ps)");
+        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, zero, ps)");
   CHECK(error_of("data: {kind: mnist}\n") ==
         "presets/x.yaml:1: data.kind: unknown data.kind 'mnist' (valid: fashion-mnist, idx, "
         "synthetic)");
@@ -373,7 +373,7 @@ TEST_CASE("preset: bad --set overrides") {
         "weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
   CHECK(error_of(kSynthetic, {"lr=3"}) ==
         "--set: lr: unknown key (known at top level: strategy, workers, device, train, "
-        "data, model, comm, ps, network, sweep, checkpoint, output)");
+        "data, model, comm, zero, ps, network, sweep, checkpoint, output)");
   CHECK(error_of(kSynthetic, {"train=3"}).starts_with("--set: train: is a section, not a key"));
   CHECK(error_of(kSynthetic, {"name=x"}) == "--set: name: allowed only inside a runs entry");
   CHECK(error_of(kSynthetic, {"train.batch=1.5"}) ==
@@ -383,7 +383,7 @@ TEST_CASE("preset: bad --set overrides") {
   CHECK(error_of(kSynthetic, {"model.hidden=[256"})
             .starts_with("--set: model.hidden: cannot parse value '[256'"));
   CHECK(error_of(kSynthetic, {"strategy=ddp"}) ==
-        "--set: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, ps)");
+        "--set: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, zero, ps)");
   // The error names --set even though the file itself is fine.
   try {
     load(kSynthetic, {"workers=0"});
@@ -392,6 +392,23 @@ TEST_CASE("preset: bad --set overrides") {
     CHECK(e.where() == "--set");
     CHECK(e.key() == "workers");
   }
+}
+
+TEST_CASE("preset: zero's stage and what zero runs on") {
+  const std::string zero = "data: {kind: synthetic}\nstrategy: zero\nworkers: 2\n";
+  CHECK_NOTHROW(load(zero + "zero: {stage: 2}\n"));
+  CHECK(error_of(zero + "zero: {stage: 4}\n").starts_with("presets/x.yaml:4: zero.stage: "));
+  CHECK(error_of(zero + "zero: {stage: 0}\n").starts_with("presets/x.yaml:4: zero.stage: "));
+  CHECK(error_of(zero + "zero: {stage: 3}\n") ==
+        "presets/x.yaml:4: zero.stage: 3 shards the parameters, gathered layer by layer before "
+        "forward and backward, which needs parameter storage the model hands to the strategy: "
+        "not in this version (use 1 or 2)");
+  CHECK(error_of(zero + "device: gpu\n") ==
+        "presets/x.yaml:4: device: zero shards buffers in host memory in this version: use "
+        "device: cpu");
+  CHECK(error_of(zero + "comm: {uneven_inputs: true}\n") ==
+        "presets/x.yaml:4: comm.uneven_inputs: Join is allreduce's: zero needs every rank in "
+        "every step");
 }
 
 }  // namespace gradsync

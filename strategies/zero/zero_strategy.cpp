@@ -1,0 +1,216 @@
+#include "strategies/zero/zero_strategy.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/stopwatch.h"
+#include "model/make_optimizer.h"
+
+namespace gradsync {
+
+// The optimizer of this rank's slices, seen as one over the whole buffer (what checkpoints and
+// resuming speak): load_state keeps this rank's slices of a full momentum buffer, step updates
+// this rank's slices of full buffers. The strategy itself steps the shards directly.
+class ZeroStrategy::ShardedOptimizer final : public Optimizer {
+ public:
+  ShardedOptimizer(const ShardLayout& layout, std::size_t params, const SgdOptions& sgd)
+      : layout_(layout),
+        params_(params),
+        sgd_(make_sgd(layout.shard_floats, sgd, -1)),
+        param_shard(layout.shard_floats, 0.0f),
+        grad_shard(layout.shard_floats, 0.0f) {}
+
+  // Copies this rank's slices of `full` into `shard` (padding left as it is) or back.
+  void gather(std::span<const float> full, std::span<float> shard) const {
+    for (const ShardUnit& u : layout_.units) {
+      const std::size_t b = u.slice_begin(layout_.rank), e = u.slice_end(layout_.rank);
+      std::copy(full.begin() + std::ptrdiff_t(b), full.begin() + std::ptrdiff_t(e),
+                shard.begin() + std::ptrdiff_t(u.shard_offset));
+    }
+  }
+  void scatter(std::span<const float> shard, std::span<float> full) const {
+    for (const ShardUnit& u : layout_.units) {
+      const std::size_t b = u.slice_begin(layout_.rank), e = u.slice_end(layout_.rank);
+      std::copy_n(shard.begin() + std::ptrdiff_t(u.shard_offset), e - b,
+                  full.begin() + std::ptrdiff_t(b));
+    }
+  }
+
+  void step_shards() { sgd_->step(param_shard, grad_shard); }
+
+  void step(std::span<float> params, std::span<const float> grads) override {
+    GRADSYNC_CHECK(params.size() == params_ && grads.size() == params_,
+                   "zero optimizer: the full buffers, param_count() floats each");
+    gather(params, param_shard);
+    gather(grads, grad_shard);
+    step_shards();
+    scatter(param_shard, params);
+  }
+  std::size_t size() const override { return params_; }
+  std::uint64_t steps_taken() const override { return sgd_->steps_taken(); }
+  void save_state(std::span<float>) const override {
+    throw Error(
+        "zero: a checkpoint's momentum needs every rank's slices, and this rank holds "
+        "its own only (checkpoint.every is refused for zero)");
+  }
+  void load_state(std::span<const float> momentum, std::uint64_t steps) override {
+    GRADSYNC_CHECK(momentum.size() == params_, "zero optimizer: the full momentum buffer");
+    std::vector<float> mine(layout_.shard_floats, 0.0f);
+    gather(momentum, mine);
+    sgd_->load_state(mine, steps);
+  }
+
+ private:
+  const ShardLayout& layout_;
+  std::size_t params_;
+  std::unique_ptr<Optimizer> sgd_;
+
+ public:
+  std::vector<float> param_shard;  // this rank's slices of the parameters, padding zero
+  std::vector<float> grad_shard;   // their averaged gradient, after the reduce-scatters
+};
+
+// A unit's reduce-scatter in flight, with the padded copy of its gradient it reads from.
+struct ZeroStrategy::InFlight {
+  std::size_t unit = 0;
+  std::vector<float> padded;
+  std::shared_ptr<Work> work;
+  Clock::time_point issued;
+};
+
+ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroStrategyOptions options)
+    : comm_(std::move(comm)), options_(std::move(options)) {
+  GRADSYNC_CHECK(comm_ != nullptr, "zero needs a communicator");
+  GRADSYNC_CHECK(options_.stage == 1 || options_.stage == 2, "zero: stage 1 or 2");
+  layout_ = shard_layout(options_.tensors, options_.params, comm_->size(), options_.unit_bytes,
+                         comm_->rank());
+}
+
+ZeroStrategy::~ZeroStrategy() { settle(); }
+
+void ZeroStrategy::settle() {
+  // Only this rank's reduce-scatters in flight read buffers that are about to go.
+  for (const auto& f : in_flight_) {
+    try {
+      f->work->wait(comm_->timeout());
+    } catch (const std::exception&) {
+      // Failed: it no longer reads the buffer; timed out: the communicator's destructor ends it.
+    }
+  }
+  in_flight_.clear();
+}
+
+void ZeroStrategy::abort(const std::string& reason) {
+  comm_->abort(reason);
+  settle();
+}
+
+Optimizer* ZeroStrategy::optimizer() { return optimizer_.get(); }
+
+void ZeroStrategy::init(std::span<float> params) {
+  GRADSYNC_CHECK(params.size() == options_.params, "zero: the model's parameter count changed");
+  comm_->broadcast(params, 0);
+  optimizer_ = std::make_unique<ShardedOptimizer>(layout_, options_.params, options_.sgd);
+  optimizer_->gather(params, optimizer_->param_shard);
+  counted_ = comm_->counters();
+}
+
+void ZeroStrategy::reduce_scatter_unit(std::span<const float> grads, std::size_t u, bool blocking) {
+  const ShardUnit& unit = layout_.units[u];
+  auto f = std::make_unique<InFlight>();
+  f->unit = u;
+  f->issued = Clock::now();
+  // Padded to N equal blocks; the padding's sum is zero and lands past the unit's end.
+  f->padded.assign(unit.padded(), 0.0f);
+  std::copy(grads.begin() + std::ptrdiff_t(unit.begin), grads.begin() + std::ptrdiff_t(unit.end),
+            f->padded.begin());
+  std::span<float> out(optimizer_->grad_shard.data() + unit.shard_offset, unit.slice);
+  if (blocking) {
+    comm_->reduce_scatter(f->padded, out, ReduceOp::kAvg);
+    f->padded = {};
+  } else {
+    f->work = comm_->reduce_scatter_async(f->padded, out, ReduceOp::kAvg);
+  }
+  TraceSpan span{"reduce_scatter", -1, f->issued, blocking ? Clock::now() : f->issued};
+  span.bytes = unit.padded() * sizeof(float);
+  span.index = static_cast<int>(u);
+  spans_.push_back(span);
+  if (!blocking) in_flight_.push_back(std::move(f));
+}
+
+void ZeroStrategy::gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) {
+  if (options_.stage < 2) return;  // stage 1 reduces once backward is done
+  if (!step_started_) {
+    step_started_ = true;
+    next_unit_ = 0;
+    ready_from_ = grads.size();
+    spans_.clear();
+  }
+  GRADSYNC_CHECK(end == ready_from_ && begin < end,
+                 "gradient ranges must arrive contiguous, from the end of the buffer");
+  ready_from_ = begin;
+  while (next_unit_ < layout_.units.size() && layout_.units[next_unit_].begin >= ready_from_) {
+    reduce_scatter_unit(grads, next_unit_++, false);
+  }
+}
+
+void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) {
+  Stopwatch exposed;
+  if (!step_started_) {
+    next_unit_ = 0;
+    spans_.clear();
+  }
+  // What backward has not reduced yet (all of it at stage 1), the step's last unit on this
+  // thread.
+  // Stage 1 one unit after the other, each padded copy gone before the next is made.
+  while (next_unit_ < layout_.units.size()) {
+    const bool last = next_unit_ + 1 == layout_.units.size();
+    reduce_scatter_unit(grads, next_unit_++, options_.stage == 1 || last);
+  }
+  for (const auto& f : in_flight_) {
+    f->work->wait(comm_->timeout());
+    for (TraceSpan& span : spans_) {
+      if (span.index == static_cast<int>(f->unit) &&
+          std::string_view(span.name) == "reduce_scatter") {
+        const WorkTimes times = f->work->times();
+        span.begin = times.known() ? times.started : f->issued;
+        span.end = times.known() ? times.finished : Clock::now();
+      }
+    }
+  }
+  in_flight_.clear();
+  step_started_ = false;
+  const double reduce_s = exposed.seconds();
+
+  Stopwatch update;
+  optimizer_->step_shards();
+  const double update_s = update.seconds();
+
+  // Every unit's slices gathered back into the model's buffer, one padded unit at a time.
+  Stopwatch gather;
+  std::vector<float> padded(layout_.largest_padded);
+  for (std::size_t u = 0; u < layout_.units.size(); ++u) {
+    const ShardUnit& unit = layout_.units[u];
+    const Clock::time_point begin = Clock::now();
+    std::span<float> whole(padded.data(), unit.padded());
+    comm_->allgather(
+        std::span<const float>(optimizer_->param_shard.data() + unit.shard_offset, unit.slice),
+        whole);
+    std::copy_n(whole.begin(), unit.floats(), params.begin() + std::ptrdiff_t(unit.begin));
+    TraceSpan span{"allgather", -1, begin, Clock::now()};
+    span.bytes = unit.padded() * sizeof(float);
+    span.index = static_cast<int>(u);
+    spans_.push_back(span);
+  }
+
+  stats_ = StepStats{};
+  stats_.communicate_s = reduce_s + gather.seconds();
+  stats_.compute_s = update_s;
+  const CommCounters now = comm_->counters();
+  stats_.bytes_sent = now.bytes_sent - counted_.bytes_sent;
+  stats_.bytes_received = now.bytes_received - counted_.bytes_received;
+  stats_.collectives = now.collectives - counted_.collectives;
+  counted_ = now;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,88 @@
+// `zero`: sharded data parallelism, ZeRO (Rajbhandari et al., SC 2020) stages 1 and 2 on any
+// Communicator. The buffer is split into units, each unit into N slices, rank r owning slice r
+// of every unit (strategies/zero/shard_layout.h); each rank keeps the optimizer state (SGD's
+// momentum) of its slices only: 1/N of it.
+//
+//   init:         parameters broadcast from rank 0 (every replica starts equal); each rank
+//                 copies its slices into its parameter shard
+//   stage 1:      after backward, every unit's gradient reduce-scattered (averaged) in turn
+//   stage 2:      each unit's gradient reduce-scattered the moment backward has filled it,
+//                 overlapping the rest of backward, as DDP's buckets are
+//   synchronize:  the SGD step on this rank's slices (momentum and weight decay as every other
+//                 strategy), then every unit's parameters all-gathered into the model's buffer
+//
+// Reduce-scatter plus all-gather move the bytes of one all-reduce, 2(N-1)/N of each unit padded
+// to a multiple of N. Every rank ends with the same parameters, bit for bit: the all-gather
+// copies the owner's values. The sums are the backend's reduce-scatter's, so the trajectory
+// follows `single` on the global batch up to float summation order.
+//
+// Memory: the model still holds full parameter and gradient buffers (stage 2's freeing of each
+// reduced unit's gradient, and stage 3, need storage the strategy owns). What zero allocates is
+// counted in the process's ModelStateMemory (common/model_state_memory.h): the shards, the
+// momentum of the slices and the padded unit a collective is working on.
+//
+// Checkpoints: a run resumes from any checkpoint (the full momentum it holds is cut to this
+// rank's slices: optimizer() presents the whole buffer); writing one needs every rank's slices,
+// which this version does not gather: checkpoint.every is refused for zero. One object per rank;
+// not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "allreduce/communicator.h"
+#include "model/model.h"
+#include "model/optimizer/sgd_options.h"
+#include "strategies/sync_strategy.h"
+#include "strategies/zero/shard_layout.h"
+
+namespace gradsync {
+
+struct ZeroStrategyOptions {
+  int stage = 1;                       // zero.stage: 1 or 2
+  std::size_t unit_bytes = 25u << 20;  // comm.bucket_mb: the units' size, as DDP's buckets
+  SgdOptions sgd;
+  std::vector<TensorShape> tensors;  // the model's (Model::tensors())
+  std::size_t params = 0;            // the model's param_count()
+};
+
+class ZeroStrategy final : public SyncStrategy {
+ public:
+  ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroStrategyOptions options);
+  ~ZeroStrategy() override;
+
+  std::string_view name() const override { return "zero"; }
+  int rank() const override { return comm_->rank(); }
+  void init(std::span<float> params) override;
+  void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override;
+  void synchronize(std::span<float> grads, std::span<float> params) override;
+  void abort(const std::string& reason) override;
+  StepStats last_step_stats() const override { return stats_; }
+  std::span<const TraceSpan> last_step_spans() const override { return spans_; }
+  Optimizer* optimizer() override;
+
+  const ShardLayout& layout() const { return layout_; }
+
+ private:
+  class ShardedOptimizer;
+  struct InFlight;
+
+  // Starts unit u's reduce-scatter from `grads` (blocking: on this thread, at once).
+  void reduce_scatter_unit(std::span<const float> grads, std::size_t u, bool blocking);
+  void settle();
+
+  std::shared_ptr<Communicator> comm_;
+  ZeroStrategyOptions options_;
+  ShardLayout layout_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::vector<std::unique_ptr<InFlight>> in_flight_;
+  std::size_t next_unit_ = 0;   // stage 2: the next unit backward will complete
+  std::size_t ready_from_ = 0;  // stage 2: backward has finished [ready_from_, end)
+  bool step_started_ = false;
+  StepStats stats_;
+  CommCounters counted_;
+  std::vector<TraceSpan> spans_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,168 @@
+// The zero strategy (ZeRO stages 1 and 2): N ranks as N threads, each with its own model,
+// sampler and communicator of the backend under test, against `single` on the global batch;
+// and the shard layout it rests on.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "allreduce/in_memory_store.h"
+#include "allreduce/make_communicator.h"
+#include "model/mlp.h"
+#include "model/sampler.h"
+#include "strategies/zero/shard_layout.h"
+#include "strategies/zero/zero_strategy.h"
+#include "tests/support/compare.h"
+#include "tests/support/digesting_strategy.h"
+#include "tests/support/training.h"
+#include "worker/worker_loop.h"
+
+namespace {
+
+using gradsync::LoopResult;
+
+const std::vector<int> kWidths = {32, 64, 32, 10};
+const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};
+
+struct ZeroRun {
+  int stage = 1;
+  std::string backend = "tcp";
+  std::size_t unit_bytes = 4096;
+  std::vector<std::vector<std::uint64_t>>* digests = nullptr;
+};
+
+std::vector<LoopResult> train_zero(int ranks, const ZeroRun& run, std::int64_t steps) {
+  gradsync::InMemoryStore store;
+  std::vector<LoopResult> results(static_cast<std::size_t>(ranks));
+  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  if (run.digests) run.digests->assign(static_cast<std::size_t>(ranks), {});
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          gradsync::CommunicatorOptions communicator;
+          communicator.backend = run.backend;
+          communicator.tcp.timeout = std::chrono::milliseconds(20000);
+          auto comm = gradsync::make_communicator(store, r, ranks, communicator);
+          const int batch = 64 / ranks;
+          gradsync::Mlp model(kWidths, batch);
+          model.init_params(1 + static_cast<std::uint64_t>(r) * 100);  // init's broadcast evens
+          gradsync::ZeroStrategyOptions options;
+          options.stage = run.stage;
+          options.unit_bytes = run.unit_bytes;
+          options.sgd = kSgd;
+          options.tensors = model.tensors();
+          options.params = model.param_count();
+          gradsync::ZeroStrategy strategy(comm, options);
+          gradsync::DistributedSampler sampler(gradsync::testing::synthetic_data().train.size, r,
+                                               ranks, batch, 1);
+          gradsync::LoopOptions loop;
+          loop.steps = steps;
+          loop.keep_params = true;
+          const auto& data = gradsync::testing::synthetic_data();
+          if (run.digests) {
+            gradsync::testing::DigestingStrategy digesting(strategy, (*run.digests)[r]);
+            results[r] = gradsync::run_worker_loop(model, digesting, sampler, data, loop, {});
+          } else {
+            results[r] = gradsync::run_worker_loop(model, strategy, sampler, data, loop, {});
+          }
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+  }
+  for (int r = 0; r < ranks; ++r)
+    REQUIRE_MESSAGE(errors[r].empty(), "rank " << r << ": " << errors[r]);
+  return results;
+}
+
+const std::vector<gradsync::LayerRange>& layers() {
+  static const gradsync::Mlp model(kWidths, 1);
+  return model.layers();
+}
+
+}  // namespace
+
+TEST_CASE("zero shard layout: whole tensors, last first, padded slices cover every unit") {
+  const gradsync::Mlp model(kWidths, 1);
+  // Units of at least 4 KiB, closed at a tensor: W1 b1 W2 b2 (2410 floats), W0 b0 (2112).
+  for (int ranks : {1, 3, 4}) {
+    CAPTURE(ranks);
+    std::size_t shard = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const auto layout =
+          gradsync::shard_layout(model.tensors(), model.param_count(), ranks, 4096, r);
+      REQUIRE(layout.units.size() == 2);
+      CHECK(layout.units[0].floats() == 2410);
+      CHECK(layout.units[0].end == model.param_count());
+      for (std::size_t u = 0; u + 1 < layout.units.size(); ++u) {
+        CHECK(layout.units[u + 1].end == layout.units[u].begin);  // contiguous, back to front
+      }
+      CHECK(layout.units.back().begin == 0);
+      std::size_t covered = 0;
+      for (const auto& unit : layout.units) {
+        CHECK(unit.padded() >= unit.floats());
+        CHECK(unit.padded() < unit.floats() + std::size_t(ranks));
+        for (int q = 0; q < ranks; ++q) covered += unit.slice_end(q) - unit.slice_begin(q);
+      }
+      CHECK(covered == model.param_count());  // every float owned by exactly one rank
+      if (r == 0) shard = layout.shard_floats;
+      CHECK(layout.shard_floats == shard);  // every rank's shard the same size, padding included
+    }
+    CHECK(shard * std::size_t(ranks) < model.param_count() + 2 * std::size_t(ranks));
+  }
+}
+
+TEST_CASE("zero: stages 1 and 2 follow `single` on the global batch for 50 steps") {
+  const auto single = gradsync::testing::train_single({64, 32}, 64, 50, kSgd);
+  for (const std::string backend : {"tcp", "shm", "gloo"}) {
+    const auto built = gradsync::compiled_backends();
+    if (std::find(built.begin(), built.end(), backend) == built.end()) continue;
+    for (int stage : {1, 2}) {
+      for (int ranks : {2, 4}) {
+        CAPTURE(backend);
+        CAPTURE(stage);
+        CAPTURE(ranks);
+        std::vector<std::vector<std::uint64_t>> digests;
+        ZeroRun run;
+        run.stage = stage;
+        run.backend = backend;
+        run.digests = &digests;
+        const auto results = train_zero(ranks, run, 50);
+        for (int r = 1; r < ranks; ++r) CHECK(digests[r] == digests.front());
+        const double diff = gradsync::testing::max_relative_difference(results.front().final_params,
+                                                                       single, layers());
+        MESSAGE("zero stage " << stage << " over " << backend << " with " << ranks
+                              << " ranks vs single: max relative difference " << diff);
+        CHECK(diff <= 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("zero: a step moves one all-reduce's bytes, 2(N-1)/N of every padded unit") {
+  for (int ranks : {2, 3, 4}) {
+    CAPTURE(ranks);
+    ZeroRun run;
+    run.stage = 2;
+    const std::int64_t steps = 10;
+    const auto results = train_zero(ranks, run, steps);
+    const gradsync::Mlp model(kWidths, 1);
+    const auto layout =
+        gradsync::shard_layout(model.tensors(), model.param_count(), ranks, 4096, 0);
+    // Each unit: the reduce-scatter sends N-1 slices, the all-gather N-1 slices, from every rank.
+    std::uint64_t per_step = 0;
+    for (const auto& unit : layout.units) per_step += 2 * std::uint64_t(ranks - 1) * unit.slice * 4;
+    for (int r = 0; r < ranks; ++r) {
+      CAPTURE(r);
+      CHECK(results[r].totals.bytes_sent == steps * per_step);
+      CHECK(results[r].totals.bytes_received == steps * per_step);
+    }
+    // The ring all-reduce of the same buffer moves 2(N-1)/N of it: the same, but for the
+    // padding (under N floats in each of the 2 units).
+    const double ring = 2.0 * (ranks - 1) / ranks * model.param_count() * 4;
+    CHECK(static_cast<double>(per_step) >= ring);
+    CHECK(static_cast<double>(per_step) <= ring + 2.0 * (ranks - 1) * 2 * 4);
+  }
+}
