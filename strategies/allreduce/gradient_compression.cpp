@@ -3,8 +3,10 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "strategies/allreduce/half_reducer.h"
 #include "strategies/allreduce/power_sgd_reducer.h"
 #include "strategies/allreduce/reducer_work.h"
+#include "strategies/allreduce/top_k_reducer.h"
 
 namespace gradsync {
 
@@ -46,6 +48,10 @@ class WarmUpReducer final : public BucketReducer {
 std::unique_ptr<BucketReducer> make_compressed(std::shared_ptr<Communicator> comm,
                                                const CompressionOptions& options) {
   if (options.method == "powersgd") return make_power_sgd_reducer(std::move(comm), options);
+  if (options.method == "fp16" || options.method == "bf16") {
+    return make_half_reducer(std::move(comm), options);
+  }
+  if (options.method == "topk") return make_top_k_reducer(std::move(comm), options);
   return nullptr;
 }
 

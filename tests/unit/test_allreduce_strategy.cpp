@@ -5,6 +5,7 @@
 #include "allreduce/in_memory_store.h"
 #include "allreduce/make_communicator.h"
 #include "allreduce/tcp/tcp_ring.h"
+#include "common/compression/top_k_codec.h"
 #include "model/mlp.h"
 #include "model/sampler.h"
 #include "model/synthetic_data.h"
@@ -245,6 +246,56 @@ TEST_CASE("allreduce strategy: PowerSGD keeps ranks bitwise equal and moves (n +
     CHECK(static_cast<double>(results.front().totals.bytes_sent) ==
           doctest::Approx(expected).epsilon(0.02));
   }
+}
+
+TEST_CASE("allreduce strategy: fp16, bf16 and topk keep ranks bitwise equal, near none") {
+  RankRun plain;
+  plain.bucket_bytes = 4096;
+  const auto reference = train_ring(4, plain, 30);
+  // (method, max relative difference to none after 30 steps): 16-bit rounding of each step's
+  // average; top-k at ratio 1 sends everything, summed in another order.
+  const std::vector<std::tuple<std::string, double, double>> methods = {
+      {"fp16", 1.0, 2e-2}, {"bf16", 1.0, 1e-1}, {"topk", 1.0, 1e-6}};
+  for (const auto& [method, ratio, bound] : methods) {
+    CAPTURE(method);
+    std::vector<std::vector<std::uint64_t>> digests;
+    RankRun run = plain;
+    run.compression.method = method;
+    run.compression.topk_ratio = ratio;
+    run.digests = &digests;
+    const auto results = train_ring(4, run, 30);
+    for (int r = 1; r < 4; ++r) CHECK(digests[r] == digests.front());
+    const double diff = gradsync::testing::max_relative_difference(
+        results.front().final_params, reference.front().final_params, layers());
+    MESSAGE(method << " vs none after 30 steps: max relative difference " << diff);
+    CHECK(diff <= bound);
+    CHECK(diff > 0);
+  }
+}
+
+TEST_CASE("allreduce strategy: compressed bytes on the wire, counted exactly") {
+  const double params = 32 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10;  // 4522 floats
+  RankRun run;
+  run.bucket_bytes = 4096;
+  const auto plain = train_ring(4, run, 10);
+  run.compression.method = "fp16";
+  const auto half = train_ring(4, run, 10);
+  // 16 bits a value: half the ring's bytes, up to the segments' rounding.
+  CHECK(static_cast<double>(half.front().totals.bytes_sent) ==
+        doctest::Approx(plain.front().totals.bytes_sent / 2.0).epsilon(0.01));
+  CHECK(static_cast<double>(plain.front().totals.bytes_sent) ==
+        doctest::Approx(10 * 1.5 * 4 * params).epsilon(0.01));
+  // top-k 1%: every bucket's k = ceil(n / 100) (index, value) pairs gathered from 4 ranks: each
+  // rank sends the 3 others' pairs around the ring, 3 x 8 k bytes a bucket.
+  run.compression.method = "topk";
+  run.compression.topk_ratio = 0.01;
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> buckets;
+  const auto sparse = train_ring(4, run, 10, &buckets);
+  std::uint64_t per_step = 0;
+  for (const auto& [begin, end] : buckets.front()) {
+    per_step += 3 * 8 * gradsync::compression::TopKCodec::k_for(end - begin, 0.01);
+  }
+  CHECK(sparse.front().totals.bytes_sent == 10 * per_step);
 }
 
 TEST_CASE("allreduce strategy: accumulating k micro-batches equals one step on k times the batch") {
