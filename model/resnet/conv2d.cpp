@@ -16,6 +16,22 @@ namespace {
 // too short or col spills to L3.
 constexpr std::int64_t kColBudgetFloats = 48 * 1024;
 
+// Copies n floats (a kernel row of im2col: 3 to a few hundred). Fixed-size pieces, which the
+// compiler inlines as vector moves: a call to memmove per kernel row (its size known only at run
+// time) cost more than the copy itself, a sixth of the step.
+inline void copy_floats(const float* src, int n, float* dst) {
+  for (; n >= 16; n -= 16, src += 16, dst += 16) __builtin_memcpy(dst, src, 64);
+  if (n & 8) __builtin_memcpy(dst, src, 32), src += 8, dst += 8;
+  if (n & 4) __builtin_memcpy(dst, src, 16), src += 4, dst += 4;
+  if (n & 2) __builtin_memcpy(dst, src, 8), src += 2, dst += 2;
+  if (n & 1) *dst = *src;
+}
+
+inline void zero_floats(int n, float* dst) {
+  for (; n >= 16; n -= 16, dst += 16) __builtin_memset(dst, 0, 64);
+  for (; n > 0; --n) *dst++ = 0.f;
+}
+
 // A 1x1 convolution of stride 1 reads its input as it lies: col would be a copy of x.
 bool reads_input_as_col(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.pad == 0; }
 
@@ -53,20 +69,20 @@ void im2col(const ConvShape& s, const float* x, std::int64_t p0, int count, floa
     for (int kh = 0; kh < s.kernel; ++kh, dst += row) {
       const int hi = at.ho * s.stride - s.pad + kh;
       if (hi < 0 || hi >= s.in_h) {
-        std::fill_n(dst, row, 0.f);
+        zero_floats(row, dst);
         continue;
       }
       const std::int64_t line = (at.n * s.in_h + hi) * s.in_w;  // pixel index of (n, hi, 0)
       if (inside_w) {
-        std::copy_n(x + (line + wi0) * cin, row, dst);
+        copy_floats(x + (line + wi0) * cin, row, dst);
         continue;
       }
       for (int kw = 0; kw < s.kernel; ++kw) {
         const int wi = wi0 + kw;
         if (wi < 0 || wi >= s.in_w) {
-          std::fill_n(dst + kw * cin, cin, 0.f);
+          zero_floats(cin, dst + kw * cin);
         } else {
-          std::copy_n(x + (line + wi) * cin, cin, dst + kw * cin);
+          copy_floats(x + (line + wi) * cin, cin, dst + kw * cin);
         }
       }
     }
@@ -92,6 +108,32 @@ void col2im_add(const ConvShape& s, const float* col, std::int64_t p0, int count
       const float* from = src + kw_begin * cin;
       const int n = (kw_end - kw_begin) * cin;
       for (int i = 0; i < n; ++i) dst[i] += from[i];
+    }
+  }
+}
+
+// A stride-1 convolution's input gradient is itself a convolution, of dZ with the kernel turned
+// half a circle and its channels swapped (same size and padding): im2col of dZ and one product,
+// cheaper than col2im's scatter of K values onto every pixel.
+bool transposes_as_conv(const ConvShape& s) { return s.stride == 1 && !reads_input_as_col(s); }
+
+ConvShape transposed(const ConvShape& s) {
+  return ConvShape::make(s.out_channels, s.in_channels, s.kernel, 1, s.out_h, s.out_w);
+}
+
+// W'[ci, (kh', kw', co)] = W[co, (k-1-kh', k-1-kw', ci)]: since pad = (k-1)/2, output pixel
+// (i, j) of the forward took input (i + kh - pad, ...), so input pixel (i, j) received from
+// output (i + kh' - pad, ...) through W's tap (k-1-kh', ...).
+void flip_weights(const ConvShape& s, const float* w, float* flipped) {
+  const int k = s.kernel, cin = s.in_channels, cout = s.out_channels;
+  for (int kh = 0; kh < k; ++kh) {
+    for (int kw = 0; kw < k; ++kw) {
+      const float* tap = w + std::int64_t{(k - 1 - kh) * k + (k - 1 - kw)} * cin * cout;
+      float* out = flipped + std::int64_t{kh * k + kw} * cout * cin;
+      for (int co = 0; co < cout; ++co) {
+        for (int ci = 0; ci < cin; ++ci)
+          out[std::int64_t{co} * cin + ci] = tap[std::int64_t{ci} * cout + co];
+      }
     }
   }
 }
@@ -127,11 +169,18 @@ int ConvScratch::chunk_for(const ConvShape& shape, std::int64_t out_pixels) cons
 }
 
 void ConvScratch::reserve(const ConvShape& shape, int max_batch) {
+  auto at_least = [](FlatBuffer& buffer, std::size_t floats) {
+    if (buffer.size() < floats) buffer.resize(floats);
+  };
   const std::size_t floats =
       static_cast<std::size_t>(chunk_for(shape, shape.out_pixels(max_batch))) * shape.k();
-  if (col.size() < floats) col.resize(floats);
-  if (dcol.size() < floats) dcol.resize(floats);
-  if (transposed.size() < shape.weight_count()) transposed.resize(shape.weight_count());
+  at_least(col, floats);
+  at_least(dcol, floats);
+  at_least(weights, shape.weight_count());
+  if (transposes_as_conv(shape)) {
+    const ConvShape t = transposed(shape);
+    at_least(col, static_cast<std::size_t>(chunk_for(t, t.out_pixels(max_batch))) * t.k());
+  }
 }
 
 void conv_forward(const ConvShape& s, int batch, const float* x, const float* w, float* z,
@@ -155,15 +204,21 @@ void conv_forward(const ConvShape& s, int batch, const float* x, const float* w,
 }
 
 void conv_backward(const ConvShape& s, int batch, const float* x, const float* w, const float* g_z,
-                   float* g_w, bool accumulate, float* g_x, ConvScratch& scratch) {
+                   float* g_w, bool accumulate, float* g_x, bool add_to_g_x, ConvScratch& scratch) {
   const std::int64_t pixels = s.out_pixels(batch);
   const int chunk = scratch.chunk_for(s, pixels);
-  const int k = s.k(), cout = s.out_channels;
+  const int k = s.k(), cin = s.in_channels, cout = s.out_channels;
   GRADSYNC_CHECK(scratch.col.size() >= static_cast<std::size_t>(chunk) * k,
                  "conv_backward: scratch not reserved for this layer");
+  // The input gradient by W^T * dZ and col2im, chunk by chunk beside the weight gradient: where
+  // it is not a convolution of its own (strided), or needs no col (1x1, stride 1).
+  const bool by_col2im = g_x != nullptr && !transposes_as_conv(s);
+  if (by_col2im && !add_to_g_x && !reads_input_as_col(s)) {
+    std::fill_n(g_x, s.in_pixels(batch) * cin, 0.f);
+  }
   for (std::int64_t p0 = 0; p0 < pixels; p0 += chunk) {
     const int count = static_cast<int>(std::min<std::int64_t>(chunk, pixels - p0));
-    const float* col = x + p0 * s.in_channels;
+    const float* col = x + p0 * cin;
     if (!reads_input_as_col(s)) {
       im2col(s, x, p0, count, scratch.col.data());
       col = scratch.col.data();
@@ -172,15 +227,27 @@ void conv_backward(const ConvShape& s, int batch, const float* x, const float* w
     // dW[Cout x K] = dZ * col^T, summed over the chunks: the first overwrites unless the
     // caller accumulates micro-batches.
     gemm_nt(cout, k, count, g, cout, col, k, g_w, cout, accumulate || p0 > 0);
-    if (g_x == nullptr) continue;
+    if (!by_col2im) continue;
     if (reads_input_as_col(s)) {
-      gemm_tn(k, count, cout, w, cout, g, cout, g_x + p0 * s.in_channels, k,
-              scratch.transposed.data(), true);
+      gemm_tn(k, count, cout, w, cout, g, cout, g_x + p0 * cin, k, scratch.weights.data(),
+              add_to_g_x);
     } else {
-      // dcol[K x chunk] = W^T * dZ, then back onto the input pixels.
-      gemm_tn(k, count, cout, w, cout, g, cout, scratch.dcol.data(), k, scratch.transposed.data());
+      gemm_tn(k, count, cout, w, cout, g, cout, scratch.dcol.data(), k, scratch.weights.data());
       col2im_add(s, scratch.dcol.data(), p0, count, g_x);
     }
+  }
+  if (g_x == nullptr || by_col2im) return;
+  // Stride 1: dX is dZ convolved with the flipped kernel (transposed()), each input pixel
+  // written by one product, so it adds to g_x, or overwrites it, in the product itself.
+  const ConvShape t = transposed(s);
+  flip_weights(s, w, scratch.weights.data());
+  const std::int64_t in_pixels = t.out_pixels(batch);
+  const int in_chunk = scratch.chunk_for(t, in_pixels);
+  for (std::int64_t p0 = 0; p0 < in_pixels; p0 += in_chunk) {
+    const int count = static_cast<int>(std::min<std::int64_t>(in_chunk, in_pixels - p0));
+    im2col(t, g_z, p0, count, scratch.col.data());
+    gemm_nn(cin, count, t.k(), scratch.weights.data(), cin, scratch.col.data(), t.k(),
+            g_x + p0 * cin, cin, add_to_g_x);
   }
 }
 

@@ -3,7 +3,7 @@
 //
 //   ConvShape shape = ConvShape::make(16, 32, 3, 2, 28, 28);   // 3x3, stride 2, pad 1: 14x14
 //   conv_forward(shape, batch, x, w, z, scratch, sums);        // z = w * im2col(x)
-//   conv_backward(shape, batch, x, w, g_z, g_w, false, g_x, scratch);
+//   conv_backward(shape, batch, x, w, g_z, g_w, false, g_x, false, scratch);
 //
 // Layouts. An activation of C channels is the column-major matrix [C x N*H*W]: one column per
 // pixel, pixels in (sample, row, column) order, channels contiguous (NHWC). The weight is the
@@ -15,7 +15,11 @@
 // The products run on chunks of output pixels (across sample boundaries: a chunk is any range of
 // columns), each chunk's col sized to stay in the L2 cache beside the weight, so that im2col
 // writes it and the products read it there. Backward recomputes each chunk's col rather than
-// keeping the whole batch's, which would be K times the activation.
+// keeping the whole batch's, which would be K times the activation. The input gradient of a
+// stride-1 convolution is the convolution of dZ with the flipped kernel (im2col of dZ, one
+// product into g_x); a strided one's is col2im(W^T * dZ), a scatter-add. The input gradient of a
+// stride-1 convolution is the convolution of dZ with the flipped kernel (im2col of dZ, one
+// product into g_x); a strided one's is col2im(W^T * dZ), a scatter-add.
 //
 // Not thread-safe (the scratch is shared); allocates nothing once the scratch is sized.
 #pragma once
@@ -51,7 +55,8 @@ struct ConvScratch {
   // Output pixels per chunk: 0 chooses by the cache budget (kColBudgetFloats); tests set a small
   // value to cross sample boundaries inside chunks.
   int chunk_pixels = 0;
-  FlatBuffer col, dcol, transposed;
+  FlatBuffer col, dcol;
+  FlatBuffer weights;  // W flipped for a stride-1 input gradient, or gemm_tn's transposition
 
   int chunk_for(const ConvShape& shape, std::int64_t out_pixels) const;
   void reserve(const ConvShape& shape, int max_batch);
@@ -63,9 +68,11 @@ struct ConvScratch {
 void conv_forward(const ConvShape& shape, int batch, const float* x, const float* w, float* z,
                   ConvScratch& scratch, double* sums);
 
-// g_w = (or += when `accumulate`) g_z * im2col(x)^T, and when g_x is not null, adds
-// col2im(W^T * g_z) to g_x (the caller zeroes it, or leaves another branch's gradient there).
+// g_w = (or += when `accumulate`) g_z * im2col(x)^T; and when g_x is not null, the gradient
+// with respect to x written to g_x, or added to it when `add_to_g_x` (a residual block's input
+// takes both branches' gradients).
 void conv_backward(const ConvShape& shape, int batch, const float* x, const float* w,
-                   const float* g_z, float* g_w, bool accumulate, float* g_x, ConvScratch& scratch);
+                   const float* g_z, float* g_w, bool accumulate, float* g_x, bool add_to_g_x,
+                   ConvScratch& scratch);
 
 }  // namespace gradsync::resnet

@@ -103,6 +103,24 @@ ResNet::ResNet(ResNetShape shape, int max_batch) : shape_(shape), max_batch_(max
 
 ResNet::~ResNet() = default;
 
+std::size_t ResNet::parameter_count(const ResNetShape& shape) {
+  // W, gamma and beta of each conv-norm layer, as the constructor lays them out; then fc.
+  auto conv_bn = [](std::size_t cin, std::size_t cout, std::size_t kernel) {
+    return cin * cout * kernel * kernel + 2 * cout;
+  };
+  const auto w = static_cast<std::size_t>(shape.stage_width);
+  std::size_t count = conv_bn(static_cast<std::size_t>(shape.channels), w, 3), cin = w;
+  for (int stage = 0; stage < 3; ++stage) {
+    const std::size_t cout = w << stage;
+    for (int b = 0; b < shape.blocks_per_stage; ++b) {
+      count += conv_bn(cin, cout, 3) + conv_bn(cout, cout, 3);
+      if ((stage > 0 && b == 0) || cin != cout) count += conv_bn(cin, cout, 1);
+      cin = cout;
+    }
+  }
+  return count + (cin + 1) * static_cast<std::size_t>(shape.classes);
+}
+
 void ResNet::set_conv_chunk_pixels(int pixels) {
   scratch_.chunk_pixels = pixels;
   scratch_.reserve(stem_->conv, max_batch_);
@@ -283,34 +301,32 @@ void ResNet::backward(int batch, bool accumulate) {
     float* dz = grad_work_[(at + 1) % 4].data();
     float* g_mid = grad_work_[(at + 2) % 4].data();
     float* g_in = g_out;
-    const ConvShape& c1 = b.conv1.conv;
     // relu(bn2(z2) + shortcut): both branches get dy where the output was positive.
     resnet::relu_mask(b.conv2.conv.out_pixels(batch) * b.conv2.conv.out_channels, b.out.data(),
                       g_out);
     if (b.down) {
       at = (at + 3) % 4;
       g_in = grad_work_[at].data();
-      std::fill_n(g_in, c1.in_pixels(batch) * c1.in_channels, 0.f);
       bn_backward(*b.down, batch, g_out, nullptr, dz, accumulate);
       resnet::conv_backward(b.down->conv, batch, x, params_.data() + b.down->weight, dz,
-                            grads_.data() + b.down->weight, accumulate, g_in, scratch_);
+                            grads_.data() + b.down->weight, accumulate, g_in, false, scratch_);
       layer_ready(b.down->layer);
     }
     bn_backward(b.conv2, batch, g_out, nullptr, dz, accumulate);
-    std::fill_n(g_mid, c1.out_pixels(batch) * c1.out_channels, 0.f);
     resnet::conv_backward(b.conv2.conv, batch, b.conv1.out.data(), params_.data() + b.conv2.weight,
-                          dz, grads_.data() + b.conv2.weight, accumulate, g_mid, scratch_);
+                          dz, grads_.data() + b.conv2.weight, accumulate, g_mid, false, scratch_);
     layer_ready(b.conv2.layer);
     bn_backward(b.conv1, batch, g_mid, b.conv1.out.data(), g_mid, accumulate);
-    resnet::conv_backward(c1, batch, x, params_.data() + b.conv1.weight, g_mid,
-                          grads_.data() + b.conv1.weight, accumulate, g_in, scratch_);
+    // Onto the shortcut's gradient: dy itself (identity) or the projection's.
+    resnet::conv_backward(b.conv1.conv, batch, x, params_.data() + b.conv1.weight, g_mid,
+                          grads_.data() + b.conv1.weight, accumulate, g_in, true, scratch_);
     layer_ready(b.conv1.layer);
   }
   g = grad_work_[at].data();
   bn_backward(*stem_, batch, g, stem_->out.data(), g, accumulate);
   // Nobody needs the gradient with respect to the image.
   resnet::conv_backward(stem_->conv, batch, input_.data(), params_.data() + stem_->weight, g,
-                        grads_.data() + stem_->weight, accumulate, nullptr, scratch_);
+                        grads_.data() + stem_->weight, accumulate, nullptr, false, scratch_);
   layer_ready(stem_->layer);
 }
 

@@ -61,6 +61,9 @@ class ResNet final : public Model {
   // nn.Linear (U(-1/sqrt(C), 1/sqrt(C)) for W and b). From `seed` alone.
   void init_params(std::uint64_t seed) override;
 
+  // param_count() of a ResNet of `shape`, counted without building one.
+  static std::size_t parameter_count(const ResNetShape& shape);
+
   std::span<float> params() override { return params_; }
   std::span<float> grads() override { return grads_; }
   std::span<const float> params() const { return params_; }

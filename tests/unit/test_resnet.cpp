@@ -183,6 +183,10 @@ TEST_CASE("resnet: layout is one flat buffer of conv+norm layers, then fc; buffe
   CHECK(layers[1].end - layers[1].begin == 16 * 16 * 9 + 2 * 16);
   // Running mean and variance of every norm: 16 * 3 + 32 * 3 + 64 * 3 channels.
   CHECK(net.buffers().size() == 2 * (16 * 3 + 32 * 3 + 64 * 3));
+  CHECK(ResNet::parameter_count({}) == 77754);
+  for (const ResNetShape& shape : {kTiny, ResNetShape{.blocks_per_stage = 3, .stage_width = 8}}) {
+    CHECK(ResNet::parameter_count(shape) == ResNet(shape, 1).param_count());
+  }
   CHECK(ResNet({.blocks_per_stage = 2}, 4).layers().size() ==
         1 + 2 * 2 + 2 * 2 + 1 + 2 * 2 + 1 + 1);
 }
