@@ -35,8 +35,12 @@ struct DataConfig {
 };
 
 struct ModelConfig {
-  std::string kind = "mlp";              // mlp | synthetic
+  std::string kind = "mlp";              // mlp | resnet | synthetic
   std::vector<int> hidden = {256, 256};  // mlp: hidden layer widths; input and output from data
+  // resnet (model/resnet/resnet.h): basic blocks per stage (1: ResNet-8), and the channels of
+  // the first of its three stages (then 2x and 4x). Input: square one-channel images.
+  int resnet_blocks = 1;
+  int resnet_width = 16;
   // synthetic: a stand-in with real gradient buffers of `parameters` floats, split into
   // `layers` equal layers, whose forward+backward takes `compute_ms` of wall time (an
   // accelerator's compute, during which the CPU is free). ResNet-50 has 25.6M parameters.

@@ -35,7 +35,7 @@ const std::vector<std::string>& data_kinds() {
   return kinds;
 }
 const std::vector<std::string>& model_kinds() {
-  static const std::vector<std::string> kinds = {"mlp", "synthetic"};
+  static const std::vector<std::string> kinds = {"mlp", "resnet", "synthetic"};
   return kinds;
 }
 const std::vector<std::string>& ps_modes() {
@@ -132,6 +132,12 @@ const KeySpec kRows[] = {
     {"model.layers", Type::kInteger, between(1, 1e6),
      "synthetic: equal layers, each reported to the strategy when its gradient is ready",
      GRADSYNC_FIELD(model.layers)},
+    {"model.resnet_blocks", Type::kInteger, between(1, 100),
+     "resnet: basic blocks per stage (1: ResNet-8, 3: ResNet-20)",
+     GRADSYNC_FIELD(model.resnet_blocks)},
+    {"model.resnet_width", Type::kInteger, between(1, 1024),
+     "resnet: channels of the first stage (the second and third have 2x and 4x)",
+     GRADSYNC_FIELD(model.resnet_width)},
     // A millisecond at least (the waits count whole milliseconds), a week at most (a deadline
     // of now + timeout must not overflow any clock, and a longer wait is a hang).
     {"comm.timeout_s", Type::kNumber, between(0.001, 604800),

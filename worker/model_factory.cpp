@@ -1,10 +1,12 @@
 #include "worker/model_factory.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "common/error.h"
 #include "launch/rendezvous_env.h"
 #include "model/mlp.h"
+#include "model/resnet/resnet.h"
 #include "model/synthetic_model.h"
 #include "strategies/make_strategy.h"
 #ifdef GRADSYNC_HAVE_CUDA
@@ -75,6 +77,25 @@ std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<in
 #endif
 }
 
+// The ResNet's input and classes: one channel, square images of data.dim pixels (Fashion-MNIST's
+// 784 = 28 x 28), widths = {input, ..., classes} as for the MLP.
+ResNetShape resnet_shape(const Config& config, const std::vector<int>& widths) {
+  const int dim = widths.front();
+  const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(dim))));
+  if (side * side != dim) {
+    throw ConfigError(config.name, "model.kind",
+                      "resnet reads square one-channel images, but data.dim " +
+                          std::to_string(dim) +
+                          " is not a square (Fashion-MNIST's: 784 = 28 x 28)");
+  }
+  ResNetShape shape;
+  shape.height = shape.width = side;
+  shape.classes = widths.back();
+  shape.blocks_per_stage = config.model.resnet_blocks;
+  shape.stage_width = config.model.resnet_width;
+  return shape;
+}
+
 }  // namespace
 
 void check_device_available(const Config& config) {
@@ -134,6 +155,8 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
     model = std::make_unique<SyntheticModel>(config.model.parameters, config.model.layers, compute);
   } else if (config.model.kind == "mlp") {
     model = std::make_unique<Mlp>(widths, max_batch);
+  } else if (config.model.kind == "resnet") {
+    model = std::make_unique<ResNet>(resnet_shape(config, widths), max_batch);
   } else {
     throw ConfigError(config.name, "model.kind", "unknown model '" + config.model.kind + "'");
   }
@@ -143,6 +166,9 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
 
 std::int64_t model_parameters(const Config& config, const std::vector<int>& widths) {
   if (config.model.kind == "synthetic") return config.model.parameters;
+  if (config.model.kind == "resnet") {
+    return static_cast<std::int64_t>(ResNet::parameter_count(resnet_shape(config, widths)));
+  }
   std::int64_t count = 0;
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     count += static_cast<std::int64_t>(widths[l]) * widths[l + 1] + widths[l + 1];

@@ -9,6 +9,7 @@
 
 #include "common/random.h"
 #include "model/resnet/resnet.h"
+#include "worker/model_factory.h"
 
 namespace {
 
@@ -444,4 +445,16 @@ TEST_CASE("resnet: convolution chunks change only the summation order") {
   for (std::size_t i = 0; i < whole.param_count(); ++i) {
     CHECK(pieces.grads()[i] == doctest::Approx(whole.grads()[i]).epsilon(1e-4).scale(1e-3));
   }
+}
+
+TEST_CASE("resnet: model.kind resnet builds it from the config; images must be square") {
+  gradsync::Config config;
+  config.model.kind = "resnet";
+  config.model.resnet_blocks = 2;
+  config.model.resnet_width = 8;
+  const ResNetShape shape{.blocks_per_stage = 2, .stage_width = 8};
+  const auto model = gradsync::make_model(config, {784, 10}, 4);
+  CHECK(model->param_count() == ResNet(shape, 1).param_count());
+  CHECK(gradsync::model_parameters(config, {784, 10}) == std::int64_t(model->param_count()));
+  CHECK_THROWS_AS(gradsync::make_model(config, {32, 10}, 4), gradsync::ConfigError);
 }
