@@ -10,20 +10,27 @@
 
 namespace gradsync {
 
-Mlp::Mlp(std::vector<int> widths, int max_batch)
-    : widths_(std::move(widths)), max_batch_(max_batch) {
-  GRADSYNC_CHECK(widths_.size() >= 2, "an MLP needs at least an input and an output width");
-  GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
+std::vector<LayerRange> Mlp::layout(const std::vector<int>& widths) {
+  GRADSYNC_CHECK(widths.size() >= 2, "an MLP needs at least an input and an output width");
+  std::vector<LayerRange> layers;
   std::size_t offset = 0;
-  for (std::size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const int in = widths_[l], out = widths_[l + 1];
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    const int in = widths[l], out = widths[l + 1];
     GRADSYNC_CHECK(in >= 1 && out >= 1, "layer widths must be positive");
     LayerRange layer{offset, offset + static_cast<std::size_t>(in) * out, in, out};
     offset = layer.end();
-    layers_.push_back(layer);
+    layers.push_back(layer);
   }
-  params_.assign(offset, 0.f);
-  grads_.assign(offset, 0.f);
+  return layers;
+}
+
+Mlp::Mlp(std::vector<int> widths, int max_batch)
+    : widths_(std::move(widths)), max_batch_(max_batch) {
+  layers_ = layout(widths_);
+  GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
+  const std::size_t offset = layers_.back().end();
+  params_.resize(offset, 0.f);
+  grads_.resize(offset, 0.f);
   for (int width : widths_) activations_.emplace_back(width, max_batch_);
   std::size_t largest_weight = 0;
   for (std::size_t l = 1; l < widths_.size(); ++l) {

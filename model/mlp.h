@@ -6,7 +6,9 @@
 // flat buffers: a bucket, a parameter-server key range or an all-reduce is a range of them.
 //
 // All activations and scratch matrices are allocated once for `max_batch`; a step allocates
-// nothing. Not thread-safe: one Mlp per replica.
+// nothing. The parameter and gradient buffers are counted in the process's model-state ledger
+// (common/model_state_memory.h) for the model's lifetime, activations and scratch are not; so
+// an Mlp is move-only. Not thread-safe: one Mlp per replica.
 #pragma once
 
 #include <Eigen/Core>
@@ -15,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "common/model_state_memory.h"
 #include "model/dataset.h"
 #include "model/model.h"
 
@@ -32,6 +35,9 @@ class Mlp final : public Model {
 
   // widths = {input, hidden..., classes}; at least {input, classes}.
   Mlp(std::vector<int> widths, int max_batch);
+  // The layers' ranges in the flat buffers for `widths`, checked as the constructor checks
+  // them, without allocating a model (whose buffers the model-state ledger would count).
+  static std::vector<LayerRange> layout(const std::vector<int>& widths);
 
   // PyTorch's nn.Linear default: W, b ~ U(-1/sqrt(in), 1/sqrt(in)), from `seed` alone.
   void init_params(std::uint64_t seed) override;
@@ -70,6 +76,8 @@ class Mlp final : public Model {
   // gradients. With malloc's 16-byte alignment the split, and so the float summation order,
   // would depend on where the heap happened to put the buffer.
   using FlatBuffer = std::vector<float, Eigen::aligned_allocator<float>>;
+  // The same, counted as model state (params_ and grads_).
+  using StateBuffer = TrackedBuffer<float, Eigen::aligned_allocator<float>>;
 
   void gather(const Dataset& data, std::span<const std::int64_t> indices);
   void forward(int batch);
@@ -83,8 +91,8 @@ class Mlp final : public Model {
   std::vector<int> widths_;
   int max_batch_;
   std::vector<LayerRange> layers_;
-  FlatBuffer params_;
-  FlatBuffer grads_;
+  StateBuffer params_{ModelState::kParams};
+  StateBuffer grads_{ModelState::kGrads};
   std::vector<Matrix> activations_;  // [0] = input, [l+1] = output of layer l (ReLU'd)
   std::vector<Matrix> deltas_;       // [l] = d(loss)/d(pre-activation of layer l)
   FlatBuffer transposed_weight_;     // W^T of one layer: gemm_tn's scratch for the input gradient

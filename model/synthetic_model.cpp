@@ -14,8 +14,8 @@ SyntheticModel::SyntheticModel(std::int64_t parameters, int layers,
   GRADSYNC_CHECK(layers >= 1 && layers <= parameters,
                  "a synthetic model needs between 1 and `parameters` layers");
   GRADSYNC_CHECK(compute.count() >= 0, "compute time must not be negative");
-  params_.assign(static_cast<std::size_t>(parameters), 0.f);
-  grads_.assign(static_cast<std::size_t>(parameters), 0.f);
+  params_.resize(static_cast<std::size_t>(parameters), 0.f);
+  grads_.resize(static_cast<std::size_t>(parameters), 0.f);
   const auto n = static_cast<std::size_t>(parameters);
   const auto l = static_cast<std::size_t>(layers);
   for (std::size_t i = 0; i <= l; ++i) layer_begin_.push_back(n * i / l);

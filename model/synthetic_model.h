@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/model_state_memory.h"
 #include "model/model.h"
 
 namespace gradsync {
@@ -50,8 +51,9 @@ class SyntheticModel final : public Model {
   static float batch_target(std::span<const std::int64_t> indices);
 
  private:
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  // Counted in the process's model-state ledger (common/model_state_memory.h).
+  TrackedBuffer<float> params_{ModelState::kParams};
+  TrackedBuffer<float> grads_{ModelState::kGrads};
   std::vector<std::size_t> layer_begin_;  // layers + 1 offsets
   std::chrono::nanoseconds compute_;
   GradReadyCallback grad_ready_;

@@ -32,7 +32,7 @@ CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
   GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
   // The host model defines the layout (and checks the widths): both models index the flat
   // buffers the same way by construction, not by keeping two copies of the arithmetic.
-  layers_ = Mlp(widths_, 1).layers();
+  layers_ = Mlp::layout(widths_);
   cuda::require_device(device_, "CudaMlp");
   cuda::DeviceGuard on(device_);
   stream_ = cuda::make_stream();
@@ -47,6 +47,8 @@ CudaMlp::CudaMlp(std::vector<int> widths, int max_batch, int device)
   const std::size_t count = layers_.back().end();
   params_ = cuda::DeviceBuffer<float>(count);
   grads_ = cuda::DeviceBuffer<float>(count);
+  params_counted_ = TrackedBytes(ModelState::kParams, params_.bytes());
+  grads_counted_ = TrackedBytes(ModelState::kGrads, grads_.bytes());
   params_.zero(stream_.get());
   grads_.zero(stream_.get());
   const auto batch = static_cast<std::size_t>(max_batch_);

@@ -41,6 +41,7 @@
 #include <span>
 #include <vector>
 
+#include "common/model_state_memory.h"
 #include "model/cuda/cuda_handles.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_dataset.h"
@@ -149,6 +150,10 @@ class CudaMlp final : public Model {
   std::vector<LayerRange> layers_;
   cuda::DeviceBuffer<float> params_;
   cuda::DeviceBuffer<float> grads_;
+  // Their bytes in the process's model-state ledger (common/model_state_memory.h), on the device
+  // as on the host; activations and scratch are not model state.
+  TrackedBytes params_counted_;
+  TrackedBytes grads_counted_;
   std::vector<cuda::DeviceBuffer<float>> activations_;  // [0] = input, [l+1] = layer l's output
   std::vector<cuda::DeviceBuffer<float>> deltas_;       // [l] = d(loss)/d(pre-activation l)
   cuda::DeviceBuffer<std::int64_t> indices_;

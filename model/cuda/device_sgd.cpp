@@ -13,6 +13,7 @@ DeviceSgd::DeviceSgd(std::size_t size, const SgdOptions& options, int device)
   cuda::DeviceGuard on(device_);
   stream_ = cuda::make_stream();
   velocity_ = cuda::DeviceBuffer<float>(size);
+  velocity_counted_ = TrackedBytes(ModelState::kOptimizer, velocity_.bytes());
   velocity_.zero(stream_.get());
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }

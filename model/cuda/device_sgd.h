@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 
+#include "common/model_state_memory.h"
 #include "model/cuda/cuda_handles.h"
 #include "model/cuda/device_buffer.h"
 #include "model/optimizer/optimizer.h"
@@ -61,6 +62,7 @@ class DeviceSgd final : public Optimizer {
   SgdOptions options_;
   int device_;
   cuda::DeviceBuffer<float> velocity_;
+  TrackedBytes velocity_counted_;  // in the model-state ledger (common/model_state_memory.h)
   cuda::Stream stream_;  // after velocity_, so destroyed first: its work ends before the free
   std::uint64_t steps_ = 0;
 };

@@ -7,7 +7,8 @@
 
 namespace gradsync {
 
-Sgd::Sgd(std::size_t size, const SgdOptions& options) : options_(options), velocity_(size, 0.f) {}
+Sgd::Sgd(std::size_t size, const SgdOptions& options)
+    : options_(options), velocity_(ModelState::kOptimizer, size, 0.f) {}
 
 void Sgd::step(std::span<float> params, std::span<const float> grads) {
   GRADSYNC_CHECK(params.size() == velocity_.size() && grads.size() == velocity_.size(),

@@ -2,14 +2,15 @@
 // (torch.optim.SGD, dampening 0, not Nesterov):
 //   g = grad + weight_decay * p;  v = momentum * v + g  (v = g on the first step);  p -= lr * v
 // The momentum buffer is owned here and covers exactly the range given at construction, so a
-// parameter-server shard can run one Sgd over its own key range. Not thread-safe.
+// parameter-server shard can run one Sgd over its own key range; it is counted as optimizer
+// state in the process's model-state ledger (common/model_state_memory.h). Not thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <vector>
 
+#include "common/model_state_memory.h"
 #include "model/optimizer/optimizer.h"
 #include "model/optimizer/sgd_options.h"
 
@@ -31,7 +32,7 @@ class Sgd final : public Optimizer {
 
  private:
   SgdOptions options_;
-  std::vector<float> velocity_;
+  TrackedBuffer<float> velocity_;
   std::uint64_t steps_ = 0;
 };
 

@@ -1,8 +1,9 @@
-// The model-state ledger (common/model_state_memory.h): what it counts, and that its peaks are
-// exact under concurrent updates.
+// The model-state ledger (common/model_state_memory.h): what it counts, that its peaks are
+// exact under concurrent updates, and that the models and the optimizer are counted exactly.
 // The ledger is the process's: every check is against the figures it had when the test began.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -10,6 +11,9 @@
 #include <vector>
 
 #include "common/model_state_memory.h"
+#include "model/mlp.h"
+#include "model/optimizer/sgd.h"
+#include "model/synthetic_model.h"
 
 namespace gradsync {
 namespace {
@@ -175,6 +179,33 @@ TEST_CASE("model-state memory: concurrent adds and removes keep the totals and t
   CHECK(since.total() == 0);
   CHECK(ledger().peak(ModelState::kGrads) >= since.start.grads + 64);
   CHECK(ledger().peak(ModelState::kGrads) <= since.start.grads + kThreads * 64);
+}
+
+TEST_CASE("model-state memory: an Mlp and its Sgd count 4 bytes per parameter of each kind") {
+  const Since since;
+  {
+    // 5-7-3: (5*7 + 7) + (7*3 + 3) = 66 parameters.
+    Mlp mlp({5, 7, 3}, 32);
+    constexpr std::uint64_t kP = 66;
+    REQUIRE(mlp.param_count() == kP);
+    CHECK(since.params() == 4 * kP);
+    CHECK(since.grads() == 4 * kP);  // activations and scratch are not model state
+    CHECK(since.optimizer() == 0);
+    Sgd sgd(mlp.param_count(), {0.1, 0.9, 0.0});
+    CHECK(since.optimizer() == 4 * kP);
+    CHECK(since.total() == 3 * 4 * kP);
+    // A moved model is still one model.
+    Mlp moved(std::move(mlp));
+    CHECK(since.params() == 4 * kP);
+    CHECK(moved.params().size() == kP);
+  }
+  CHECK(since.total() == 0);
+  {
+    SyntheticModel synthetic(1000, 4, std::chrono::nanoseconds(0));
+    CHECK(since.params() == 4000);
+    CHECK(since.grads() == 4000);
+  }
+  CHECK(since.total() == 0);
 }
 
 }  // namespace gradsync
