@@ -5,6 +5,7 @@
 #include <latch>
 #include <thread>
 
+#include "common/model_state_memory.h"
 #include "model/sampler.h"
 #include "strategies/make_strategy.h"
 #include "worker/model_factory.h"
@@ -15,6 +16,9 @@ namespace gradsync {
 std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,
                                          const LoopOptions& loop, const LoopSinks& rank0_sinks,
                                          const LoopSinks& other_sinks) {
+  // A run begins: its peak model state is its own, not an earlier run's in this process (a
+  // preset's runs, tests). Before the strategies, which may make their optimizers now.
+  ModelStateMemory::instance().reset_peaks();
   std::vector<std::unique_ptr<SyncStrategy>> strategies = make_strategies(strategy_options(config));
 
   const std::vector<int> widths = plan_run(config, data).widths;

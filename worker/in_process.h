@@ -13,6 +13,9 @@
 namespace gradsync {
 
 // Runs every local replica through run_worker_loop and returns their results in rank order.
+// Resets the process's model-state peaks first (common/model_state_memory.h): each result's
+// peak is this run's, all replicas together. Not to be called while another run trains in
+// this process.
 // When a replica fails, the others are aborted and the first failure is rethrown.
 std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& data,
                                          const LoopOptions& loop, const LoopSinks& rank0_sinks,

@@ -73,6 +73,11 @@ void write_rank_result(const std::string& path, const LoopResult& r) {
                                {"bytes_received", r.totals.bytes_received},
                                {"collectives", r.totals.collectives},
                                {"between_steps_s", r.between_steps_s},
+                               {"peak_model_state_bytes", r.peak_model_state_bytes},
+                               {"peak_model_state_bytes_by_kind",
+                                {{"params", r.peak_params_bytes},
+                                 {"grads", r.peak_grads_bytes},
+                                 {"optimizer", r.peak_optimizer_bytes}}},
                                {"step_seconds", r.step_seconds},
                                {"backend", r.backend},
                                {"host", this_host_id()},
@@ -95,6 +100,14 @@ LoopResult read_rank_result(const std::string& path, std::string* host) {
     r.totals.collectives = j.at("collectives");
     r.between_steps_s = j.at("between_steps_s");
     r.step_seconds = j.at("step_seconds").get<std::vector<float>>();
+    // Absent from a file written before the ledger: 0, shown as not measured.
+    r.peak_model_state_bytes = j.value("peak_model_state_bytes", std::uint64_t{0});
+    if (j.contains("peak_model_state_bytes_by_kind")) {
+      const nlohmann::json& kinds = j.at("peak_model_state_bytes_by_kind");
+      r.peak_params_bytes = kinds.at("params");
+      r.peak_grads_bytes = kinds.at("grads");
+      r.peak_optimizer_bytes = kinds.at("optimizer");
+    }
     r.backend = j.value("backend", std::string());
     if (host != nullptr) *host = j.value("host", std::string());
     for (const auto& e : j.at("evals")) {

@@ -1,6 +1,7 @@
 // What a rank process leaves in the run folder for the launcher, and how the launcher folds
 // it into the run's files:
-//   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations) and host
+//   rank<R>.json        that rank's LoopResult (steps, times, byte totals, evaluations, peak
+//                       model-state bytes, in all and by kind) and host
 //   trace.rank<R>.json  that rank's Chrome trace, merged into trace.json
 //   trace.shard<K>.json a ps shard's Chrome trace, merged likewise
 // The per-rank files are removed once merged.

@@ -136,6 +136,11 @@ RunSummary summarize(const Config& config, std::int64_t parameters,
     s.mean_step.communicate_s += t.communicate_s;
     s.mean_step.wait_s += t.wait_s;
     rank_steps += static_cast<double>(per_rank[r].steps);
+    s.peak_model_state_bytes =
+        std::max(s.peak_model_state_bytes, per_rank[r].peak_model_state_bytes);
+    s.peak_params_bytes = std::max(s.peak_params_bytes, per_rank[r].peak_params_bytes);
+    s.peak_grads_bytes = std::max(s.peak_grads_bytes, per_rank[r].peak_grads_bytes);
+    s.peak_optimizer_bytes = std::max(s.peak_optimizer_bytes, per_rank[r].peak_optimizer_bytes);
   }
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
     s.step_time.push_back(percentiles(ranks.empty() ? int(r) : ranks[r], per_rank[r].step_seconds));
@@ -210,6 +215,11 @@ void write_summary(const std::string& path, const RunSummary& s) {
         {"communicate", s.mean_step.communicate_s},
         {"wait", s.mean_step.wait_s}}},
       {"collectives_per_step", s.collectives_per_step},
+      {"peak_model_state_bytes", s.peak_model_state_bytes},
+      {"peak_model_state_bytes_by_kind",
+       {{"params", s.peak_params_bytes},
+        {"grads", s.peak_grads_bytes},
+        {"optimizer", s.peak_optimizer_bytes}}},
       {"step_time_s", step_times},
       {"slowest_rank", slowest},
       {"dropped_workers", s.dropped_workers},
@@ -258,13 +268,22 @@ std::string slowest_line(const RunSummary& s) {
          (others > 0 ? ", " + format("%.2fx", slow.p99 / others) : std::string()) + "\n";
 }
 
+// Peak model-state bytes per rank in MB (10^6 bytes): three significant figures or so for the
+// small models, whole MB for the large; "-" where not measured.
+std::string model_state_cell(const RunSummary& s) {
+  if (s.peak_model_state_bytes == 0) return "-";
+  const double mb = static_cast<double>(s.peak_model_state_bytes) / 1e6;
+  return format(mb >= 100 ? "%.0f" : mb >= 1 ? "%.1f" : "%.3f", mb);
+}
+
 }  // namespace
 
 std::string comparison_table(const std::vector<RunSummary>& runs) {
   std::string out =
       "| run | strategy | backend | workers | global batch | samples/s | vs first | test acc | "
-      "time to target | busiest node moved | comm+wait share | p99 step |\n"
-      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+      "time to target | busiest node moved | comm+wait share | p99 step | "
+      "peak model-state MB/rank |\n"
+      "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   const double base = runs.empty() ? 0 : runs.front().samples_per_s;
   for (const RunSummary& s : runs) {
     const double step = s.mean_step.compute_s + s.mean_step.communicate_s + s.mean_step.wait_s;
@@ -283,11 +302,17 @@ std::string comparison_table(const std::vector<RunSummary>& runs) {
             : s.time_to_accuracy_s ? format("%.1f s", *s.time_to_accuracy_s)
                                    : "not reached") +
            " | " + human_bytes(s.busiest_bytes) + " (" + s.busiest_node + ") | " +
-           format("%.0f%%", 100.0 * comm_share) + " | " + p99_cell(s) + " |\n";
+           format("%.0f%%", 100.0 * comm_share) + " | " + p99_cell(s) + " | " +
+           model_state_cell(s) + " |\n";
   }
   std::string lines;
   for (const RunSummary& s : runs) {
     if (s.slowest) lines += slowest_line(s);
+    // Its replicas are threads of one process, whose ledger counts them all.
+    if (s.strategy == "dp" && s.workers > 1 && s.peak_model_state_bytes > 0) {
+      lines += "peak model state of " + s.run + ": the one process's, all " +
+               std::to_string(s.workers) + " replicas together\n";
+    }
   }
   if (!lines.empty()) out += "\n" + lines;
   return out;

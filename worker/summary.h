@@ -73,6 +73,15 @@ struct RunSummary {
   // allreduce: collectives a step issued on rank 0 (its buckets, plus join's flag round), the
   // B the cost model's latency term counts; 0 for other strategies.
   double collectives_per_step = 0;
+  // The most bytes of model state (parameters, gradients, optimizer state) a rank held at once:
+  // the max over ranks of LoopResult::peak_model_state_bytes, measured by the ranks' ledgers
+  // (common/model_state_memory.h); and each kind's own max over ranks. For single and dp the
+  // in-process figure: dp's replicas share the process, so it holds all of them. 0: not
+  // measured (rank files written before the ledger).
+  std::uint64_t peak_model_state_bytes = 0;
+  std::uint64_t peak_params_bytes = 0;
+  std::uint64_t peak_grads_bytes = 0;
+  std::uint64_t peak_optimizer_bytes = 0;
   // ps.continue_without_dead_workers: the workers the run went on without (died or stopped);
   // the figures above are the others'.
   std::vector<int> dropped_workers;
@@ -110,8 +119,10 @@ void write_summary(const std::string& path, const RunSummary& summary);
 
 // A markdown table with one row per run: strategy, workers, global batch, samples/s, speed-up
 // over the first run, test accuracy, time to target, bytes through the busiest node, and the
-// share of a step spent communicating or waiting, and the slowest rank's p99 step time. Below
-// the table, a line per run of several ranks naming its slowest rank against the others.
+// share of a step spent communicating or waiting, the slowest rank's p99 step time, and the peak
+// model-state MB (10^6 bytes) per rank. Below the table, a line per run of several ranks naming
+// its slowest rank against the others, and one per dp run of several replicas saying that its
+// peak model state is the whole process's.
 std::string comparison_table(const std::vector<RunSummary>& runs);
 
 }  // namespace gradsync

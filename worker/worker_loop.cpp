@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/failure_note.h"
+#include "common/model_state_memory.h"
 
 namespace gradsync {
 namespace {
@@ -162,6 +163,11 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
   model.set_grad_ready_callback(nullptr);
   if (rank == 0 && sinks.progress) sinks.progress->finish();
   result.parameters = static_cast<std::int64_t>(model.param_count());
+  const ModelStateBytes peaks = ModelStateMemory::instance().peaks();
+  result.peak_model_state_bytes = peaks.total;
+  result.peak_params_bytes = peaks.params;
+  result.peak_grads_bytes = peaks.grads;
+  result.peak_optimizer_bytes = peaks.optimizer;
   if (options.keep_params) {
     result.final_params.resize(model.param_count());
     model.copy_params_to_host(result.final_params);

@@ -85,6 +85,17 @@ struct LoopResult {
   // times. Synchronous peers wait it out inside their next step: summarize() takes it back out.
   double between_steps_s = 0;
   std::int64_t parameters = 0;
+  // The process's model-state ledger (common/model_state_memory.h) read as the loop ends: the
+  // most bytes of parameters, gradients and optimizer state held at once since the process
+  // began or the ledger's last reset_peaks() (train_in_process resets it as a run begins), so
+  // the model and optimizer made before the loop count. A rank process's own figure; for
+  // in-process runs (single, dp) the process's, which holds every dp replica. Per kind too:
+  // each kind's own peak (the kinds need not peak together, so the total may be less than
+  // their sum).
+  std::uint64_t peak_model_state_bytes = 0;
+  std::uint64_t peak_params_bytes = 0;
+  std::uint64_t peak_grads_bytes = 0;
+  std::uint64_t peak_optimizer_bytes = 0;
   std::vector<float> final_params;  // only with LoopOptions::keep_params
   bool stopped = false;             // LoopOptions::stop_after ended it before the last step
   std::string backend;              // allreduce: the communicator's (Communicator::backend())

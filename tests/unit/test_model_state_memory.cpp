@@ -14,6 +14,8 @@
 #include "model/mlp.h"
 #include "model/optimizer/sgd.h"
 #include "model/synthetic_model.h"
+#include "tests/support/training.h"
+#include "worker/in_process.h"
 
 namespace gradsync {
 namespace {
@@ -205,6 +207,46 @@ TEST_CASE("model-state memory: an Mlp and its Sgd count 4 bytes per parameter of
     CHECK(since.params() == 4000);
     CHECK(since.grads() == 4000);
   }
+  CHECK(since.total() == 0);
+}
+
+TEST_CASE("model-state memory: a run reports its own peak, every replica of dp counted") {
+  Config config;
+  config.train.batch = 8;
+  config.model.hidden = {16};
+  LoopOptions loop;
+  loop.steps = 2;
+  loop.evaluate = false;
+  // 32 features, 16 hidden, 10 classes: (32*16 + 16) + (16*10 + 10) = 698 parameters.
+  constexpr std::uint64_t kBytes = 4 * 698;
+  const Since since;
+  const std::vector<LoopResult> single =
+      train_in_process(config, testing::synthetic_data(), loop, {}, {});
+  REQUIRE(single.size() == 1);
+  CHECK(single[0].parameters == 698);
+  CHECK(single[0].peak_params_bytes - since.start.params == kBytes);
+  CHECK(single[0].peak_grads_bytes - since.start.grads == kBytes);
+  CHECK(single[0].peak_optimizer_bytes - since.start.optimizer == kBytes);
+  CHECK(single[0].peak_model_state_bytes - since.start.total == 3 * kBytes);
+
+  // dp: two replicas in this process, the optimizer on replica 0 only. The smaller run after
+  // a larger one reports its own peak: train_in_process resets the peaks.
+  config.strategy = "dp";
+  config.workers = 2;
+  const std::vector<LoopResult> dp =
+      train_in_process(config, testing::synthetic_data(), loop, {}, {});
+  REQUIRE(dp.size() == 2);
+  for (const LoopResult& replica : dp) {
+    CHECK(replica.peak_params_bytes - since.start.params == 2 * kBytes);
+    CHECK(replica.peak_grads_bytes - since.start.grads == 2 * kBytes);
+    CHECK(replica.peak_optimizer_bytes - since.start.optimizer == kBytes);
+    CHECK(replica.peak_model_state_bytes - since.start.total == 5 * kBytes);
+  }
+  config.strategy = "single";
+  config.workers = 1;
+  const std::vector<LoopResult> again =
+      train_in_process(config, testing::synthetic_data(), loop, {}, {});
+  CHECK(again[0].peak_model_state_bytes - since.start.total == 3 * kBytes);
   CHECK(since.total() == 0);
 }
 

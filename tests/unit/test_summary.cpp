@@ -2,10 +2,14 @@
 // and checkpoints cost the ranks that waited for them.
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "tests/support/training.h"
 #include "worker/in_process.h"
+#include "worker/rank_outputs.h"
 #include "worker/summary.h"
 
 namespace {
@@ -148,4 +152,69 @@ TEST_CASE("summary: the slowest rank has the highest p99, against the others' me
   const std::string table = gradsync::comparison_table({s});
   CHECK(table.find("| 4.00 ms |") != std::string::npos);
   CHECK(table.find("slowest rank") == std::string::npos);
+}
+
+TEST_CASE("summary: peak model-state bytes are the most any rank held, in summary.json and table") {
+  gradsync::Config config = two_ranks("allreduce");
+  config.name = "zero-2";
+  std::vector<gradsync::LoopResult> ranks(2);
+  ranks[0].peak_model_state_bytes = 3'000'000;
+  ranks[0].peak_params_bytes = 1'000'000;
+  ranks[0].peak_grads_bytes = 1'500'000;
+  ranks[0].peak_optimizer_bytes = 500'000;
+  ranks[1].peak_model_state_bytes = 3'500'000;
+  ranks[1].peak_params_bytes = 1'000'000;
+  ranks[1].peak_grads_bytes = 1'000'000;
+  ranks[1].peak_optimizer_bytes = 1'500'000;
+
+  // Through the rank files, as the launcher folds a multi-process run.
+  gradsync::testing::TempDir dir;
+  for (int r = 0; r < 2; ++r) {
+    gradsync::write_rank_result(gradsync::rank_result_path(dir.path().string(), r), ranks[r]);
+  }
+  const gradsync::RunSummary s = gradsync::fold_rank_outputs(config, dir.path().string());
+  CHECK(s.peak_model_state_bytes == 3'500'000);  // rank 1's
+  CHECK(s.peak_params_bytes == 1'000'000);
+  CHECK(s.peak_grads_bytes == 1'500'000);  // rank 0's: each kind its own max
+  CHECK(s.peak_optimizer_bytes == 1'500'000);
+  std::ifstream in(dir.path() / "summary.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j.at("peak_model_state_bytes") == 3'500'000);
+  CHECK(j.at("peak_model_state_bytes_by_kind").at("params") == 1'000'000);
+  CHECK(j.at("peak_model_state_bytes_by_kind").at("grads") == 1'500'000);
+  CHECK(j.at("peak_model_state_bytes_by_kind").at("optimizer") == 1'500'000);
+
+  // MB per rank in the table's last column; "-" where a run did not measure it.
+  gradsync::RunSummary unmeasured = s;
+  unmeasured.run = "old";
+  unmeasured.peak_model_state_bytes = 0;
+  gradsync::RunSummary big = s;
+  big.run = "big";
+  big.peak_model_state_bytes = 307'200'000;
+  const std::string table = gradsync::comparison_table({s, unmeasured, big});
+  CHECK(table.find("| p99 step | peak model-state MB/rank |\n") != std::string::npos);
+  CHECK(table.find(" | 3.5 |\n") != std::string::npos);
+  CHECK(table.find(" | - |\n") != std::string::npos);
+  CHECK(table.find(" | 307 |\n") != std::string::npos);
+  CHECK(table.find("peak model state of") == std::string::npos);
+}
+
+TEST_CASE("summary: dp's peak model state is its process's, all replicas, and the table says so") {
+  gradsync::Config config = two_ranks("dp");
+  config.name = "dp-2";
+  config.train.batch = 8;
+  config.model.hidden = {16};
+  gradsync::LoopOptions loop;
+  loop.steps = 2;
+  loop.evaluate = false;
+  const auto results =
+      gradsync::train_in_process(config, gradsync::testing::synthetic_data(), loop, {}, {});
+  const gradsync::RunSummary s = gradsync::summarize(config, 698, results);
+  // Two replicas' parameters and gradients and replica 0's optimizer state, at least (the
+  // process may hold more model state than this run's: the ledger counts what is alive).
+  CHECK(s.peak_model_state_bytes >= 5 * 4 * 698);
+  CHECK(s.peak_model_state_bytes == results[0].peak_model_state_bytes);
+  const std::string table = gradsync::comparison_table({s});
+  CHECK(table.find("\npeak model state of dp-2: the one process's, all 2 replicas together\n") !=
+        std::string::npos);
 }
