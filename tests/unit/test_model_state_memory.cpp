@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "common/model_state_memory.h"
+#include "gpu_test_support.h"
+#include "model/make_optimizer.h"
 #include "model/mlp.h"
 #include "model/optimizer/sgd.h"
 #include "model/synthetic_model.h"
@@ -206,6 +208,24 @@ TEST_CASE("model-state memory: an Mlp and its Sgd count 4 bytes per parameter of
     SyntheticModel synthetic(1000, 4, std::chrono::nanoseconds(0));
     CHECK(since.params() == 4000);
     CHECK(since.grads() == 4000);
+  }
+  CHECK(since.total() == 0);
+}
+
+TEST_CASE("model-state memory: a GPU model and its optimizer count their device buffers") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  Config config;
+  config.device = "gpu";
+  const Since since;
+  {
+    const std::unique_ptr<Model> model = make_model(config, {5, 7, 3}, 32, 0);
+    constexpr std::uint64_t kP = 66;
+    REQUIRE(model->param_count() == kP);
+    // Parameters and gradients only: no host copy of the layout, no activations.
+    CHECK(since.params() == 4 * kP);
+    CHECK(since.grads() == 4 * kP);
+    const std::unique_ptr<Optimizer> sgd = make_sgd(kP, {0.1, 0.9, 0.0}, 0);
+    CHECK(since.optimizer() == 4 * kP);
   }
   CHECK(since.total() == 0);
 }
