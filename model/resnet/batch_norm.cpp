@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/resnet/resnet_ops.h"
 
 namespace gradsync::resnet {
 
@@ -101,79 +102,41 @@ void BatchNorm::backward_factors(const double* dsums, std::span<const float> par
   }
 }
 
-// ---- the elementwise passes -------------------------------------------------------------------
-// Each walks pixels and, inside, the C channels of one pixel: contiguous, so the inner loop
-// vectorises over channels with per-channel factors loaded once per pixel row from L1.
+// ---- the elementwise passes, on the path's loops ----------------------------------------------
 
 void add_channel_sums(int channels, std::int64_t pixels, const float* z, double* sums) {
-  double* sq = sums + channels;
-  for (std::int64_t p = 0; p < pixels; ++p, z += channels) {
-    for (int c = 0; c < channels; ++c) {
-      const double v = z[c];
-      sums[c] += v;
-      sq[c] += v * v;
-    }
-  }
+  resnet_ops().add_channel_sums(channels, pixels, z, sums);
 }
 
-void bn_apply(int channels, std::int64_t pixels, const float* z, const float* mean,
-              const float* scale, const float* shift, bool relu, float* out) {
-  for (std::int64_t p = 0; p < pixels; ++p, z += channels, out += channels) {
-    for (int c = 0; c < channels; ++c) {
-      const float y = (z[c] - mean[c]) * scale[c] + shift[c];
-      out[c] = relu ? std::max(y, 0.f) : y;
-    }
-  }
+void bn_apply(int channels, std::int64_t pixels, const float* z, const BatchNorm& bn, bool relu,
+              float* out) {
+  resnet_ops().bn_apply(channels, pixels, z, bn.mean(), bn.scale(), bn.shift(), relu, out);
 }
 
 void bn_add_relu(int channels, std::int64_t pixels, const float* z, const BatchNorm& bn,
                  const float* residual, float* out) {
-  const float *mean = bn.mean(), *scale = bn.scale(), *shift = bn.shift();
-  for (std::int64_t p = 0; p < pixels; ++p, z += channels, residual += channels, out += channels) {
-    for (int c = 0; c < channels; ++c) {
-      out[c] = std::max((z[c] - mean[c]) * scale[c] + shift[c] + residual[c], 0.f);
-    }
-  }
+  resnet_ops().bn_add_relu(channels, pixels, z, bn.mean(), bn.scale(), bn.shift(), residual, out);
 }
 
 void bn_bn_add_relu(int channels, std::int64_t pixels, const float* z, const BatchNorm& bn,
                     const float* z_down, const BatchNorm& down, float* out) {
-  const float *mean = bn.mean(), *scale = bn.scale(), *shift = bn.shift();
-  const float *mean_d = down.mean(), *scale_d = down.scale(), *shift_d = down.shift();
-  for (std::int64_t p = 0; p < pixels; ++p, z += channels, z_down += channels, out += channels) {
-    for (int c = 0; c < channels; ++c) {
-      const float r = (z_down[c] - mean_d[c]) * scale_d[c] + shift_d[c];
-      out[c] = std::max((z[c] - mean[c]) * scale[c] + shift[c] + r, 0.f);
-    }
-  }
+  resnet_ops().bn_bn_add_relu(channels, pixels, z, bn.mean(), bn.scale(), bn.shift(), z_down,
+                              down.mean(), down.scale(), down.shift(), out);
 }
 
 void relu_mask(std::int64_t n, const float* activation, float* g) {
-  for (std::int64_t i = 0; i < n; ++i) g[i] = activation[i] > 0.f ? g[i] : 0.f;
+  resnet_ops().relu_mask(n, activation, g);
 }
 
-void add_backward_sums(int channels, std::int64_t pixels, float* g, const float* mask,
+void add_backward_sums(int channels, std::int64_t pixels, const float* g, const float* mask,
                        const float* z, const float* mean, double* dsums) {
-  double* gx = dsums + channels;
-  for (std::int64_t p = 0; p < pixels; ++p, g += channels, z += channels) {
-    if (mask != nullptr) {
-      for (int c = 0; c < channels; ++c) g[c] = mask[c] > 0.f ? g[c] : 0.f;
-      mask += channels;
-    }
-    for (int c = 0; c < channels; ++c) {
-      const double d = g[c];
-      dsums[c] += d;
-      gx[c] += d * (z[c] - mean[c]);
-    }
-  }
+  resnet_ops().add_backward_sums(channels, pixels, g, mask, z, mean, dsums);
 }
 
-void bn_backward_apply(int channels, std::int64_t pixels, const float* g, const float* z,
-                       const BatchNorm& bn, float* g_z) {
-  const float *mean = bn.mean(), *a = bn.a(), *b = bn.b(), *c0 = bn.c();
-  for (std::int64_t p = 0; p < pixels; ++p, g += channels, z += channels, g_z += channels) {
-    for (int c = 0; c < channels; ++c) g_z[c] = a[c] * g[c] + b[c] * (z[c] - mean[c]) + c0[c];
-  }
+void bn_backward_apply(int channels, std::int64_t pixels, const float* g, const float* mask,
+                       const float* z, const BatchNorm& bn, float* g_z) {
+  resnet_ops().bn_backward_apply(channels, pixels, g, mask, z, bn.mean(), bn.a(), bn.b(), bn.c(),
+                                 g_z);
 }
 
 }  // namespace gradsync::resnet

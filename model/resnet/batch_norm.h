@@ -3,11 +3,11 @@
 //
 //   double sums[2 * C] = {};  conv_forward(..., sums);        // the statistics, while z is hot
 //   bn.train_statistics(sums, count, params, buffers, reducer);
-//   bn_apply(C, pixels, z, bn.mean(), bn.scale(), bn.shift(), /*relu=*/true, out);
+//   bn_apply(C, pixels, z, bn, /*relu=*/true, out);
 //   ...
 //   double dsums[2 * C] = {};  add_backward_sums(C, pixels, g, mask, z, bn.mean(), dsums);
 //   bn.backward_factors(dsums, params, grads, accumulate, reducer);
-//   bn_backward_apply(C, pixels, g, z, bn, g_z);
+//   bn_backward_apply(C, pixels, g, mask, z, bn, g_z);
 //
 // Train mode normalises with the batch's mean and biased variance and moves the running
 // statistics towards them: running = 0.9 running + 0.1 batch, the running variance taking the
@@ -91,12 +91,12 @@ class BatchNorm {
   std::vector<float> mean_, scale_, shift_, a_, b_, c_;
 };
 
-// ---- the elementwise passes (C channels, `pixels` columns) -----------------------------------
+// ---- the elementwise passes (C channels, `pixels` columns; resnet_ops.h runs them) ----------
 // sums[c] += sum of z[c, :], sums[C + c] += sum of z[c, :]^2.
 void add_channel_sums(int channels, std::int64_t pixels, const float* z, double* sums);
 // out = (z - mean) * scale + shift, then max(out, 0) where `relu`. out may be z.
-void bn_apply(int channels, std::int64_t pixels, const float* z, const float* mean,
-              const float* scale, const float* shift, bool relu, float* out);
+void bn_apply(int channels, std::int64_t pixels, const float* z, const BatchNorm& bn, bool relu,
+              float* out);
 // A residual block's end: out = max(bn(z) + r, 0), r the identity shortcut `residual` or, with
 // `down` (the projection shortcut's norm), down(z_down).
 void bn_add_relu(int channels, std::int64_t pixels, const float* z, const BatchNorm& bn,
@@ -105,12 +105,13 @@ void bn_bn_add_relu(int channels, std::int64_t pixels, const float* z, const Bat
                     const float* z_down, const BatchNorm& down, float* out);
 // g = 0 where activation <= 0 (ReLU's derivative, from its output), in place.
 void relu_mask(std::int64_t n, const float* activation, float* g);
-// With `mask` (the ReLU output after this norm), first g = 0 where mask <= 0, in place; then
-// dsums[c] += sum of g[c, :], dsums[C + c] += sum of g[c, :] * (z[c, :] - mean[c]).
-void add_backward_sums(int channels, std::int64_t pixels, float* g, const float* mask,
+// dy = g, or with `mask` (the output of a ReLU after this norm) g where mask > 0 and 0 elsewhere:
+// dsums[c] += sum of dy[c, :], dsums[C + c] += sum of dy[c, :] * (z[c, :] - mean[c]).
+void add_backward_sums(int channels, std::int64_t pixels, const float* g, const float* mask,
                        const float* z, const float* mean, double* dsums);
-// g_z = a * g + b * (z - mean) + c per channel (BatchNorm::backward_factors). g_z may be g.
-void bn_backward_apply(int channels, std::int64_t pixels, const float* g, const float* z,
-                       const BatchNorm& bn, float* g_z);
+// g_z = a * dy + b * (z - mean) + c per channel (BatchNorm::backward_factors), dy as above.
+// g_z may be g.
+void bn_backward_apply(int channels, std::int64_t pixels, const float* g, const float* mask,
+                       const float* z, const BatchNorm& bn, float* g_z);
 
 }  // namespace gradsync::resnet

@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "model/kernels/cpu_kernels.h"
 #include "model/resnet/batch_norm.h"
+#include "model/resnet/resnet_ops.h"
 
 namespace gradsync::resnet {
 namespace {
@@ -16,101 +17,8 @@ namespace {
 // too short or col spills to L3.
 constexpr std::int64_t kColBudgetFloats = 48 * 1024;
 
-// Copies n floats (a kernel row of im2col: 3 to a few hundred). Fixed-size pieces, which the
-// compiler inlines as vector moves: a call to memmove per kernel row (its size known only at run
-// time) cost more than the copy itself, a sixth of the step.
-inline void copy_floats(const float* src, int n, float* dst) {
-  for (; n >= 16; n -= 16, src += 16, dst += 16) __builtin_memcpy(dst, src, 64);
-  if (n & 8) __builtin_memcpy(dst, src, 32), src += 8, dst += 8;
-  if (n & 4) __builtin_memcpy(dst, src, 16), src += 4, dst += 4;
-  if (n & 2) __builtin_memcpy(dst, src, 8), src += 2, dst += 2;
-  if (n & 1) *dst = *src;
-}
-
-inline void zero_floats(int n, float* dst) {
-  for (; n >= 16; n -= 16, dst += 16) __builtin_memset(dst, 0, 64);
-  for (; n > 0; --n) *dst++ = 0.f;
-}
-
 // A 1x1 convolution of stride 1 reads its input as it lies: col would be a copy of x.
 bool reads_input_as_col(const ConvShape& s) { return s.kernel == 1 && s.stride == 1 && s.pad == 0; }
-
-// Walks output pixels p0, p0 + 1, ... in (sample, row, column) order.
-struct PixelWalk {
-  PixelWalk(const ConvShape& s, std::int64_t p0) : shape(s) {
-    const std::int64_t plane = std::int64_t{s.out_h} * s.out_w;
-    n = p0 / plane;
-    const int r = static_cast<int>(p0 % plane);
-    ho = r / s.out_w;
-    wo = r % s.out_w;
-  }
-  void next() {
-    if (++wo < shape.out_w) return;
-    wo = 0;
-    if (++ho < shape.out_h) return;
-    ho = 0;
-    ++n;
-  }
-  const ConvShape& shape;
-  std::int64_t n;
-  int ho, wo;
-};
-
-// col[:, j] for output pixels p0 .. p0 + count: for each kernel row, its `kernel` input pixels
-// (neighbours in memory, so one copy of kernel * Cin floats when all lie inside the image),
-// zeros where the window hangs over the padding.
-void im2col(const ConvShape& s, const float* x, std::int64_t p0, int count, float* col) {
-  const int cin = s.in_channels, row = s.kernel * cin, k = s.k();
-  PixelWalk at(s, p0);
-  for (int j = 0; j < count; ++j, at.next()) {
-    float* dst = col + std::int64_t{j} * k;
-    const int wi0 = at.wo * s.stride - s.pad;
-    const bool inside_w = wi0 >= 0 && wi0 + s.kernel <= s.in_w;
-    for (int kh = 0; kh < s.kernel; ++kh, dst += row) {
-      const int hi = at.ho * s.stride - s.pad + kh;
-      if (hi < 0 || hi >= s.in_h) {
-        zero_floats(row, dst);
-        continue;
-      }
-      const std::int64_t line = (at.n * s.in_h + hi) * s.in_w;  // pixel index of (n, hi, 0)
-      if (inside_w) {
-        copy_floats(x + (line + wi0) * cin, row, dst);
-        continue;
-      }
-      for (int kw = 0; kw < s.kernel; ++kw) {
-        const int wi = wi0 + kw;
-        if (wi < 0 || wi >= s.in_w) {
-          zero_floats(cin, dst + kw * cin);
-        } else {
-          copy_floats(x + (line + wi) * cin, cin, dst + kw * cin);
-        }
-      }
-    }
-  }
-}
-
-// The adjoint of im2col: adds each column's values back onto the input pixels they came from
-// (a pixel seen by several windows gets the sum); the padding's share is dropped.
-void col2im_add(const ConvShape& s, const float* col, std::int64_t p0, int count, float* g_x) {
-  const int cin = s.in_channels, row = s.kernel * cin, k = s.k();
-  PixelWalk at(s, p0);
-  for (int j = 0; j < count; ++j, at.next()) {
-    const float* src = col + std::int64_t{j} * k;
-    const int wi0 = at.wo * s.stride - s.pad;
-    for (int kh = 0; kh < s.kernel; ++kh, src += row) {
-      const int hi = at.ho * s.stride - s.pad + kh;
-      if (hi < 0 || hi >= s.in_h) continue;
-      const std::int64_t line = (at.n * s.in_h + hi) * s.in_w;
-      const int kw_begin = std::max(0, -wi0), kw_end = std::min(s.kernel, s.in_w - wi0);
-      if (kw_begin >= kw_end) continue;
-      // Kernel columns kw_begin .. kw_end are one contiguous run of input pixels.
-      float* dst = g_x + (line + wi0 + kw_begin) * cin;
-      const float* from = src + kw_begin * cin;
-      const int n = (kw_end - kw_begin) * cin;
-      for (int i = 0; i < n; ++i) dst[i] += from[i];
-    }
-  }
-}
 
 // A stride-1 convolution's input gradient is itself a convolution, of dZ with the kernel turned
 // half a circle and its channels swapped (same size and padding): im2col of dZ and one product,
@@ -133,6 +41,25 @@ void flip_weights(const ConvShape& s, const float* w, float* flipped) {
       for (int co = 0; co < cout; ++co) {
         for (int ci = 0; ci < cin; ++ci)
           out[std::int64_t{co} * cin + ci] = tap[std::int64_t{ci} * cout + co];
+      }
+    }
+  }
+}
+
+// The adjoint of flip_weights' layout change: g_w[co, (kh, kw, ci)] (+)= flipped[ci, (k-1-kh,
+// k-1-kw, co)].
+void unflip_weights(const ConvShape& s, const float* flipped, float* g_w, bool accumulate) {
+  const int k = s.kernel, cin = s.in_channels, cout = s.out_channels;
+  for (int kh = 0; kh < k; ++kh) {
+    for (int kw = 0; kw < k; ++kw) {
+      float* tap = g_w + std::int64_t{kh * k + kw} * cin * cout;
+      const float* in = flipped + std::int64_t{(k - 1 - kh) * k + (k - 1 - kw)} * cout * cin;
+      for (int ci = 0; ci < cin; ++ci) {
+        for (int co = 0; co < cout; ++co) {
+          const float v = in[std::int64_t{co} * cin + ci];
+          float& out = tap[std::int64_t{ci} * cout + co];
+          out = accumulate ? out + v : v;
+        }
       }
     }
   }
@@ -177,6 +104,7 @@ void ConvScratch::reserve(const ConvShape& shape, int max_batch) {
   at_least(col, floats);
   at_least(dcol, floats);
   at_least(weights, shape.weight_count());
+  at_least(flipped_grad, shape.weight_count());
   if (transposes_as_conv(shape)) {
     const ConvShape t = transposed(shape);
     at_least(col, static_cast<std::size_t>(chunk_for(t, t.out_pixels(max_batch))) * t.k());
@@ -194,7 +122,7 @@ void conv_forward(const ConvShape& s, int batch, const float* x, const float* w,
     const int count = static_cast<int>(std::min<std::int64_t>(chunk, pixels - p0));
     const float* col = x + p0 * s.in_channels;
     if (!reads_input_as_col(s)) {
-      im2col(s, x, p0, count, scratch.col.data());
+      resnet_ops().im2col(s, x, p0, count, scratch.col.data());
       col = scratch.col.data();
     }
     float* out = z + p0 * cout;
@@ -205,49 +133,61 @@ void conv_forward(const ConvShape& s, int batch, const float* x, const float* w,
 
 void conv_backward(const ConvShape& s, int batch, const float* x, const float* w, const float* g_z,
                    float* g_w, bool accumulate, float* g_x, bool add_to_g_x, ConvScratch& scratch) {
+  const int cin = s.in_channels, cout = s.out_channels;
+  if (g_x != nullptr && transposes_as_conv(s)) {
+    // Stride 1: one col serves both gradients. col = im2col of dZ for the transposed
+    // convolution (transposed()), chunked over input pixels;
+    //   dX  = W' * col, W' the flipped kernel: each input pixel written by one product, so
+    //         it adds to g_x, or overwrites it, in the product itself;
+    //   dW' = X * col^T, the weight gradient in W's flipped layout: dW[co, (kh, kw, ci)] =
+    //         sum over q of x[ci, q] dz[co, q - (kh - pad, kw - pad)], and that shifted dz is
+    //         col's row (k-1-kh, k-1-kw, co) at input pixel q.
+    // which spares the backward im2col of x, a third of the im2col work of these layers.
+    const ConvShape t = transposed(s);
+    flip_weights(s, w, scratch.weights.data());
+    const std::int64_t pixels = t.out_pixels(batch);
+    const int chunk = scratch.chunk_for(t, pixels), k = t.k();
+    GRADSYNC_CHECK(scratch.col.size() >= static_cast<std::size_t>(chunk) * k,
+                   "conv_backward: scratch not reserved for this layer");
+    for (std::int64_t p0 = 0; p0 < pixels; p0 += chunk) {
+      const int count = static_cast<int>(std::min<std::int64_t>(chunk, pixels - p0));
+      resnet_ops().im2col(t, g_z, p0, count, scratch.col.data());
+      gemm_nt(cin, k, count, x + p0 * cin, cin, scratch.col.data(), k, scratch.flipped_grad.data(),
+              cin, p0 > 0);
+      gemm_nn(cin, count, k, scratch.weights.data(), cin, scratch.col.data(), k, g_x + p0 * cin,
+              cin, add_to_g_x);
+    }
+    unflip_weights(s, scratch.flipped_grad.data(), g_w, accumulate);
+    return;
+  }
   const std::int64_t pixels = s.out_pixels(batch);
-  const int chunk = scratch.chunk_for(s, pixels);
-  const int k = s.k(), cin = s.in_channels, cout = s.out_channels;
+  const int chunk = scratch.chunk_for(s, pixels), k = s.k();
   GRADSYNC_CHECK(scratch.col.size() >= static_cast<std::size_t>(chunk) * k,
                  "conv_backward: scratch not reserved for this layer");
-  // The input gradient by W^T * dZ and col2im, chunk by chunk beside the weight gradient: where
-  // it is not a convolution of its own (strided), or needs no col (1x1, stride 1).
-  const bool by_col2im = g_x != nullptr && !transposes_as_conv(s);
-  if (by_col2im && !add_to_g_x && !reads_input_as_col(s)) {
+  // Strided (or without input gradient, or 1x1): the input gradient, where wanted, by
+  // W^T * dZ chunk by chunk beside the weight gradient, then col2im (1x1 stride 1: none).
+  if (g_x != nullptr && !add_to_g_x && !reads_input_as_col(s)) {
     std::fill_n(g_x, s.in_pixels(batch) * cin, 0.f);
   }
   for (std::int64_t p0 = 0; p0 < pixels; p0 += chunk) {
     const int count = static_cast<int>(std::min<std::int64_t>(chunk, pixels - p0));
     const float* col = x + p0 * cin;
     if (!reads_input_as_col(s)) {
-      im2col(s, x, p0, count, scratch.col.data());
+      resnet_ops().im2col(s, x, p0, count, scratch.col.data());
       col = scratch.col.data();
     }
     const float* g = g_z + p0 * cout;
     // dW[Cout x K] = dZ * col^T, summed over the chunks: the first overwrites unless the
     // caller accumulates micro-batches.
     gemm_nt(cout, k, count, g, cout, col, k, g_w, cout, accumulate || p0 > 0);
-    if (!by_col2im) continue;
+    if (g_x == nullptr) continue;
     if (reads_input_as_col(s)) {
       gemm_tn(k, count, cout, w, cout, g, cout, g_x + p0 * cin, k, scratch.weights.data(),
               add_to_g_x);
     } else {
       gemm_tn(k, count, cout, w, cout, g, cout, scratch.dcol.data(), k, scratch.weights.data());
-      col2im_add(s, scratch.dcol.data(), p0, count, g_x);
+      resnet_ops().col2im_add(s, scratch.dcol.data(), p0, count, g_x);
     }
-  }
-  if (g_x == nullptr || by_col2im) return;
-  // Stride 1: dX is dZ convolved with the flipped kernel (transposed()), each input pixel
-  // written by one product, so it adds to g_x, or overwrites it, in the product itself.
-  const ConvShape t = transposed(s);
-  flip_weights(s, w, scratch.weights.data());
-  const std::int64_t in_pixels = t.out_pixels(batch);
-  const int in_chunk = scratch.chunk_for(t, in_pixels);
-  for (std::int64_t p0 = 0; p0 < in_pixels; p0 += in_chunk) {
-    const int count = static_cast<int>(std::min<std::int64_t>(in_chunk, in_pixels - p0));
-    im2col(t, g_z, p0, count, scratch.col.data());
-    gemm_nn(cin, count, t.k(), scratch.weights.data(), cin, scratch.col.data(), t.k(),
-            g_x + p0 * cin, cin, add_to_g_x);
   }
 }
 

@@ -17,9 +17,10 @@
 // writes it and the products read it there. Backward recomputes each chunk's col rather than
 // keeping the whole batch's, which would be K times the activation. The input gradient of a
 // stride-1 convolution is the convolution of dZ with the flipped kernel (im2col of dZ, one
-// product into g_x); a strided one's is col2im(W^T * dZ), a scatter-add. The input gradient of a
-// stride-1 convolution is the convolution of dZ with the flipped kernel (im2col of dZ, one
-// product into g_x); a strided one's is col2im(W^T * dZ), a scatter-add.
+// product into g_x), and that col of dZ gives the weight gradient too (dW' = X * col^T in the
+// flipped layout), so such a layer's backward runs one im2col; a strided layer's input gradient
+// is col2im(W^T * dZ), a scatter-add, beside dW = dZ * im2col(x)^T. im2col and col2im run
+// on resnet_ops.h's per-instruction-set loops.
 //
 // Not thread-safe (the scratch is shared); allocates nothing once the scratch is sized.
 #pragma once
@@ -29,25 +30,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/resnet/conv_shape.h"
+
 namespace gradsync::resnet {
 
 using FlatBuffer = std::vector<float, Eigen::aligned_allocator<float>>;
-
-struct ConvShape {
-  int in_channels = 0, out_channels = 0;
-  int kernel = 0, stride = 1, pad = 0;
-  int in_h = 0, in_w = 0, out_h = 0, out_w = 0;
-
-  // A square kernel with "same" padding (kernel / 2), torchvision's choice for 3x3 and 1x1.
-  static ConvShape make(int in_channels, int out_channels, int kernel, int stride, int in_h,
-                        int in_w);
-  int k() const { return kernel * kernel * in_channels; }  // rows of col, columns of W
-  std::size_t weight_count() const { return static_cast<std::size_t>(k()) * out_channels; }
-  std::int64_t in_pixels(int batch) const { return std::int64_t{batch} * in_h * in_w; }
-  std::int64_t out_pixels(int batch) const { return std::int64_t{batch} * out_h * out_w; }
-  // Multiply-adds of the forward product for `batch` samples.
-  double macs(int batch) const { return double(out_pixels(batch)) * k() * out_channels; }
-};
 
 // The col matrices of one chunk and the transposition scratch of gemm_tn, shared by every layer
 // of a model: sized by reserve() for the largest layer.
@@ -56,7 +43,8 @@ struct ConvScratch {
   // value to cross sample boundaries inside chunks.
   int chunk_pixels = 0;
   FlatBuffer col, dcol;
-  FlatBuffer weights;  // W flipped for a stride-1 input gradient, or gemm_tn's transposition
+  FlatBuffer weights;       // W flipped for a stride-1 input gradient, or gemm_tn's transposition
+  FlatBuffer flipped_grad;  // a stride-1 weight gradient in the flipped layout
 
   int chunk_for(const ConvShape& shape, std::int64_t out_pixels) const;
   void reserve(const ConvShape& shape, int max_batch);

@@ -185,8 +185,7 @@ void ResNet::conv_bn_forward(ConvBn& layer, int batch, const float* x, bool trai
     layer.bn.eval_statistics(params_, buffers_);
   }
   if (!layer.out.empty()) {
-    resnet::bn_apply(c, pixels, layer.z.data(), layer.bn.mean(), layer.bn.scale(), layer.bn.shift(),
-                     true, layer.out.data());
+    resnet::bn_apply(c, pixels, layer.z.data(), layer.bn, true, layer.out.data());
   }
 }
 
@@ -266,7 +265,7 @@ void ResNet::bn_backward(ConvBn& layer, int batch, float* g, const float* relu_o
   std::fill_n(sums_.begin(), 2 * c, 0.0);
   resnet::add_backward_sums(c, pixels, g, relu_out, layer.z.data(), layer.bn.mean(), sums_.data());
   layer.bn.backward_factors(sums_.data(), params_, grads_, accumulate, batch_stats_reducer_);
-  resnet::bn_backward_apply(c, pixels, g, layer.z.data(), layer.bn, g_z);
+  resnet::bn_backward_apply(c, pixels, g, relu_out, layer.z.data(), layer.bn, g_z);
 }
 
 void ResNet::backward(int batch, bool accumulate) {

@@ -5,16 +5,21 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "common/random.h"
 #include "model/resnet/resnet.h"
+#include "model/resnet/resnet_ops.h"
+#include "tests/support/cpu_paths.h"
+#include "tests/support/resnet_reference.h"
 #include "worker/model_factory.h"
 
 namespace {
 
 using gradsync::ResNet;
 using gradsync::ResNetShape;
+using gradsync::testing::Reference;
 
 gradsync::Dataset random_images(std::int64_t n, int dim, int classes, std::uint64_t seed) {
   gradsync::Dataset data;
@@ -32,132 +37,6 @@ std::vector<std::int64_t> range(std::int64_t begin, std::int64_t end) {
   std::iota(v.begin(), v.end(), begin);
   return v;
 }
-
-// ---- the reference: NHWC in doubles, parameters read in the documented order -----------------
-struct Act {
-  int n = 0, h = 0, w = 0, c = 0;
-  std::vector<double> v;
-  Act(int n_, int h_, int w_, int c_)
-      : n(n_), h(h_), w(w_), c(c_), v(std::size_t(n_) * h_ * w_ * c_) {}
-  double& at(int i, int y, int x, int ch) { return v[((std::size_t(i) * h + y) * w + x) * c + ch]; }
-  double at(int i, int y, int x, int ch) const {
-    return v[((std::size_t(i) * h + y) * w + x) * c + ch];
-  }
-};
-
-struct Reference {
-  explicit Reference(const std::vector<double>& params,
-                     const std::vector<double>* running_stats = nullptr)
-      : p(params), running(running_stats) {}
-
-  const std::vector<double>& p;
-  const std::vector<double>* running = nullptr;  // eval mode: the model's buffers
-  std::size_t at = 0, buffer = 0;
-  std::vector<double> batch_mean, batch_var;  // train mode: every norm's, in forward order
-  std::vector<std::pair<int, double>> norms;  // (channels, values per channel) of each norm
-  std::vector<double> logits;
-
-  // Direct convolution, no bias, pad kernel / 2; weight [Cout x (kh, kw, cin)] column-major.
-  Act conv(const Act& x, int cout, int k, int stride) {
-    const int pad = k / 2, oh = (x.h + 2 * pad - k) / stride + 1,
-              ow = (x.w + 2 * pad - k) / stride + 1;
-    const double* w = p.data() + at;
-    at += std::size_t(k) * k * x.c * cout;
-    Act y(x.n, oh, ow, cout);
-    for (int i = 0; i < x.n; ++i)
-      for (int oy = 0; oy < oh; ++oy)
-        for (int ox = 0; ox < ow; ++ox)
-          for (int ky = 0; ky < k; ++ky)
-            for (int kx = 0; kx < k; ++kx) {
-              const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
-              if (iy < 0 || iy >= x.h || ix < 0 || ix >= x.w) continue;
-              for (int ci = 0; ci < x.c; ++ci) {
-                const double* wk = w + (std::size_t(ky * k + kx) * x.c + ci) * cout;
-                for (int co = 0; co < cout; ++co)
-                  y.at(i, oy, ox, co) += x.at(i, iy, ix, ci) * wk[co];
-              }
-            }
-    return y;
-  }
-  void norm(Act& z, bool relu) {
-    const double* gamma = p.data() + at;
-    const double* beta = gamma + z.c;
-    at += 2 * std::size_t(z.c);
-    const double m = double(z.n) * z.h * z.w;
-    norms.emplace_back(z.c, m);
-    for (int ch = 0; ch < z.c; ++ch) {
-      double mean = 0, var = 0;
-      for (std::size_t q = ch; q < z.v.size(); q += z.c) mean += z.v[q] / m;
-      for (std::size_t q = ch; q < z.v.size(); q += z.c)
-        var += (z.v[q] - mean) * (z.v[q] - mean) / m;
-      if (running != nullptr) {
-        mean = (*running)[buffer + ch];
-        var = (*running)[buffer + z.c + ch];
-      } else {
-        batch_mean.push_back(mean);
-        batch_var.push_back(var);
-      }
-      for (std::size_t q = ch; q < z.v.size(); q += z.c) {
-        const double y = gamma[ch] * (z.v[q] - mean) / std::sqrt(var + 1e-5) + beta[ch];
-        z.v[q] = relu ? std::max(y, 0.0) : y;
-      }
-    }
-    buffer += 2 * std::size_t(z.c);
-  }
-  // The mean cross-entropy of `indices`; logits kept.
-  double loss(const ResNetShape& s, const gradsync::Dataset& data,
-              const std::vector<std::int64_t>& indices) {
-    const int n = int(indices.size());
-    Act x(n, s.height, s.width, s.channels);
-    for (int i = 0; i < n; ++i)  // samples are (C, H, W)
-      for (int ch = 0; ch < s.channels; ++ch)
-        for (int y = 0; y < s.height; ++y)
-          for (int xx = 0; xx < s.width; ++xx)
-            x.at(i, y, xx, ch) = data.sample(indices[i])[(ch * s.height + y) * s.width + xx];
-    Act a = conv(x, s.stage_width, 3, 1);
-    norm(a, true);
-    for (int stage = 0; stage < 3; ++stage) {
-      for (int b = 0; b < s.blocks_per_stage; ++b) {
-        const int cout = s.stage_width << stage, stride = stage > 0 && b == 0 ? 2 : 1;
-        Act h = conv(a, cout, 3, stride);
-        norm(h, true);
-        Act out = conv(h, cout, 3, 1);
-        norm(out, false);
-        if (stride != 1 || a.c != cout) {
-          Act shortcut = conv(a, cout, 1, stride);
-          norm(shortcut, false);
-          for (std::size_t q = 0; q < out.v.size(); ++q) out.v[q] += shortcut.v[q];
-        } else {
-          for (std::size_t q = 0; q < out.v.size(); ++q) out.v[q] += a.v[q];
-        }
-        for (double& v : out.v) v = std::max(v, 0.0);
-        a = std::move(out);
-      }
-    }
-    const int c = a.c, classes = s.classes;
-    const double* w = p.data() + at;  // [classes x C] column-major, then b
-    const double* bias = w + std::size_t(c) * classes;
-    logits.assign(std::size_t(n) * classes, 0.0);
-    double total = 0;
-    for (int i = 0; i < n; ++i) {
-      std::vector<double> pooled(c, 0.0);
-      for (int y = 0; y < a.h; ++y)
-        for (int xx = 0; xx < a.w; ++xx)
-          for (int ch = 0; ch < c; ++ch) pooled[ch] += a.at(i, y, xx, ch) / (a.h * a.w);
-      double* z = logits.data() + std::size_t(i) * classes;
-      double top = -1e300;
-      for (int k = 0; k < classes; ++k) {
-        z[k] = bias[k];
-        for (int ch = 0; ch < c; ++ch) z[k] += w[k + std::size_t(ch) * classes] * pooled[ch];
-        top = std::max(top, z[k]);
-      }
-      double sum = 0;
-      for (int k = 0; k < classes; ++k) sum += std::exp(z[k] - top);
-      total += top + std::log(sum) - z[data.labels[std::size_t(indices[i])]];
-    }
-    return total / n;
-  }
-};
 
 std::vector<double> as_double(std::span<const float> v) { return {v.begin(), v.end()}; }
 
@@ -457,4 +336,46 @@ TEST_CASE("resnet: model.kind resnet builds it from the config; images must be s
   CHECK(model->param_count() == ResNet(shape, 1).param_count());
   CHECK(gradsync::model_parameters(config, {784, 10}) == std::int64_t(model->param_count()));
   CHECK_THROWS_AS(gradsync::make_model(config, {32, 10}, 4), gradsync::ConfigError);
+}
+
+TEST_CASE("resnet: the loops around the products give the same bits on every CPU path") {
+  // resnet_ops.inl compiled per instruction set without contraction (model/CMakeLists.txt).
+  // 20 channels: a 16-lane body and a tail; a strided 3x3 window over a 7 x 6 image.
+  const int c = 20, pixels = 37;
+  const auto shape = gradsync::resnet::ConvShape::make(c, 8, 3, 2, 7, 6);
+  std::vector<float> z(std::size_t(c) * 2 * 7 * 6), z2(z.size()), mask(z.size()), f(6 * c);
+  gradsync::SplitMix64 rng(37);
+  for (auto* v : {&z, &z2, &mask, &f})
+    for (float& x : *v) x = float(rng.normal());
+  const float *mean = f.data(), *scale = mean + c, *shift = scale + c, *a = shift + c, *b = a + c,
+              *c0 = b + c;
+  std::vector<float> first;
+  gradsync::testing::on_every_cpu_path([&] {
+    const gradsync::resnet::ResnetOps& ops = gradsync::resnet::resnet_ops();
+    std::vector<float> out;
+    auto keep = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
+    std::vector<float> col(std::size_t(shape.k()) * 9), g = z2, y(std::size_t(c) * pixels);
+    ops.im2col(shape, z.data(), 3, 9, col.data());
+    keep(col);
+    ops.col2im_add(shape, col.data(), 3, 9, g.data());
+    keep(g);
+    std::vector<double> sums(2 * c, 0.0), dsums(2 * c, 0.0);
+    ops.add_channel_sums(c, pixels, z.data(), sums.data());
+    ops.add_backward_sums(c, pixels, z2.data(), mask.data(), z.data(), mean, dsums.data());
+    for (double v : sums) out.push_back(float(v));
+    for (double v : dsums) out.push_back(float(v));
+    ops.bn_apply(c, pixels, z.data(), mean, scale, shift, true, y.data());
+    keep(y);
+    ops.bn_add_relu(c, pixels, z.data(), mean, scale, shift, z2.data(), y.data());
+    keep(y);
+    ops.bn_bn_add_relu(c, pixels, z.data(), mean, scale, shift, z2.data(), a, b, c0, y.data());
+    keep(y);
+    ops.bn_backward_apply(c, pixels, z2.data(), mask.data(), z.data(), mean, a, b, c0, y.data());
+    keep(y);
+    g = z2;
+    ops.relu_mask(std::int64_t(g.size()), mask.data(), g.data());
+    keep(g);
+    if (first.empty()) first = out;
+    CHECK(std::memcmp(out.data(), first.data(), out.size() * sizeof(float)) == 0);
+  });
 }
