@@ -6,16 +6,6 @@
 
 namespace gradsync {
 
-std::size_t ShardUnit::padded() const { return slice * static_cast<std::size_t>(ranks); }
-
-std::size_t ShardUnit::slice_begin(int r) const {
-  return std::min(end, begin + slice * static_cast<std::size_t>(r));
-}
-
-std::size_t ShardUnit::slice_end(int r) const {
-  return std::min(end, begin + slice * static_cast<std::size_t>(r + 1));
-}
-
 ShardLayout shard_layout(const std::vector<TensorShape>& tensors, std::size_t params, int ranks,
                          std::size_t unit_bytes, int rank) {
   GRADSYNC_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "shard layout: rank out of range");
@@ -36,10 +26,9 @@ ShardLayout shard_layout(const std::vector<TensorShape>& tensors, std::size_t pa
     unit.ranks = ranks;
     unit.begin = t->offset;
     unit.end = end;
-    unit.slice = (unit.floats() + std::size_t(ranks) - 1) / std::size_t(ranks);
+    unit.slice = unit.floats() / std::size_t(ranks);
     unit.shard_offset = layout.shard_floats;
-    layout.shard_floats += unit.slice;
-    layout.largest_padded = std::max(layout.largest_padded, unit.padded());
+    layout.shard_floats += unit.slice + unit.tail();
     if (unit.floats() > 0) layout.units.push_back(unit);
     end = t->offset;
   }

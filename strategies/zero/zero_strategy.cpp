@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/model_state_memory.h"
 #include "common/stopwatch.h"
 #include "model/make_optimizer.h"
 
@@ -17,22 +18,24 @@ class ZeroStrategy::ShardedOptimizer final : public Optimizer {
       : layout_(layout),
         params_(params),
         sgd_(make_sgd(layout.shard_floats, sgd, -1)),
-        param_shard(layout.shard_floats, 0.0f),
-        grad_shard(layout.shard_floats, 0.0f) {}
+        param_shard(ModelState::kParams, layout.shard_floats),
+        grad_shard(ModelState::kGrads, layout.shard_floats) {}
 
-  // Copies this rank's slices of `full` into `shard` (padding left as it is) or back.
+  // Copies this rank's slice and the tail of every unit of `full` into `shard`, or back.
   void gather(std::span<const float> full, std::span<float> shard) const {
     for (const ShardUnit& u : layout_.units) {
-      const std::size_t b = u.slice_begin(layout_.rank), e = u.slice_end(layout_.rank);
-      std::copy(full.begin() + std::ptrdiff_t(b), full.begin() + std::ptrdiff_t(e),
-                shard.begin() + std::ptrdiff_t(u.shard_offset));
+      std::copy_n(full.begin() + std::ptrdiff_t(u.slice_begin(layout_.rank)), u.slice,
+                  shard.begin() + std::ptrdiff_t(u.shard_offset));
+      std::copy_n(full.begin() + std::ptrdiff_t(u.tail_begin()), u.tail(),
+                  shard.begin() + std::ptrdiff_t(u.shard_offset + u.slice));
     }
   }
   void scatter(std::span<const float> shard, std::span<float> full) const {
     for (const ShardUnit& u : layout_.units) {
-      const std::size_t b = u.slice_begin(layout_.rank), e = u.slice_end(layout_.rank);
-      std::copy_n(shard.begin() + std::ptrdiff_t(u.shard_offset), e - b,
-                  full.begin() + std::ptrdiff_t(b));
+      std::copy_n(shard.begin() + std::ptrdiff_t(u.shard_offset), u.slice,
+                  full.begin() + std::ptrdiff_t(u.slice_begin(layout_.rank)));
+      std::copy_n(shard.begin() + std::ptrdiff_t(u.shard_offset + u.slice), u.tail(),
+                  full.begin() + std::ptrdiff_t(u.tail_begin()));
     }
   }
 
@@ -66,15 +69,16 @@ class ZeroStrategy::ShardedOptimizer final : public Optimizer {
   std::unique_ptr<Optimizer> sgd_;
 
  public:
-  std::vector<float> param_shard;  // this rank's slices of the parameters, padding zero
-  std::vector<float> grad_shard;   // their averaged gradient, after the reduce-scatters
+  // This rank's slices and the tails of the parameters, and their averaged gradient after the
+  // reduce-scatters: model state of this rank's own, counted as such.
+  TrackedBuffer<float> param_shard;
+  TrackedBuffer<float> grad_shard;
 };
 
-// A unit's reduce-scatter in flight, with the padded copy of its gradient it reads from.
+// A unit's reduce-scatter (and its tail's all-reduce) in flight.
 struct ZeroStrategy::InFlight {
   std::size_t unit = 0;
-  std::vector<float> padded;
-  std::shared_ptr<Work> work;
+  std::vector<std::shared_ptr<Work>> works;
   Clock::time_point issued;
 };
 
@@ -91,10 +95,13 @@ ZeroStrategy::~ZeroStrategy() { settle(); }
 void ZeroStrategy::settle() {
   // Only this rank's reduce-scatters in flight read buffers that are about to go.
   for (const auto& f : in_flight_) {
-    try {
-      f->work->wait(comm_->timeout());
-    } catch (const std::exception&) {
-      // Failed: it no longer reads the buffer; timed out: the communicator's destructor ends it.
+    for (const auto& work : f->works) {
+      try {
+        work->wait(comm_->timeout());
+      } catch (const std::exception&) {
+        // Failed: it no longer reads the buffer; timed out: the communicator's destructor ends
+        // it.
+      }
     }
   }
   in_flight_.clear();
@@ -120,19 +127,24 @@ void ZeroStrategy::reduce_scatter_unit(std::span<const float> grads, std::size_t
   auto f = std::make_unique<InFlight>();
   f->unit = u;
   f->issued = Clock::now();
-  // Padded to N equal blocks; the padding's sum is zero and lands past the unit's end.
-  f->padded.assign(unit.padded(), 0.0f);
-  std::copy(grads.begin() + std::ptrdiff_t(unit.begin), grads.begin() + std::ptrdiff_t(unit.end),
-            f->padded.begin());
-  std::span<float> out(optimizer_->grad_shard.data() + unit.shard_offset, unit.slice);
+  // Straight from the model's buffer: N equal slices, then the tail every rank keeps.
+  float* shard = optimizer_->grad_shard.data() + unit.shard_offset;
+  const auto sliced = grads.subspan(unit.begin, unit.sliced());
+  const auto tail = grads.subspan(unit.tail_begin(), unit.tail());
+  const std::span<float> slice_out(shard, unit.slice), tail_out(shard + unit.slice, unit.tail());
   if (blocking) {
-    comm_->reduce_scatter(f->padded, out, ReduceOp::kAvg);
-    f->padded = {};
+    if (unit.slice > 0) comm_->reduce_scatter(sliced, slice_out, ReduceOp::kAvg);
+    if (unit.tail() > 0) comm_->allreduce_into(tail, tail_out, ReduceOp::kAvg);
   } else {
-    f->work = comm_->reduce_scatter_async(f->padded, out, ReduceOp::kAvg);
+    if (unit.slice > 0) {
+      f->works.push_back(comm_->reduce_scatter_async(sliced, slice_out, ReduceOp::kAvg));
+    }
+    if (unit.tail() > 0) {
+      f->works.push_back(comm_->allreduce_into_async(tail, tail_out, ReduceOp::kAvg));
+    }
   }
   TraceSpan span{"reduce_scatter", -1, f->issued, blocking ? Clock::now() : f->issued};
-  span.bytes = unit.padded() * sizeof(float);
+  span.bytes = unit.floats() * sizeof(float);
   span.index = static_cast<int>(u);
   spans_.push_back(span);
   if (!blocking) in_flight_.push_back(std::move(f));
@@ -160,20 +172,23 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
     next_unit_ = 0;
     spans_.clear();
   }
-  // What backward has not reduced yet (all of it at stage 1), the step's last unit on this
-  // thread.
-  // Stage 1 one unit after the other, each padded copy gone before the next is made.
+  // What backward has not reduced yet (all of it at stage 1, one unit after the other), the
+  // step's last unit on this thread.
   while (next_unit_ < layout_.units.size()) {
     const bool last = next_unit_ + 1 == layout_.units.size();
     reduce_scatter_unit(grads, next_unit_++, options_.stage == 1 || last);
   }
   for (const auto& f : in_flight_) {
-    f->work->wait(comm_->timeout());
+    WorkTimes times{f->issued, {}};
+    for (const auto& work : f->works) {
+      work->wait(comm_->timeout());
+      const WorkTimes t = work->times();
+      if (t.known()) times = WorkTimes{std::min(times.started, t.started), t.finished};
+    }
     for (TraceSpan& span : spans_) {
       if (span.index == static_cast<int>(f->unit) &&
           std::string_view(span.name) == "reduce_scatter") {
-        const WorkTimes times = f->work->times();
-        span.begin = times.known() ? times.started : f->issued;
+        span.begin = times.started;
         span.end = times.known() ? times.finished : Clock::now();
       }
     }
@@ -186,19 +201,21 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
   optimizer_->step_shards();
   const double update_s = update.seconds();
 
-  // Every unit's slices gathered back into the model's buffer, one padded unit at a time.
+  // Every unit's slices gathered straight into the model's buffer; the tails, which every rank
+  // stepped alike, copied back.
   Stopwatch gather;
-  std::vector<float> padded(layout_.largest_padded);
   for (std::size_t u = 0; u < layout_.units.size(); ++u) {
     const ShardUnit& unit = layout_.units[u];
     const Clock::time_point begin = Clock::now();
-    std::span<float> whole(padded.data(), unit.padded());
-    comm_->allgather(
-        std::span<const float>(optimizer_->param_shard.data() + unit.shard_offset, unit.slice),
-        whole);
-    std::copy_n(whole.begin(), unit.floats(), params.begin() + std::ptrdiff_t(unit.begin));
+    const float* shard = optimizer_->param_shard.data() + unit.shard_offset;
+    if (unit.slice > 0) {
+      comm_->allgather(std::span<const float>(shard, unit.slice),
+                       params.subspan(unit.begin, unit.sliced()));
+    }
+    std::copy_n(shard + unit.slice, unit.tail(),
+                params.begin() + std::ptrdiff_t(unit.tail_begin()));
     TraceSpan span{"allgather", -1, begin, Clock::now()};
-    span.bytes = unit.padded() * sizeof(float);
+    span.bytes = unit.sliced() * sizeof(float);
     span.index = static_cast<int>(u);
     spans_.push_back(span);
   }

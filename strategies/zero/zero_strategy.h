@@ -11,15 +11,16 @@
 //   synchronize:  the SGD step on this rank's slices (momentum and weight decay as every other
 //                 strategy), then every unit's parameters all-gathered into the model's buffer
 //
-// Reduce-scatter plus all-gather move the bytes of one all-reduce, 2(N-1)/N of each unit padded
-// to a multiple of N. Every rank ends with the same parameters, bit for bit: the all-gather
-// copies the owner's values. The sums are the backend's reduce-scatter's, so the trajectory
-// follows `single` on the global batch up to float summation order.
+// Reduce-scatter plus all-gather move the bytes of one all-reduce, 2(N-1)/N of each unit's
+// slices, read from and written to the model's own buffers (the under-N-float tail of a unit is
+// all-reduced and stepped on every rank). Every rank ends with the same parameters, bit for bit:
+// the all-gather copies the owner's values. The sums are the backend's reduce-scatter's, so the
+// trajectory follows `single` on the global batch up to float summation order.
 //
 // Memory: the model still holds full parameter and gradient buffers (stage 2's freeing of each
 // reduced unit's gradient, and stage 3, need storage the strategy owns). What zero allocates is
-// counted in the process's ModelStateMemory (common/model_state_memory.h): the shards, the
-// momentum of the slices and the padded unit a collective is working on.
+// counted in the process's ModelStateMemory (common/model_state_memory.h): the shards of the
+// parameters and gradients, and the momentum of the slices (Sgd counts it).
 //
 // Checkpoints: a run resumes from any checkpoint (the full momentum it holds is cut to this
 // rank's slices: optimizer() presents the whole buffer); writing one needs every rank's slices,

@@ -84,33 +84,36 @@ const std::vector<gradsync::LayerRange>& layers() {
 
 }  // namespace
 
-TEST_CASE("zero shard layout: whole tensors, last first, padded slices cover every unit") {
+TEST_CASE("zero shard layout: whole tensors, last first, equal slices and a shared tail") {
   const gradsync::Mlp model(kWidths, 1);
   // Units of at least 4 KiB, closed at a tensor: W1 b1 W2 b2 (2410 floats), W0 b0 (2112).
   for (int ranks : {1, 3, 4}) {
     CAPTURE(ranks);
     std::size_t shard = 0;
+    std::vector<int> owners(model.param_count(), 0);
     for (int r = 0; r < ranks; ++r) {
       const auto layout =
           gradsync::shard_layout(model.tensors(), model.param_count(), ranks, 4096, r);
       REQUIRE(layout.units.size() == 2);
       CHECK(layout.units[0].floats() == 2410);
       CHECK(layout.units[0].end == model.param_count());
-      for (std::size_t u = 0; u + 1 < layout.units.size(); ++u) {
-        CHECK(layout.units[u + 1].end == layout.units[u].begin);  // contiguous, back to front
-      }
-      CHECK(layout.units.back().begin == 0);
-      std::size_t covered = 0;
+      CHECK(layout.units[1].end == layout.units[0].begin);  // contiguous, back to front
+      CHECK(layout.units[1].begin == 0);
       for (const auto& unit : layout.units) {
-        CHECK(unit.padded() >= unit.floats());
-        CHECK(unit.padded() < unit.floats() + std::size_t(ranks));
-        for (int q = 0; q < ranks; ++q) covered += unit.slice_end(q) - unit.slice_begin(q);
+        CHECK(unit.tail() < std::size_t(ranks));
+        for (std::size_t i = unit.slice_begin(r); i < unit.slice_end(r); ++i) ++owners[i];
       }
-      CHECK(covered == model.param_count());  // every float owned by exactly one rank
       if (r == 0) shard = layout.shard_floats;
-      CHECK(layout.shard_floats == shard);  // every rank's shard the same size, padding included
+      CHECK(layout.shard_floats == shard);  // every rank's shard the same size
     }
-    CHECK(shard * std::size_t(ranks) < model.param_count() + 2 * std::size_t(ranks));
+    // Every float of the slices owned by exactly one rank; the tails by none of them.
+    const auto layout =
+        gradsync::shard_layout(model.tensors(), model.param_count(), ranks, 4096, 0);
+    for (const auto& unit : layout.units) {
+      for (std::size_t i = unit.begin; i < unit.tail_begin(); ++i) CHECK(owners[i] == 1);
+      for (std::size_t i = unit.tail_begin(); i < unit.end; ++i) CHECK(owners[i] == 0);
+    }
+    CHECK(shard <= model.param_count() / std::size_t(ranks) + 2 * std::size_t(ranks));
   }
 }
 
@@ -141,7 +144,7 @@ TEST_CASE("zero: stages 1 and 2 follow `single` on the global batch for 50 steps
   }
 }
 
-TEST_CASE("zero: a step moves one all-reduce's bytes, 2(N-1)/N of every padded unit") {
+TEST_CASE("zero: a step moves one all-reduce's bytes, 2(N-1)/N of every unit") {
   for (int ranks : {2, 3, 4}) {
     CAPTURE(ranks);
     ZeroRun run;
@@ -151,18 +154,25 @@ TEST_CASE("zero: a step moves one all-reduce's bytes, 2(N-1)/N of every padded u
     const gradsync::Mlp model(kWidths, 1);
     const auto layout =
         gradsync::shard_layout(model.tensors(), model.param_count(), ranks, 4096, 0);
-    // Each unit: the reduce-scatter sends N-1 slices, the all-gather N-1 slices, from every rank.
-    std::uint64_t per_step = 0;
-    for (const auto& unit : layout.units) per_step += 2 * std::uint64_t(ranks - 1) * unit.slice * 4;
+    // Each unit: the reduce-scatter sends N-1 slices, the all-gather N-1 slices, from every
+    // rank; a tail (under N floats) is all-reduced besides.
+    std::uint64_t slices = 0, tails = 0;
+    for (const auto& unit : layout.units) {
+      slices += 2 * std::uint64_t(ranks - 1) * unit.slice * 4;
+      tails += unit.tail();
+    }
     for (int r = 0; r < ranks; ++r) {
       CAPTURE(r);
-      CHECK(results[r].totals.bytes_sent == steps * per_step);
-      CHECK(results[r].totals.bytes_received == steps * per_step);
+      if (tails == 0) {
+        CHECK(results[r].totals.bytes_sent == steps * slices);  // N = 2: exactly
+      } else {
+        CHECK(results[r].totals.bytes_sent >= steps * slices);
+        CHECK(results[r].totals.bytes_sent <= steps * (slices + 2 * tails * 4));
+      }
     }
-    // The ring all-reduce of the same buffer moves 2(N-1)/N of it: the same, but for the
-    // padding (under N floats in each of the 2 units).
+    // The ring all-reduce of the same buffer moves 2(N-1)/N of it: the same.
     const double ring = 2.0 * (ranks - 1) / ranks * model.param_count() * 4;
-    CHECK(static_cast<double>(per_step) >= ring);
-    CHECK(static_cast<double>(per_step) <= ring + 2.0 * (ranks - 1) * 2 * 4);
+    CHECK(static_cast<double>(results[0].totals.bytes_sent) / steps ==
+          doctest::Approx(ring).epsilon(0.01));
   }
 }
