@@ -10,6 +10,7 @@
 #include "teach/dp_vs_ddp.h"
 #include "teach/hierarchical.h"
 #include "teach/ring_schedule.h"
+#include "teach/zero_lesson.h"
 
 namespace gradsync {
 namespace {
@@ -93,6 +94,31 @@ Command add_hierarchical_lesson(CLI::App& teach) {
       }};
 }
 
+Command add_zero_lesson(CLI::App& teach) {
+  struct Options {
+    std::string preset = "zero";
+    std::vector<std::string> overrides;
+    std::string output;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* lesson = teach.add_subcommand(
+      "zero",
+      "run allreduce and ZeRO's stages on one model and print the model state each rank held "
+      "and the bytes it sent, measured, beside the model's");
+  lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
+  lesson->add_option("--set", options->overrides, "override a key, e.g. train.steps=10");
+  lesson->add_option("--output", options->output, "results root (default: output.dir)");
+  return {lesson, [options] {
+            const Preset preset =
+                load_preset(find_preset(options->preset, presets_dir()), options->overrides);
+            const PresetOutcome outcome = run_preset(preset, options->output);
+            std::cout << "\n"
+                      << teach::render_zero(teach::zero_rows(preset.runs, outcome.runs))
+                      << "\nresults: " << outcome.dir << "\n";
+            return 0;
+          }};
+}
+
 }  // namespace
 
 Command add_teach_command(CLI::App& parent) {
@@ -100,7 +126,7 @@ Command add_teach_command(CLI::App& parent) {
       parent.add_subcommand("teach", "step-by-step demos of how the strategies move data");
   teach->require_subcommand(1);
   std::vector<Command> lessons = {add_ring_lesson(*teach), add_dp_vs_ddp_lesson(*teach),
-                                  add_hierarchical_lesson(*teach)};
+                                  add_hierarchical_lesson(*teach), add_zero_lesson(*teach)};
   return {teach, [lessons = std::move(lessons)] { return run_parsed(lessons); }};
 }
 

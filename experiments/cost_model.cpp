@@ -144,6 +144,38 @@ double ring_wire_fraction(const Compression& c, int workers) {
 
 namespace {
 
+void validate_zero(int stage, int ranks, double params, int max_stage) {
+  if (stage < 0 || stage > max_stage) {
+    throw ConfigError(
+        kWhere, "zero.stage",
+        "must be 0 (allreduce) to " + std::to_string(max_stage) + ", got " + std::to_string(stage));
+  }
+  validate({Scheme::kRing, ranks, 1, params, 1});
+}
+
+}  // namespace
+
+ZeroMemory zero_paper_bytes(int stage, int ranks, double params) {
+  validate_zero(stage, ranks, params, 3);
+  const double full = 4 * params, shard = full / ranks;
+  return {stage >= 3 ? shard : full, stage >= 2 ? shard : full, stage >= 1 ? shard : full};
+}
+
+ZeroMemory zero_gradsync_bytes(int stage, int ranks, double params) {
+  validate_zero(stage, ranks, params, 2);
+  const double full = 4 * params, shard = full / ranks;
+  if (stage == 0) return {full, full, full};
+  return {full + shard, full + shard, shard};
+}
+
+double zero_step_bytes(int stage, int ranks, double params) {
+  validate_zero(stage, ranks, params, 3);
+  const double n = ranks;
+  return (stage == 3 ? 3 : 2) * (n - 1) / n * 4 * params;
+}
+
+namespace {
+
 void validate_hosts(int hosts, int ranks_per_host, double model_bytes) {
   if (hosts < 1) {
     throw ConfigError(kWhere, "hosts", "must be at least 1, got " + std::to_string(hosts));

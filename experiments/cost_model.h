@@ -108,6 +108,26 @@ struct HostBytes {
 HostBytes flat_ring_host_bytes(int hosts, int ranks_per_host, double model_bytes);
 HostBytes hierarchical_host_bytes(int hosts, int ranks_per_host, double model_bytes);
 
+// Model-state bytes per rank under ZeRO with fp32 SGD and momentum (4 bytes a value; P
+// parameters over N ranks), and what one step moves per rank. The paper's stages:
+//   allreduce (stage 0)  params 4P, grads 4P, momentum 4P
+//   stage 1              the momentum sharded: 4P/N
+//   stage 2              the gradients too: each reduced unit's full gradient freed, 4P/N kept
+//   stage 3              the parameters too: 4P/N, plus the layers gathered at the moment
+// gradsync's zero as built (strategies/zero/zero_strategy.h) keeps the model's full parameter
+// and gradient buffers at stages 1 and 2, and its own shards of both beside them (4P/N each):
+// `gradsync_*` below is that, what the ledger measures (common/model_state_memory.h).
+// Bytes sent per rank and step: 2(N-1)/N 4P for stages 0 to 2 (reduce-scatter + all-gather),
+// 3(N-1)/N 4P for stage 3 (the parameters gathered again for backward).
+struct ZeroMemory {
+  double params = 0, grads = 0, optimizer = 0;
+  double total() const { return params + grads + optimizer; }
+};
+// stage 0: allreduce. Throws ConfigError for a stage outside 0..3, ranks < 1 or params < 0.
+ZeroMemory zero_paper_bytes(int stage, int ranks, double params);
+ZeroMemory zero_gradsync_bytes(int stage, int ranks, double params);  // stages 0..2
+double zero_step_bytes(int stage, int ranks, double params);
+
 // One measured run, for calibration.
 struct Observation {
   std::string label;  // run name, for messages

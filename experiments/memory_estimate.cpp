@@ -95,7 +95,7 @@ MemoryEstimate estimate_memory(const Config& config, const DataShape& data) {
   const double p = e.parameters * kFloat;
   const double workers = config.workers;
   const bool ps = config.strategy == "ps";
-  const bool own_processes = ps || config.strategy == "allreduce";
+  const bool own_processes = ps || uses_communicator(config.strategy);
   e.processes = own_processes ? config.workers + (ps ? config.ps.servers : 0) : 1;
   // Parameters and gradients of every replica; the momentum of whoever runs the optimizer.
   // On a GPU the replicas' buffers are device memory: none of that counts here.
@@ -103,6 +103,8 @@ MemoryEstimate estimate_memory(const Config& config, const DataShape& data) {
   const double replicas = on_host ? workers : 0;  // single has one worker (preset_checks.cpp)
   double momentum_copies = 0;
   if (on_host && !ps) momentum_copies = config.strategy == "allreduce" ? workers : 1;
+  // zero: each rank the momentum, parameters and gradients of its 1/N slices: 3 copies in all.
+  if (on_host && config.strategy == "zero") momentum_copies = 3;
   // The shards hold the parameters and their momentum, split between them, on the host always.
   const double shard_copies = ps ? 2 : 0;
   e.model_bytes = p * (2 * replicas + momentum_copies + shard_copies);

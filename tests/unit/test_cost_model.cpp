@@ -427,4 +427,21 @@ TEST_CASE("cost: compression scales the ring's bytes by its wire fraction") {
   CHECK_THROWS_AS(ring_wire_fraction({"topk", 0}, 4), ConfigError);
 }
 
+TEST_CASE("cost: ZeRO's model state per rank and bytes per step") {
+  const double p = 1000;
+  CHECK(zero_paper_bytes(0, 4, p).total() == 12000);
+  CHECK(zero_paper_bytes(1, 4, p).optimizer == 1000);
+  CHECK(zero_paper_bytes(2, 4, p).total() == doctest::Approx(4000 + 1000 + 1000));
+  CHECK(zero_paper_bytes(3, 4, p).total() == doctest::Approx(3000));
+  // As built: the model's full buffers stay, the shards beside them.
+  CHECK(zero_gradsync_bytes(1, 4, p).total() == doctest::Approx(4000 + 1000 + 4000 + 1000 + 1000));
+  CHECK(zero_gradsync_bytes(2, 2, p).optimizer == doctest::Approx(2000));
+  CHECK(zero_step_bytes(1, 4, p) == doctest::Approx(6000));  // one all-reduce's 2(N-1)/N 4P
+  CHECK(zero_step_bytes(3, 4, p) == doctest::Approx(9000));  // 1.5x
+  CHECK(zero_step_bytes(2, 1, p) == 0);
+  CHECK_THROWS_AS(zero_paper_bytes(4, 2, p), ConfigError);
+  CHECK_THROWS_AS(zero_gradsync_bytes(3, 2, p), ConfigError);
+  CHECK_THROWS_AS(zero_step_bytes(1, 0, p), ConfigError);
+}
+
 }  // namespace gradsync::cost

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "teach/dp_vs_ddp.h"
+#include "teach/zero_lesson.h"
 
 namespace {
 
@@ -51,5 +52,31 @@ TEST_CASE("teach dp-vs-ddp: without a link cap there is no time to predict") {
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].predicted_comm_s == 0);
   CHECK(gradsync::teach::render_dp_vs_ddp(rows).find("| 8.0 | 8.0 | 60.0 | - |") !=
+        std::string::npos);
+}
+
+TEST_CASE("teach zero: measured model state and bytes beside the model, per stage") {
+  gradsync::Config ring, zero1, dp;
+  ring.name = "allreduce-4", ring.strategy = "allreduce", ring.workers = 4;
+  zero1.name = "zero1-4", zero1.strategy = "zero", zero1.workers = 4, zero1.zero.stage = 1;
+  dp.name = "dp-4", dp.strategy = "dp", dp.workers = 4;
+  // P = 1M: an all-reduce sends 2(N-1)/N 4P = 6 MB per rank and step, received alike.
+  auto a = outcome(ring, 12'000'000), z = outcome(zero1, 12'000'000);
+  a.summary.peak_model_state_bytes = 12'000'000;
+  z.summary.peak_model_state_bytes = 11'000'000;
+  const auto rows = gradsync::teach::zero_rows({ring, dp, zero1}, {a, outcome(dp, 0), z});
+  REQUIRE(rows.size() == 2);  // dp left out
+  CHECK(rows[0].stage == 0);
+  CHECK(rows[0].gradsync_mb == doctest::Approx(12.0));
+  CHECK(rows[1].stage == 1);
+  // As built: 4P + 4P/N parameters, as much of gradients, 4P/N momentum: 11 MB; the paper's
+  // stage 1 keeps 4P + 4P + 4P/N = 9 MB.
+  CHECK(rows[1].gradsync_mb == doctest::Approx(11.0));
+  CHECK(rows[1].paper_mb == doctest::Approx(9.0));
+  CHECK(rows[1].measured_mb == doctest::Approx(11.0));
+  CHECK(rows[1].sent_mb == doctest::Approx(6.0));
+  CHECK(rows[1].model_sent_mb == doctest::Approx(6.0));
+  const std::string table = gradsync::teach::render_zero(rows);
+  CHECK(table.find("| zero1-4 | 1 | 4 | 11.00 | 11.00 | 9.00 | 6.00 | 6.00 | 70.00 |") !=
         std::string::npos);
 }
