@@ -190,20 +190,6 @@ void check_slow_ranks(const Origins& origins, const std::string& source, const C
 // network.hosts of them).
 constexpr int kMaxNamespaceProcesses = 249;
 
-void check_processes(const Origins& origins, const std::string& source, const Config& config) {
-  const bool processes = uses_communicator(config.strategy) || config.strategy == "ps";
-  const int shards = config.strategy == "ps" ? config.ps.servers : 0;
-  const int hosts = config.network.hosts > 0 ? config.network.hosts : config.workers;
-  if (processes && config.network.namespaces && hosts + shards > kMaxNamespaceProcesses) {
-    const std::string where =
-        config.network.hosts > 0
-            ? origin_of(origins, {"network.hosts", "ps.servers", "network.namespaces"},
-                        source + ":1")
-            : origin_of(origins, {"workers", "ps.servers", "network.namespaces"}, source + ":1");
-    throw ConfigError(
-        where, "network.namespaces",
-        "one network of at most " + std::to_string(kMaxNamespaceProcesses) + " processes, got " +
-            (config.network.hosts > 0 ? std::to_string(hosts) + " network.hosts"
 // zero: stages 1 and 2 on host buffers (strategies/zero/zero_strategy.h).
 void check_zero(const Origins& origins, const std::string& source, const Config& config) {
   if (config.strategy != "zero") return;
@@ -224,6 +210,20 @@ void check_zero(const Origins& origins, const std::string& source, const Config&
   }
 }
 
+void check_processes(const Origins& origins, const std::string& source, const Config& config) {
+  const bool processes = uses_communicator(config.strategy) || config.strategy == "ps";
+  const int shards = config.strategy == "ps" ? config.ps.servers : 0;
+  const int hosts = config.network.hosts > 0 ? config.network.hosts : config.workers;
+  if (processes && config.network.namespaces && hosts + shards > kMaxNamespaceProcesses) {
+    const std::string where =
+        config.network.hosts > 0
+            ? origin_of(origins, {"network.hosts", "ps.servers", "network.namespaces"},
+                        source + ":1")
+            : origin_of(origins, {"workers", "ps.servers", "network.namespaces"}, source + ":1");
+    throw ConfigError(
+        where, "network.namespaces",
+        "one network of at most " + std::to_string(kMaxNamespaceProcesses) + " processes, got " +
+            (config.network.hosts > 0 ? std::to_string(hosts) + " network.hosts"
                                       : std::to_string(config.workers) + " workers") +
             (shards > 0 ? " + " + std::to_string(shards) + " ps.servers" : std::string()) +
             " (leave it false and use network.link_gbps alone)");
@@ -278,6 +278,7 @@ void check_combinations(const Origins& origins, const std::string& source, const
   check_hierarchical(origins, source, config);
   check_compression(origins, source, config);
   check_hosts(origins, source, config);
+  check_zero(origins, source, config);
   check_processes(origins, source, config);
   check_slow_ranks(origins, source, config);
   if (config.strategy == "single" && config.workers != 1) {
@@ -292,7 +293,6 @@ void check_combinations(const Origins& origins, const std::string& source, const
         "model.layers",
         std::to_string(config.model.layers) + " layers of a model of " +
             std::to_string(config.model.parameters) +
-  check_zero(origins, source, config);
             " model.parameters: at most one layer per parameter");
   }
 }
