@@ -61,32 +61,73 @@ std::string hex32(std::uint32_t value) {
 
 [[noreturn]] void reject(const std::string& message) { throw WireError(message); }
 
-// PUSHPULL, REPLY and INIT carry one float per key. The expected size is compared by division, not
-// by computing 4 * keys, because a range wider than 2^62 keys would overflow the product and could
-// make a bogus range look consistent with a small payload.
-void check_float_payload(const Header& header) {
+// "PUSHPULL" or "PUSHPULL fp16": a push's encoding is named unless it is plain fp32.
+std::string payload_label(const Header& header) {
+  std::string label = type_label(header.type);
+  if (header.type == MessageType::kPushPull && header.encoding() != PushEncoding::kFp32) {
+    label += std::string(" ") + encoding_name(header.encoding());
+  }
+  return label;
+}
+
+// A fixed width per key: 4 bytes (fp32: REPLY, INIT, a plain PUSHPULL) or 2 (an fp16 or bf16
+// PUSHPULL). The expected size is compared by division, not by computing width * keys, because
+// a range wider than 2^62 keys would overflow the product and could make a bogus range look
+// consistent with a small payload.
+void check_fixed_payload(const Header& header, std::uint64_t width) {
   const std::uint64_t keys = header.key_end - header.key_begin;  // begin <= end checked before
   const std::uint64_t bytes = header.payload_bytes;
-  if (bytes % sizeof(float) == 0 && bytes / sizeof(float) == keys) return;
+  if (bytes % width == 0 && bytes / width == keys) return;
+  const std::string times = std::to_string(width) + " x ";
   std::string expected;
-  if (keys <= kMaxPayloadBytes / sizeof(float)) {
-    expected = "expected " + std::to_string(keys * sizeof(float)) + " (4 x " +
-               std::to_string(keys) + " keys)";
+  if (keys <= kMaxPayloadBytes / width) {
+    expected =
+        "expected " + std::to_string(keys * width) + " (" + times + std::to_string(keys) + " keys)";
   } else {
     // No valid payload can cover this range; say so instead of printing a wrapped product.
-    expected = "expected 4 x " + std::to_string(keys) + " keys, more than the maximum " +
+    expected = "expected " + times + std::to_string(keys) + " keys, more than the maximum " +
                std::to_string(kMaxPayloadBytes);
   }
-  reject("payload_bytes: " + std::to_string(bytes) + " for " + type_label(header.type) + " keys " +
+  reject("payload_bytes: " + std::to_string(bytes) + " for " + payload_label(header) + " keys " +
          range_text(header.key_begin, header.key_end) + ", " + expected);
+}
+
+// Top-k: k (index, value) pairs of 8 bytes, at least one (an empty range goes as fp32) and at
+// most one per key (the indices are distinct keys of the range).
+void check_top_k_payload(const Header& header) {
+  constexpr std::uint64_t kEntryBytes = sizeof(std::uint32_t) + sizeof(float);
+  const std::uint64_t keys = header.key_end - header.key_begin;
+  const std::uint64_t bytes = header.payload_bytes;
+  const std::uint64_t entries = bytes / kEntryBytes;
+  if (bytes % kEntryBytes == 0 && entries > 0 && entries <= keys) return;
+  reject("payload_bytes: " + std::to_string(bytes) + " for " + payload_label(header) + " keys " +
+         range_text(header.key_begin, header.key_end) +
+         ", expected 8 x k entries (a uint32 index and a float each) with 0 < k <= " +
+         std::to_string(keys) + " keys");
+}
+
+void check_push_payload(const Header& header) {
+  switch (header.encoding()) {
+    case PushEncoding::kFp32:
+      return check_fixed_payload(header, sizeof(float));
+    case PushEncoding::kFp16:
+    case PushEncoding::kBf16:
+      return check_fixed_payload(header, sizeof(std::uint16_t));
+    case PushEncoding::kTopK:
+      return check_top_k_payload(header);
+  }
+  reject("aux: " + std::to_string(header.aux) +
+         " for PUSHPULL is not a push encoding (0 fp32, 1 fp16, 2 bf16, 3 topk)");
 }
 
 void check_payload_for_type(const Header& header) {
   switch (header.type) {
     case MessageType::kPushPull:
+      check_push_payload(header);
+      return;
     case MessageType::kReply:
     case MessageType::kInit:
-      check_float_payload(header);
+      check_fixed_payload(header, sizeof(float));
       return;
     case MessageType::kError:
       if (header.payload_bytes < 1 || header.payload_bytes > kMaxErrorTextBytes) {
@@ -146,10 +187,28 @@ const char* type_name(MessageType type) {
   return "UNKNOWN";
 }
 
+const char* encoding_name(PushEncoding encoding) {
+  switch (encoding) {
+    case PushEncoding::kFp32:
+      return "fp32";
+    case PushEncoding::kFp16:
+      return "fp16";
+    case PushEncoding::kBf16:
+      return "bf16";
+    case PushEncoding::kTopK:
+      return "topk";
+  }
+  return "UNKNOWN";
+}
+
 std::string Header::to_string() const {
-  return type_label(type) + " from " + std::to_string(sender) + " step " + std::to_string(step) +
-         " keys " + range_text(key_begin, key_end) + " payload " + std::to_string(payload_bytes) +
-         " B aux " + std::to_string(aux);
+  std::string text = type_label(type) + " from " + std::to_string(sender) + " step " +
+                     std::to_string(step) + " keys " + range_text(key_begin, key_end) +
+                     " payload " + std::to_string(payload_bytes) + " B aux " + std::to_string(aux);
+  if (type == MessageType::kPushPull && aux != 0) {
+    text += std::string(" (") + encoding_name(encoding()) + ")";
+  }
+  return text;
 }
 
 void encode_header(const Header& header, std::span<std::byte, kHeaderBytes> out) {

@@ -26,13 +26,33 @@ void check_accepted(const Header& header, std::span<const std::byte> frame) {
   GRADSYNC_FUZZ_REQUIRE(header.version == wire::kWireVersion, header.to_string());
   GRADSYNC_FUZZ_REQUIRE(header.key_begin <= header.key_end, header.to_string());
   GRADSYNC_FUZZ_REQUIRE(header.payload_bytes <= wire::kMaxPayloadBytes, header.to_string());
+  const std::uint64_t keys = header.key_end - header.key_begin;
   switch (header.type) {
     case MessageType::kPushPull:
+      // Its encoding (aux) sets the payload's size: 4 or 2 bytes a key, or k top-k entries.
+      switch (header.encoding()) {
+        case wire::PushEncoding::kFp32:
+          GRADSYNC_FUZZ_REQUIRE(header.payload_bytes % 4 == 0 && header.payload_bytes / 4 == keys,
+                                header.to_string());
+          break;
+        case wire::PushEncoding::kFp16:
+        case wire::PushEncoding::kBf16:
+          GRADSYNC_FUZZ_REQUIRE(header.payload_bytes % 2 == 0 && header.payload_bytes / 2 == keys,
+                                header.to_string());
+          break;
+        case wire::PushEncoding::kTopK:
+          GRADSYNC_FUZZ_REQUIRE(header.payload_bytes % 8 == 0 && header.payload_bytes > 0 &&
+                                    header.payload_bytes / 8 <= keys,
+                                header.to_string());
+          break;
+        default:
+          GRADSYNC_FUZZ_REQUIRE(false, "accepted an unknown push encoding: " + header.to_string());
+      }
+      break;
     case MessageType::kReply:
     case MessageType::kInit:
-      // Compared as a product: payload_bytes <= 2^33 was checked above, so it cannot wrap.
-      GRADSYNC_FUZZ_REQUIRE(header.payload_bytes % 4 == 0 &&
-                                header.payload_bytes / 4 == header.key_end - header.key_begin,
+      // Compared as a quotient: a product could wrap for a range wider than 2^62 keys.
+      GRADSYNC_FUZZ_REQUIRE(header.payload_bytes % 4 == 0 && header.payload_bytes / 4 == keys,
                             header.to_string());
       break;
     case MessageType::kError:

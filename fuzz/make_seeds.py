@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
 
 # ---- wire_format: the 48-byte parameter-server header ----------------------------------------
-MAGIC, VERSION = 0x53505347, 2
+MAGIC, VERSION = 0x53505347, 4
 HELLO, HELLO_ACK, PUSHPULL, PULL, REPLY, ERROR, HEARTBEAT, BYE, INIT = range(1, 10)
 
 
@@ -38,6 +38,10 @@ def wire_seeds():
         "heartbeat": header(HEARTBEAT, sender=5),
         "bye": header(BYE, sender=5, step=300),
         "init": header(INIT, sender=0, begin=256, end=512, payload=1024),
+        # Encoded pushes (aux: 1 fp16, 2 bf16, 3 topk).
+        "pushpull_fp16": header(PUSHPULL, sender=3, aux=1, step=12, end=1024, payload=2048),
+        "pushpull_bf16": header(PUSHPULL, sender=3, aux=2, step=12, end=1024, payload=2048),
+        "pushpull_topk": header(PUSHPULL, sender=3, aux=3, step=12, end=1024, payload=80),
         # Near-misses: each breaks exactly one rule.
         "bad_magic": header(PULL, magic=0x53505348),
         "bad_version": header(PULL, version=1),
@@ -47,6 +51,10 @@ def wire_seeds():
         "payload_over_max": header(PUSHPULL, begin=0, end=(1 << 31) + 1, payload=(1 << 33) + 4),
         "payload_mismatch": header(PUSHPULL, begin=0, end=1024, payload=4092),
         "payload_wraps": header(PUSHPULL, begin=0, end=1 << 62, payload=0),
+        "push_encoding_unknown": header(PUSHPULL, aux=4, begin=0, end=1024, payload=4096),
+        "push_fp16_as_fp32": header(PUSHPULL, aux=1, begin=0, end=1024, payload=4096),
+        "push_topk_too_many": header(PUSHPULL, aux=3, begin=0, end=1024, payload=8200),
+        "push_topk_empty": header(PUSHPULL, aux=3, begin=0, end=1024, payload=0),
         "error_empty": header(ERROR, payload=0),
         "error_too_long": header(ERROR, payload=4097),
         "hello_with_payload": header(HELLO, payload=4),

@@ -43,7 +43,7 @@ TEST_CASE("ps shard: HELLO is acknowledged with the range, mismatches refused wi
   // Another wire version (a version-1 worker, which pushed whole ranges): decode_header refuses
   // it, yet the worker hears why.
   h.version = 1;
-  CHECK(error_text(d.send(3, h)[0]) == "HELLO in wire version 1, this shard speaks version 3");
+  CHECK(error_text(d.send(3, h)[0]) == "HELLO in wire version 1, this shard speaks version 4");
 }
 
 TEST_CASE("ps shard: a worker of another run is refused and logged; its heartbeats count for none") {

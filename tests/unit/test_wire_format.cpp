@@ -46,10 +46,10 @@ void check_same(const Header& got, const Header& want) {
   CHECK(got.payload_bytes == want.payload_bytes);
 }
 
-// A PUSHPULL whose every multi-byte field has distinct bytes, so a swapped or misplaced byte
-// shows up in the byte-exact comparison below.
+// A REPLY whose every multi-byte field has distinct bytes, so a swapped or misplaced byte
+// shows up in the byte-exact comparison below (a REPLY's aux, its staleness, takes any value).
 Header distinct_bytes_header() {
-  return make_header(MessageType::kPushPull, /*sender=*/0x0A0B0C0D,
+  return make_header(MessageType::kReply, /*sender=*/0x0A0B0C0D,
                      /*step=*/0x1122334455667788, /*key_begin=*/0x0102030405060708,
                      /*key_end=*/0x0102030405060808, /*payload_bytes=*/0x400,
                      /*aux=*/0xA1B2C3D4);
@@ -96,8 +96,8 @@ TEST_CASE("wire format: byte-exact little-endian layout at the documented offset
   // Written out by hand from the table in wire_format.h, least significant byte first.
   const std::array<std::uint8_t, kHeaderBytes> expected = {
       0x47, 0x53, 0x50, 0x53,                          //  0 magic "GSPS"
-      0x03, 0x00,                                      //  4 version 3
-      0x03, 0x00,                                      //  6 type PUSHPULL
+      0x04, 0x00,                                      //  4 version 4
+      0x05, 0x00,                                      //  6 type REPLY
       0x0D, 0x0C, 0x0B, 0x0A,                          //  8 sender 0x0A0B0C0D
       0xD4, 0xC3, 0xB2, 0xA1,                          // 12 aux 0xA1B2C3D4
       0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // 16 step 0x1122334455667788
@@ -129,8 +129,15 @@ TEST_CASE("wire format: every type round-trips with extreme values") {
       make_header(MessageType::kHelloAck, kU32Max, kU64Max, kU64Max - 1, kU64Max, 0, kU32Max),
       make_header(MessageType::kHelloAck, 0, 0, kU64Max, kU64Max, 0),
       make_header(MessageType::kPushPull, kU32Max, kU64Max, kU64Max - max_float_keys, kU64Max,
-                  kMaxPayloadBytes, kU32Max),
+                  kMaxPayloadBytes),
       make_header(MessageType::kPushPull, 0, 0, 5, 5, 0),  // empty range, empty payload
+      // Encoded pushes (aux): fp16 and bf16 at 2 bytes a key, top-k from 1 entry to 1 per key.
+      make_header(MessageType::kPushPull, kU32Max, kU64Max, kU64Max - 2 * max_float_keys, kU64Max,
+                  kMaxPayloadBytes, 1),
+      make_header(MessageType::kPushPull, 0, 0, 5, 5, 0, 2),  // an empty range in bf16
+      make_header(MessageType::kPushPull, kU32Max, kU64Max, kU64Max - max_float_keys, kU64Max, 8,
+                  3),
+      make_header(MessageType::kPushPull, 0, 0, 0, kMaxPayloadBytes / 8, kMaxPayloadBytes, 3),
       make_header(MessageType::kPull, kU32Max, kU64Max, 0, std::uint64_t{1} << 40, 0, kU32Max),
       make_header(MessageType::kPull, 0, 0, 0, kU64Max, 0),
       make_header(MessageType::kReply, kU32Max, kU64Max, 0, max_float_keys, kMaxPayloadBytes,
@@ -170,7 +177,7 @@ TEST_CASE("wire format: each invalid field is rejected with a message naming it"
   SUBCASE("version") {
     Header header = valid;
     header.version = 7;
-    CHECK_REJECTED(encode(header), "version: 7, this build speaks 3");
+    CHECK_REJECTED(encode(header), "version: 7, this build speaks 4");
   }
   SUBCASE("unknown types") {
     for (std::uint16_t raw : {std::uint16_t{0}, std::uint16_t{10}, std::uint16_t{0xFFFF}}) {
@@ -231,6 +238,68 @@ TEST_CASE("wire format: each invalid field is rejected with a message naming it"
   }
 }
 
+TEST_CASE("wire format: a PUSHPULL's encoding sets its payload size, each refusal says why") {
+  // Every encoding of the same 1024-key chunk, and what its payload must be.
+  CHECK(make_header(MessageType::kPushPull, 3, 12, 0, 1024, 4096).encoding() ==
+        PushEncoding::kFp32);
+  const std::vector<std::pair<PushEncoding, std::uint64_t>> valid = {
+      {PushEncoding::kFp32, 4096}, {PushEncoding::kFp16, 2048}, {PushEncoding::kBf16, 2048},
+      {PushEncoding::kTopK, 8},    {PushEncoding::kTopK, 800},  {PushEncoding::kTopK, 8192}};
+  for (const auto& [encoding, bytes] : valid) {
+    CAPTURE(encoding_name(encoding));
+    CAPTURE(bytes);
+    const Header header = make_header(MessageType::kPushPull, 3, 12, 1024, 2048, bytes,
+                                      static_cast<std::uint32_t>(encoding));
+    const Frame frame = encode(header);
+    const Header decoded = decode_header(frame);
+    check_same(decoded, header);
+    CHECK(decoded.encoding() == encoding);
+    CHECK(encode(decoded) == frame);
+  }
+  CHECK(std::string(encoding_name(PushEncoding::kFp32)) == "fp32");
+  CHECK(std::string(encoding_name(PushEncoding::kFp16)) == "fp16");
+  CHECK(std::string(encoding_name(PushEncoding::kBf16)) == "bf16");
+  CHECK(std::string(encoding_name(PushEncoding::kTopK)) == "topk");
+  CHECK(std::string(encoding_name(static_cast<PushEncoding>(4))) == "UNKNOWN");
+  // Logs name an encoded push's encoding; a plain one reads as before.
+  CHECK(make_header(MessageType::kPushPull, 3, 12, 0, 1024, 2048, 1).to_string() ==
+        "PUSHPULL from 3 step 12 keys [0, 1024) payload 2048 B aux 1 (fp16)");
+  CHECK(make_header(MessageType::kPushPull, 3, 12, 0, 1024, 4096).to_string() ==
+        "PUSHPULL from 3 step 12 keys [0, 1024) payload 4096 B aux 0");
+
+  auto push = [](std::uint64_t keys, std::uint64_t bytes, std::uint32_t aux) {
+    return encode(make_header(MessageType::kPushPull, 0, 0, 0, keys, bytes, aux));
+  };
+  SUBCASE("an unknown encoding") {
+    CHECK_REJECTED(push(1024, 4096, 4),
+                   "aux: 4 for PUSHPULL is not a push encoding (0 fp32, 1 fp16, 2 bf16, 3 topk)");
+    CHECK_REJECTED(push(1024, 4096, kU32Max), "aux: 4294967295 for PUSHPULL");
+  }
+  SUBCASE("fp16 and bf16: 2 bytes per key") {
+    CHECK_REJECTED(push(1024, 4096, 1),
+                   "payload_bytes: 4096 for PUSHPULL fp16 keys [0, 1024), expected 2048 "
+                   "(2 x 1024 keys)");
+    CHECK_REJECTED(push(1024, 2047, 2), "payload_bytes: 2047 for PUSHPULL bf16 keys [0, 1024)");
+    CHECK_REJECTED(push(1024, 2049, 1), "expected 2048");  // the remainder is not rounded away
+    CHECK_REJECTED(push(1, 0, 2), "payload_bytes: 0 for PUSHPULL bf16 keys [0, 1), expected 2");
+    // 2 * 2^63 wraps to 0: the product is never formed.
+    CHECK_REJECTED(push(std::uint64_t{1} << 63, 0, 1), "expected 2 x 9223372036854775808 keys");
+  }
+  SUBCASE("topk: 8 bytes per entry, 0 < entries <= keys") {
+    const std::string rule =
+        ", expected 8 x k entries (a uint32 index and a float each) with 0 < k <= 1024 keys";
+    CHECK_REJECTED(push(1024, 12, 3), "payload_bytes: 12 for PUSHPULL topk keys [0, 1024)" + rule);
+    CHECK_REJECTED(push(1024, 0, 3), "payload_bytes: 0 for PUSHPULL topk keys [0, 1024)" + rule);
+    CHECK_REJECTED(push(1024, 8200, 3), "payload_bytes: 8200 for PUSHPULL topk");  // 1025 entries
+    CHECK_REJECTED(push(0, 0, 3), "with 0 < k <= 0 keys");  // an empty range goes as fp32
+    CHECK_REJECTED(push(1024, 4096 + 4, 3), "payload_bytes: 4100");
+  }
+  SUBCASE("other types keep aux free: a REPLY's staleness may be anything") {
+    CHECK(decode_header(encode(make_header(MessageType::kReply, 0, 0, 0, 1, 4, kU32Max))).aux ==
+          kU32Max);
+  }
+}
+
 TEST_CASE("wire format: frames of any other size are rejected") {
   // A valid header followed by one stray byte, so only the length is wrong.
   std::array<std::byte, kHeaderBytes + 1> buffer{};
@@ -267,13 +336,20 @@ TEST_CASE("wire format: random frames decode losslessly or throw WireError, noth
     if (i % 4 != 0) {
       Header header = make_header(static_cast<MessageType>(rng() % 11), 0, 0, 0, 0, 0);
       header.sender = static_cast<std::uint32_t>(rng());
-      header.aux = static_cast<std::uint32_t>(rng());
+      // Often a small aux: a PUSHPULL's encoding (0..3), or just past the last one.
+      header.aux = static_cast<std::uint32_t>(rng() % 2 == 0 ? rng() % 5 : rng());
       header.step = rng();
       header.key_begin = rng() % 3 == 0 ? rng() : rng() % 1000;
       header.key_end = header.key_begin + rng() % 300;  // may wrap: begin > end is then tested
-      switch (rng() % 4) {
+      switch (rng() % 6) {
         case 0:
           header.payload_bytes = 4 * (header.key_end - header.key_begin);
+          break;
+        case 4:  // fp16 and bf16 pushes
+          header.payload_bytes = 2 * (header.key_end - header.key_begin);
+          break;
+        case 5:  // top-k pushes, sometimes with more entries than keys
+          header.payload_bytes = 8 * (rng() % (header.key_end - header.key_begin + 2));
           break;
         case 1:
           header.payload_bytes = 0;
