@@ -73,10 +73,14 @@ class PsShard::Impl {
           [this](const std::string& line) { log(name_ + ": " + line); });
     }
     router_ = zmq::socket_t(context_, zmq::socket_type::router);
-    // No frame may be larger than this shard's parameters (PUSHPULL, INIT) or an ERROR text,
-    // so a peer cannot make the shard buffer an arbitrary amount of memory.
-    set_common_options(router_, kLinger,
-                       std::max<std::int64_t>(kMaxErrorFrame, range.size() * sizeof(float)));
+    // No frame may be larger than this shard's parameters (INIT, an fp32 PUSHPULL), a top-k
+    // PUSHPULL of one chunk (at most 8 bytes a key: wire_format.h) or an ERROR text, so a peer
+    // cannot make the shard buffer an arbitrary amount of memory.
+    const auto top_k_frame = 8 * std::min<std::uint64_t>(range.size(), wire::kChunkKeys);
+    set_common_options(
+        router_, kLinger,
+        std::max<std::int64_t>({kMaxErrorFrame, static_cast<std::int64_t>(range.size() * 4),
+                                static_cast<std::int64_t>(top_k_frame)}));
     // Replying to a worker that has gone must fail loudly (EHOSTUNREACH), not vanish.
     router_.set(zmq::sockopt::router_mandatory, 1);
     set_queue_room(router_, range);  // per worker, a few requests' chunks may wait each way

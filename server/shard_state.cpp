@@ -1,9 +1,11 @@
 #include "server/shard_state.h"
 
+#include "common/error.h"
 #include "common/failure_note.h"
 #include "server/consistency/async_policy.h"
 #include "server/consistency/ssp_policy.h"
 #include "server/consistency/sync_policy.h"
+#include "server/push_decoder.h"
 
 namespace gradsync {
 namespace {
@@ -172,18 +174,24 @@ void ShardState::dispatch(const std::string& peer, const wire::Header& header,
     case MessageType::kInit:
       return init(rank, payload);
     case MessageType::kPull:
-    case MessageType::kPushPull:
       // Rank 0's INIT may still be on its way, or a worker has not joined yet (the start
       // gate): answer once both happened.
-      if (type == MessageType::kPushPull) {
-        trace_.received(rank, header.step, chunk == 0, chunk + 1 == store().chunks().size(),
-                        payload.size(), now);
-      }
       if (!params_.initialised() || !sessions_.everyone_joined()) {
         return hold(peer, {rank, header, payload, chunk, now});
       }
-      if (type == MessageType::kPull) return params_.reply(rank, 0);
-      return push(rank, header, payload, chunk);
+      return params_.reply(rank, 0);
+    case MessageType::kPushPull: {
+      trace_.received(rank, header.step, chunk == 0, chunk + 1 == store().chunks().size(),
+                      payload.size(), now);
+      // From here on a push is the chunk's dense fp32 gradient, whatever its encoding, so the
+      // consistency rules never see one; decoded at once, so a bad one is refused at once.
+      const std::optional<Buffer> grad = decode(rank, header, payload, chunk);
+      if (!grad) return;
+      if (!params_.initialised() || !sessions_.everyone_joined()) {
+        return hold(peer, {rank, header, *grad, chunk, now});  // as for PULL
+      }
+      return push(rank, header, *grad, chunk);
+    }
     case MessageType::kBye:
       return bye(rank);
     default:
@@ -203,6 +211,21 @@ void ShardState::hello(const std::string& peer, const wire::Header& header, Cloc
                                range_.begin, range_.end, 0),
              {}});
   if (sessions_.everyone_joined()) open_start_gate();  // this was the last worker to join
+}
+
+std::optional<Buffer> ShardState::decode(int rank, const wire::Header& header,
+                                         const Buffer& payload, std::size_t chunk) {
+  try {
+    return decode_push(header, payload);
+  } catch (const Error& e) {
+    // A payload that cannot be a gradient of its chunk (a top-k index outside it): refused like
+    // any push the protocol forbids, to the worker and in the log, and nothing is applied.
+    out_.answer_error(sessions_.peer(rank),
+                      "worker " + std::to_string(rank) + " pushed chunk " + std::to_string(chunk) +
+                          " of step " + std::to_string(header.step) + " as " +
+                          wire::encoding_name(header.encoding()) + ": " + e.what());
+    return std::nullopt;
+  }
 }
 
 void ShardState::push(int rank, const wire::Header& header, const Buffer& payload,

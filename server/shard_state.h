@@ -28,7 +28,10 @@
 //              take it as time zero).
 //   PULL       REPLY (in chunks) with the current parameters.
 //   PUSHPULL   one chunk of a worker's gradient for its step (the key range names the chunk);
-//              a worker pushes every chunk of its step, in order, before its next step.
+//              a worker pushes every chunk of its step, in order, before its next step. An
+//              encoded push (fp16, bf16, top-k: aux) is decoded into the chunk's fp32
+//              gradient on arrival (push_decoder.h), before any rule below sees it; one that
+//              cannot be decoded (a top-k index outside the chunk) is answered with an ERROR.
 //              sync: held until all N workers pushed chunk c of this step; then one Sgd step
 //              on chunk c with the average (in rank order) and chunk c's REPLY to each worker,
 //              while later chunks may still be arriving; the step ends when every chunk did.
@@ -132,7 +135,7 @@ class ShardState {
   struct Deferred {  // a PULL or PUSHPULL that came before INIT (or before every HELLO)
     int rank;
     wire::Header header;
-    Buffer payload;
+    Buffer payload;     // PUSHPULL: already decoded (fp32)
     std::size_t chunk;  // PUSHPULL: which of the range's chunks
     Clock::time_point since;
   };
@@ -142,7 +145,12 @@ class ShardState {
                 Clock::time_point now, const std::string& address);
   void hello(const std::string& peer, const wire::Header& header, Clock::time_point now,
              const std::string& address);
-  void push(int rank, const wire::Header& header, const Buffer& payload, std::size_t chunk);
+  // A PUSHPULL's payload as its chunk's fp32 gradient (push_decoder.h), or nothing when it
+  // cannot be one: then the worker was answered with an ERROR.
+  std::optional<Buffer> decode(int rank, const wire::Header& header, const Buffer& payload,
+                               std::size_t chunk);
+  // `grad`: decoded.
+  void push(int rank, const wire::Header& header, const Buffer& grad, std::size_t chunk);
   void bye(int rank);
   std::optional<std::size_t> chunk_of(const wire::Header& header) const;
   void fail(ShardFailure failure);
