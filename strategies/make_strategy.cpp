@@ -41,6 +41,9 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     client.curve = options.ps_curve;
     client.link = options.link;
     client.run_id = options.ps_run_id;
+    // comm.compression on the pushes (fp16, bf16, topk; the presets refuse powersgd for ps).
+    client.compression = {options.compression.method, options.compression.topk_ratio,
+                          options.compression.start_step};
     // A GPU model's ps worker goes through pinned host buffers (ZeroMQ sends host memory).
     return adapt_to_model_device(std::make_unique<PsStrategy>(client, process.first_step),
                                  *process.model);

@@ -116,13 +116,20 @@ class PsClient::Impl {
     try {
       for (const ShardPiece& piece : send_order(pieces, options_.rank)) {
         ShardLink& link = links_[piece.shard];
-        // The slice of the caller's buffer, sent in place (zmq_transport.h).
+        // INIT: the slice of the caller's buffer, sent in place (zmq_transport.h). PUSHPULL:
+        // the same, or under comm.compression the chunk encoded (push_encoder.h), its
+        // encoding in aux; its bytes are what is counted and paced below.
         Buffer payload;
-        if (kind != Kind::kPull) {
+        std::uint32_t aux = 0;
+        if (kind == Kind::kPushPull) {
+          PushEncoder::Encoded encoded = encoder_.encode(step, piece.keys, out);
+          payload = std::move(encoded.payload);
+          aux = static_cast<std::uint32_t>(encoded.encoding);
+        } else if (kind == Kind::kInit) {
           payload.bytes = std::as_bytes(out.subspan(piece.keys.begin, piece.keys.size()));
         }
         const auto header = wire::make_header(type, options_.rank, step, piece.keys.begin,
-                                              piece.keys.end, payload.size());
+                                              piece.keys.end, payload.size(), aux);
         request.stats.bytes_sent += wire::kHeaderBytes + payload.size();
         const std::size_t bytes = payload.size();
         shaper_.send(bytes, Queued{link.shard(), header, std::move(payload)}, transmit_);
@@ -376,6 +383,7 @@ class PsClient::Impl {
   std::string broken_;
   std::unique_ptr<HeartbeatSender> heartbeat_;
   bool answered_ = false;  // a request completed: the shards' start gate is behind us
+  PushEncoder encoder_{options_.compression};  // comm.compression on pushes
   LinkShaper<Queued, Arrived> shaper_{options_.link};
   // What the shaper hands messages to, now or once the link has carried them.
   const std::function<void(Queued&&)> transmit_ = [this](Queued&& q) { transmit(std::move(q)); };

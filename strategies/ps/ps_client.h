@@ -14,12 +14,13 @@
 // Each shard owns a contiguous key range of the flat parameter buffer (balanced_ranges();
 // ranges() after the handshake). push_pull sends each shard its gradient range as one PUSHPULL
 // per 512 KiB chunk (chunk_ranges(); round-robin over the shards), from the caller's buffer
-// without a copy when it is large, and copies each shard's reply into `params` (with
-// non-temporal stores when the model outgrows the cache: reply_copy.h). A shard
-// replies chunk by chunk, in order, each chunk as soon as its optimizer has updated it — in
-// sync mode as soon as every worker pushed that chunk — so pushing later chunks overlaps
-// updating and returning earlier ones (BytePS's pipelining), and the copy of one reply chunk
-// overlaps the transfer of the next. wait() returns once every chunk of every shard arrived.
+// without a copy when it is large (or, under options.compression, each chunk encoded in fp16,
+// bf16 or top-k with error feedback: push_encoder.h), and copies each shard's reply into `params`
+// (with non-temporal stores when the model outgrows the cache: reply_copy.h). A shard replies chunk
+// by chunk, in order, each chunk as soon as its optimizer has updated it — in sync mode as soon as
+// every worker pushed that chunk — so pushing later chunks overlaps updating and returning earlier
+// ones (BytePS's pipelining), and the copy of one reply chunk overlaps the transfer of the next.
+// wait() returns once every chunk of every shard arrived.
 //
 // Link emulation (options.link, network.link_gbps): payload bytes sent and received are each
 // paced at the link's rate, independently (full duplex): push_pull queues its chunks, and
@@ -62,6 +63,7 @@
 #include "common/stopwatch.h"
 #include "server/curve_keys.h"
 #include "server/key_range.h"
+#include "strategies/ps/push_encoder.h"
 
 namespace gradsync {
 
@@ -82,10 +84,13 @@ struct PsClientOptions {
   // Reach a shard given on loopback through its ipc address (server/local_endpoint.h); the
   // shard must listen there (PsShardOptions::bind_ipc). Errors still name `endpoints`.
   bool same_host_ipc = false;
+  // comm.compression on pushes (push_encoder.h): none, fp16, bf16 or topk; the replies stay
+  // fp32. Anything else fails the constructor with gradsync::Error.
+  PushCompression compression;
 };
 
 struct PushPullStats {
-  std::uint64_t bytes_sent = 0;      // headers and payloads, over every shard
+  std::uint64_t bytes_sent = 0;      // headers and payloads (as encoded), over every shard
   std::uint64_t bytes_received = 0;  // the same for the replies (one header per chunk)
   std::uint32_t max_staleness = 0;   // over the shards' replies: steps the params lag behind
   // For the trace: when the request was issued, and per shard when its last reply was filed.

@@ -11,9 +11,11 @@
 //                 newest parameters, which may lag behind the server by a few versions
 //                 (recorded per step as `staleness`)
 //
-// Traffic per step: each worker sends and receives S; shard k moves 2*N*|range_k|*4 bytes. With
-// an emulated link (PsClientOptions::link) a sync step takes about max(S, N*S/K) / rate plus a
-// few chunks (experiments/cost_model.h).
+// Traffic per step: each worker sends and receives S; shard k moves 2*N*|range_k|*4 bytes. Under
+// comm.compression (PsClientOptions::compression) the pushes shrink, the replies do not: fp16 and
+// bf16 send S/2, top-k 8 bytes an entry, comm.topk_ratio of each chunk. With an emulated link
+// (PsClientOptions::link) an uncompressed sync step takes about max(S, N*S/K) / rate plus a few
+// chunks (experiments/cost_model.h).
 // One object per worker process; not thread-safe.
 #pragma once
 

@@ -13,6 +13,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/compression/top_k_codec.h"
 #include "common/wire_format.h"
 #include "server/ps_shard.h"
 #include "strategies/ps/ps_client.h"
@@ -122,6 +123,69 @@ TEST_CASE("ps client: sync with K shards and N workers matches the closed form o
       }
     }
   }
+}
+
+TEST_CASE("ps client: compressed pushes send the bytes they encode, replies stay fp32") {
+  // Two shards of several chunks each, two sync workers with constant gradients r + 1 (exact in
+  // fp16 and bf16, and top-k at ratio 1 sends every entry): the closed form holds exactly as for
+  // fp32. Step 0 is before comm.compression_start_step and pushes fp32; from step 1 the pushes
+  // are fp16 / bf16 (2 bytes a key: half) or top-k (8 bytes an entry), while the replies, the
+  // parameters, are the same bytes as ever.
+  const std::uint64_t model = 786437;
+  const int n = 2, steps = 3;
+  std::uint64_t headers = 0;  // one per chunk, each way
+  for (const KeyRange& r : balanced_ranges(model, 2)) headers += chunk_ranges(r).size() * 48;
+  struct Case {
+    PushCompression compression;
+    std::uint64_t push_bytes;  // payloads of one compressed push_pull
+  };
+  const std::vector<Case> cases = {
+      {{"fp16", 0.01, 1}, 2 * model},
+      {{"bf16", 0.01, 1}, 2 * model},
+      {{"topk", 1.0, 1}, 8 * model},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.compression.method);
+    Shards shards(2, shard_options(n, model, Mode::kSync));
+    std::vector<std::vector<float>> result(n);
+    run_ranks(n, [&](int r) {
+      PsClientOptions options = shards.client(r, n, model);
+      options.compression = c.compression;
+      PsClient client(options);
+      std::vector<float> params = start(client, r, model), grads(model, float(r + 1));
+      for (int t = 0; t < steps; ++t) {
+        const PushPullStats stats = client.wait(client.push_pull(t, grads, params));
+        CHECK(stats.bytes_sent == headers + (t == 0 ? 4 * model : c.push_bytes));
+        CHECK(stats.bytes_received == headers + 4 * model);  // pulls unchanged
+      }
+      result[r] = params;
+    });
+    CHECK(result[1] == result[0]);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < model; ++i) {
+      const double expected = 0.001 * i - steps * 0.1 * 1.5;
+      wrong += std::abs(result[0][i] - expected) > 1e-5 * std::max(1.0, std::abs(expected));
+    }
+    CHECK(wrong == 0);
+    CHECK(!shards.logged("serve() threw"));
+  }
+  // Top-k at 1%: k = ceil(0.01 * keys) entries per chunk, 8 bytes each.
+  Shards shards(2, shard_options(1, model, Mode::kSync));
+  PsClientOptions options = shards.client(0, 1, model);
+  options.compression = {"topk", 0.01, 0};
+  PsClient client(options);
+  std::vector<float> params = start(client, 0, model), grads(model);
+  for (std::size_t i = 0; i < model; ++i) grads[i] = std::sin(float(i));
+  std::uint64_t entries = 0;
+  for (const KeyRange& r : balanced_ranges(model, 2)) {
+    for (const KeyRange& chunk : chunk_ranges(r)) {
+      entries += compression::TopKCodec::k_for(chunk.size(), 0.01);
+    }
+  }
+  const PushPullStats stats = client.wait(client.push_pull(0, grads, params));
+  CHECK(stats.bytes_sent == headers + 8 * entries);
+  CHECK(stats.bytes_sent < (headers + 4 * model) / 40);
+  CHECK(stats.bytes_received == headers + 4 * model);
 }
 
 TEST_CASE("ps client: async applies every push as its own step and reports the fast one's lag") {

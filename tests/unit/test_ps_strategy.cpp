@@ -25,8 +25,9 @@ const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};
 // minus the processes. Returns rank 0's final parameters.
 // With `ipc`, the shards also listen on their ipc addresses and the workers go there
 // (server/local_endpoint.h), as under gradsync run.
+// `compression`: comm.compression on the pushes (strategies/ps/push_encoder.h).
 std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t steps,
-                            bool ipc = false) {
+                            bool ipc = false, const gradsync::PushCompression& compression = {}) {
   const std::size_t model_size = gradsync::Mlp(kWidths, 1).param_count();
   std::vector<std::unique_ptr<gradsync::PsShard>> servers;
   std::vector<std::string> endpoints;
@@ -65,6 +66,7 @@ std::vector<float> train_ps(int shards, int workers, int batch, std::int64_t ste
           client.endpoints = endpoints;
           client.same_host_ipc = ipc;
           client.timeout = std::chrono::milliseconds(20000);
+          client.compression = compression;
           gradsync::PsStrategy strategy(client);
           gradsync::Mlp model(kWidths, batch);
           model.init_params(1 + static_cast<std::uint64_t>(r));  // init must make them equal
@@ -119,4 +121,33 @@ TEST_CASE("ps strategy: workers of the shard's host go through ipc, with the sam
       gradsync::testing::max_relative_difference(ps, train_single(32, 30), shape.layers());
   MESSAGE("ps sync over ipc, K=2 N=2 vs single: " << diff);
   CHECK(diff <= 1e-5);
+}
+
+TEST_CASE("ps strategy: compressed pushes: fp16 and bf16 near the fp32 run, top-k ratio 1 on it") {
+  const gradsync::Mlp shape(kWidths, 1);
+  const auto& layers = shape.layers();
+  const auto none = train_ps(2, 2, 16, 50);
+  // Top-k at ratio 1 sends every entry in fp32 with a zero residual: the shards apply the same
+  // gradients (within 1e-6: the issue's bound, allowing for summation order).
+  const auto top_k = train_ps(2, 2, 16, 50, false, {"topk", 1.0, 0});
+  const double top_k_diff = gradsync::testing::max_relative_difference(top_k, none, layers);
+  MESSAGE("ps topk ratio 1 vs none, K=2 N=2, 50 steps: " << top_k_diff);
+  CHECK(top_k_diff <= 1e-6);
+  // fp16 rounds each pushed gradient entry to 11 significant bits (relative 2^-11 ~ 4.9e-4),
+  // while the parameters and the shards' sums stay fp32. One step's rounding moves a weight by
+  // at most lr * |g| * 2^-11: measured 9e-6 of a tensor's scale after step 1 (against 4e-8 for
+  // ps vs single, summation order alone). Training carries each rounding on (momentum 0.9 keeps
+  // it ~10 steps) and the trajectory amplifies the difference: measured 1.4e-4 after 10 steps,
+  // 2.6e-3 after 50. The bound, 1e-2, leaves 4x for other CPUs' float paths (the model's Eigen
+  // kernels). bf16, 3 bits coarser, must land farther (measured 1.3e-2, bound 5e-2): the pushes
+  // really are rounded to the format they name, and the finer one follows closer.
+  const auto fp16 = train_ps(2, 2, 16, 50, false, {"fp16", 0.01, 0});
+  const auto bf16 = train_ps(2, 2, 16, 50, false, {"bf16", 0.01, 0});
+  const double fp16_diff = gradsync::testing::max_relative_difference(fp16, none, layers);
+  const double bf16_diff = gradsync::testing::max_relative_difference(bf16, none, layers);
+  MESSAGE("ps vs none, K=2 N=2, 50 steps: fp16 " << fp16_diff << ", bf16 " << bf16_diff);
+  CHECK(fp16_diff <= 1e-2);
+  CHECK(bf16_diff <= 5e-2);
+  CHECK(fp16_diff < bf16_diff / 2);
+  CHECK(fp16_diff > 0);  // it did round
 }
