@@ -113,16 +113,30 @@ void check_hierarchical(const Origins& origins, const std::string& source, const
 }
 
 // comm.compression: DDP's comm hooks, per bucket of the allreduce strategy, on host buffers
-// (strategies/allreduce/gradient_compression.h). Join averages over the ranks that trained after
-// the sum, which a compression that averages on its own cannot follow.
+// (strategies/allreduce/gradient_compression.h); fp16, bf16 and topk also on the pushes of ps,
+// whose replies stay exact fp32 (strategies/ps/push_encoder.h; a GPU model's ps worker pushes
+// from host copies already). PowerSGD all-reduces P and Q among the workers, which ps workers
+// never do. Join averages over the ranks that trained after the sum, which a compression that
+// averages on its own cannot follow.
 void check_compression(const Origins& origins, const std::string& source, const Config& config) {
   const std::string& method = config.comm.compression;
   if (method == "none") return;
   const std::string where = origin_of(origins, {"comm.compression", "comm"}, source + ":1");
-  if (config.strategy != "allreduce") {
+  const std::string& strategy = config.strategy;
+  if (strategy != "allreduce" && strategy != "ps") {
+    const std::string why = strategy == "single" ? "single has no wire (one worker)"
+                            : strategy == "dp"   ? "dp reduces in memory"
+                                                 : "not " + strategy + " in this version";
     throw ConfigError(where, "comm.compression",
-                      method + " compresses the buckets of allreduce (DDP's comm hooks); " +
-                          config.strategy + " sends its gradients uncompressed in this version");
+                      method + ": compression runs over the wire: allreduce and ps; " + why);
+  }
+  if (strategy == "ps") {
+    if (method == "powersgd") {
+      throw ConfigError(where, "comm.compression",
+                        "powersgd needs an all-reduce of P and Q among the workers, which ps "
+                        "workers never do: ps pushes take fp16, bf16 or topk");
+    }
+    return;
   }
   if (config.device == "gpu") {
     throw ConfigError(where, "comm.compression",

@@ -225,10 +225,23 @@ TEST_CASE("preset: network.hosts groups worker processes in namespaces") {
 TEST_CASE("preset: comm.compression where it can run") {
   const std::string ring = "data: {kind: synthetic}\nstrategy: allreduce\nworkers: 4\n";
   CHECK_NOTHROW(load(ring + "comm: {compression: powersgd, powersgd_rank: 4}\n"));
+  // ps compresses its pushes (its replies stay fp32), from host copies on a GPU too.
+  const std::string ps = "data: {kind: synthetic}\nstrategy: ps\nworkers: 2\n";
+  for (const std::string method : {"fp16", "bf16", "topk"}) {
+    CHECK_NOTHROW(load(ps + "comm: {compression: " + method + "}\n"));
+  }
+  CHECK_NOTHROW(load(ps + "device: gpu\ncomm: {compression: fp16}\n"));
+  CHECK(error_of(ps + "comm: {compression: powersgd}\n") ==
+        "presets/x.yaml:4: comm.compression: powersgd needs an all-reduce of P and Q among the "
+        "workers, which ps workers never do: ps pushes take fp16, bf16 or topk");
+  // single and dp move no gradient over a wire.
   CHECK(
-      error_of("data: {kind: synthetic}\nstrategy: ps\nworkers: 2\ncomm: {compression: fp16}\n") ==
-      "presets/x.yaml:4: comm.compression: fp16 compresses the buckets of allreduce (DDP's comm "
-      "hooks); ps sends its gradients uncompressed in this version");
+      error_of("data: {kind: synthetic}\nstrategy: dp\nworkers: 2\ncomm: {compression: fp16}\n") ==
+      "presets/x.yaml:4: comm.compression: fp16: compression runs over the wire: allreduce and "
+      "ps; dp reduces in memory");
+  CHECK(error_of("data: {kind: synthetic}\ncomm: {compression: topk}\n") ==
+        "presets/x.yaml:2: comm.compression: topk: compression runs over the wire: allreduce and "
+        "ps; single has no wire (one worker)");
   CHECK(error_of(ring + "device: gpu\ncomm: {compression: topk}\n") ==
         "presets/x.yaml:5: comm.compression: topk encodes gradients in host memory: it needs "
         "device: cpu");
