@@ -86,7 +86,7 @@ struct PsClientOptions {
   bool same_host_ipc = false;
   // comm.compression on pushes (push_encoder.h): none, fp16, bf16 or topk; the replies stay
   // fp32. Anything else fails the constructor with gradsync::Error.
-  PushCompression compression;
+  PushCompression compression{};
 };
 
 struct PushPullStats {
