@@ -16,10 +16,14 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include "common/checkpoint_file.h"
 #include "common/step_stats.h"
 #include "common/trace_span.h"
 #include "model/optimizer/optimizer.h"
@@ -55,6 +59,19 @@ class SyncStrategy {
   // (overlap). Valid until the next gradient_ready() or synchronize(). Default: none; the
   // loop's "synchronize" span on the compute track still shows the time spent.
   virtual std::span<const TraceSpan> last_step_spans() const { return {}; }
+
+  // Where every rank holds part of the state (zero), each writes its own parts of a checkpoint:
+  // this rank's parts (index in the step folder, and the part with its range, parameters from
+  // `params`, momentum and optimizer steps; the writer fills in the step and the model), and
+  // how many parts the checkpoint has in all. Default: none; rank 0 writes the whole buffer from
+  // the model and optimizer().
+  struct OwnParts {
+    int parts = 0;
+    std::vector<std::pair<int, CheckpointPart>> mine;
+  };
+  virtual std::optional<OwnParts> own_checkpoint_parts(std::span<const float> /*params*/) const {
+    return std::nullopt;
+  }
 
   // The optimizer this rank updates parameters with, for checkpoints; null where the update
   // runs elsewhere (ps: on the server shards; dp: replicas other than 0). Valid after init().

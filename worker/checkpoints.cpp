@@ -222,11 +222,6 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 }
 
 void validate_checkpointing(const Config& config) {
-  if (config.strategy == "zero" && config.checkpoint.every > 0) {
-    throw ConfigError(config.name, "checkpoint.every",
-                      "zero keeps each rank's slices of the momentum apart, and this version does "
-                      "not gather them into a checkpoint (a zero run resumes from any other's)");
-  }
   const bool used = config.checkpoint.every > 0 || !config.checkpoint.resume.empty();
   if (used && config.strategy == "ps" && config.ps.mode != "sync") {
     throw ConfigError(config.name,
@@ -256,7 +251,8 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
                             ": nothing left to train (raise train.steps)");
     }
   }
-  if (config.checkpoint.every > 0 && rank == 0 && !ps) {
+  // zero: every rank writes its own slices (SyncStrategy::own_checkpoint_parts).
+  if (config.checkpoint.every > 0 && (rank == 0 || config.strategy == "zero") && !ps) {
     out.writer.emplace(checkpoint_root(config, run_dir), config.checkpoint.every, last_step,
                        description, training_settings(config));
   }
@@ -389,6 +385,21 @@ void Checkpointer::save(std::int64_t steps_done, Model& model, const Optimizer& 
   optimizer.save_state(part.momentum);
   const std::string folder = checkpoint_step_folder(root_, part.step);
   write_checkpoint_part((fs::path(folder) / checkpoint_part_name(0, 1)).string(), part);
+  if (const std::string problem = write_checkpoint_settings(folder, settings_); !problem.empty()) {
+    std::cerr << "gradsync: warning: " << problem << " (the checkpoint itself is complete)\n";
+  }
+}
+
+void Checkpointer::save_parts(std::int64_t steps_done, int parts,
+                              std::vector<std::pair<int, CheckpointPart>> mine,
+                              bool settings) const {
+  const std::string folder = checkpoint_step_folder(root_, static_cast<std::uint64_t>(steps_done));
+  for (auto& [index, part] : mine) {
+    part.step = static_cast<std::uint64_t>(steps_done);
+    part.description = description_;
+    write_checkpoint_part((fs::path(folder) / checkpoint_part_name(index, parts)).string(), part);
+  }
+  if (!settings) return;
   if (const std::string problem = write_checkpoint_settings(folder, settings_); !problem.empty()) {
     std::cerr << "gradsync: warning: " << problem << " (the checkpoint itself is complete)\n";
   }

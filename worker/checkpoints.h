@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "allreduce/store.h"
+#include "common/checkpoint_file.h"
 #include "common/config.h"
 #include "model/model.h"
 #include "strategies/sync_strategy.h"
@@ -96,6 +97,10 @@ class Checkpointer {
   bool due(std::int64_t steps_done) const;
   // Copies the parameters (from wherever the model keeps them) and the optimizer's state.
   void save(std::int64_t steps_done, Model& model, const Optimizer& optimizer) const;
+  // Writes the parts a rank owns of a checkpoint of `parts` parts (SyncStrategy::OwnParts, zero:
+  // every rank its own); `settings` on the rank that writes the run's training settings.
+  void save_parts(std::int64_t steps_done, int parts,
+                  std::vector<std::pair<int, CheckpointPart>> mine, bool settings) const;
 
  private:
   std::string root_;

@@ -50,10 +50,14 @@ void resume_optimizer(SyncStrategy& strategy, const TrainingState* resume) {
 
 void checkpoint(const Checkpointer& checkpointer, std::int64_t step, Model& model,
                 SyncStrategy& strategy, TraceWriter* trace, bool traced) {
-  const Optimizer* optimizer = strategy.optimizer();
-  GRADSYNC_CHECK(optimizer != nullptr, "a checkpointing rank must run the optimizer");
   const Clock::time_point begin = Clock::now();
-  checkpointer.save(step + 1, model, *optimizer);
+  if (auto own = strategy.own_checkpoint_parts(model.params())) {
+    checkpointer.save_parts(step + 1, own->parts, std::move(own->mine), strategy.rank() == 0);
+  } else {
+    const Optimizer* optimizer = strategy.optimizer();
+    GRADSYNC_CHECK(optimizer != nullptr, "a checkpointing rank must run the optimizer");
+    checkpointer.save(step + 1, model, *optimizer);
+  }
   if (trace && traced) {
     trace->add_span(strategy.rank(), "checkpoint", step, begin, Clock::now());
   }

@@ -40,6 +40,12 @@ class ZeroStrategy::ShardedOptimizer final : public Optimizer {
   }
 
   void step_shards() { sgd_->step(param_shard, grad_shard); }
+  // The momentum of this rank's slices and tails, in shard order.
+  std::vector<float> shard_momentum() const {
+    std::vector<float> momentum(layout_.shard_floats);
+    sgd_->save_state(momentum);
+    return momentum;
+  }
 
   void step(std::span<float> params, std::span<const float> grads) override {
     GRADSYNC_CHECK(params.size() == params_ && grads.size() == params_,
@@ -228,6 +234,37 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
   stats_.bytes_received = now.bytes_received - counted_.bytes_received;
   stats_.collectives = now.collectives - counted_.collectives;
   counted_ = now;
+}
+
+std::optional<SyncStrategy::OwnParts> ZeroStrategy::own_checkpoint_parts(
+    std::span<const float> params) const {
+  GRADSYNC_CHECK(optimizer_ != nullptr, "zero: a checkpoint before init()");
+  const std::vector<float> momentum = optimizer_->shard_momentum();
+  OwnParts own;
+  const auto add = [&](bool mine, std::size_t begin, std::size_t n, std::size_t at) {
+    const int index = own.parts++;
+    if (!mine) return;
+    CheckpointPart part;
+    part.total = options_.params;
+    part.begin = begin;
+    part.end = begin + n;
+    part.optimizer_steps = optimizer_->steps_taken();
+    part.params.assign(params.begin() + std::ptrdiff_t(begin),
+                       params.begin() + std::ptrdiff_t(begin + n));
+    part.momentum.assign(momentum.begin() + std::ptrdiff_t(at),
+                         momentum.begin() + std::ptrdiff_t(at + n));
+    own.mine.emplace_back(index, std::move(part));
+  };
+  // The units lie last first: walk them from the buffer's start, so the parts tile it in order.
+  for (auto unit = layout_.units.rbegin(); unit != layout_.units.rend(); ++unit) {
+    for (int r = 0; unit->slice > 0 && r < layout_.ranks; ++r) {
+      add(r == layout_.rank, unit->slice_begin(r), unit->slice, unit->shard_offset);
+    }
+    if (unit->tail() > 0) {
+      add(layout_.rank == 0, unit->tail_begin(), unit->tail(), unit->shard_offset + unit->slice);
+    }
+  }
+  return own;
 }
 
 }  // namespace gradsync

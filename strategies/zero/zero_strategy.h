@@ -22,10 +22,10 @@
 // counted in the process's ModelStateMemory (common/model_state_memory.h): the shards of the
 // parameters and gradients, and the momentum of the slices (Sgd counts it).
 //
-// Checkpoints: a run resumes from any checkpoint (the full momentum it holds is cut to this
-// rank's slices: optimizer() presents the whole buffer); writing one needs every rank's slices,
-// which this version does not gather: checkpoint.every is refused for zero. One object per rank;
-// not thread-safe.
+// Checkpoints: every rank writes its slices as parts of the step folder (rank 0 the tails too),
+// which tile the buffer as any checkpoint's parts do, so a zero checkpoint resumes under any
+// strategy and N; a zero run resumes from any checkpoint (optimizer() takes the full momentum and
+// keeps this rank's slices). One object per rank; not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -62,6 +62,8 @@ class ZeroStrategy final : public SyncStrategy {
   StepStats last_step_stats() const override { return stats_; }
   std::span<const TraceSpan> last_step_spans() const override { return spans_; }
   Optimizer* optimizer() override;
+  // Each rank its slices, in order of their offsets; rank 0 also the tails.
+  std::optional<OwnParts> own_checkpoint_parts(std::span<const float> params) const override;
 
   const ShardLayout& layout() const { return layout_; }
 
