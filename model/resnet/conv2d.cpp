@@ -12,9 +12,8 @@ namespace {
 
 // Floats of one chunk's col: 192 KiB, a fifth of a Zen 4 or Skylake-SP core's L2, beside the
 // weight (at most 64 x 576 floats, 144 KiB, in the network's last stage) and the chunk's output.
-// Measured on the ResNet step at batch 64 and 128 (bench/micro/resnet_step.cpp): 24K to 96K
-// floats are within a few percent of each other; outside that range, the products' calls get
-// too short or col spills to L3.
+// Measured on the ResNet-8 step at batch 64 (bench/micro/resnet_step.cpp, a 2-core Zen 4): 24K
+// to 192K floats all within the run-to-run noise (about 5%).
 constexpr std::int64_t kColBudgetFloats = 48 * 1024;
 
 // A 1x1 convolution of stride 1 reads its input as it lies: col would be a copy of x.
