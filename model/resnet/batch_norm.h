@@ -25,9 +25,11 @@
 // strategy reduces both by summing across ranks, in the order the model calls (forward: BN
 // layers in forward order; backward: in backward order); every rank must call for every layer.
 // gamma's and beta's gradients stay the local batch's: the gradient synchronisation averages
-// them as any other. The local path rounds its sums to floats as well, so a reducer that
-// returns them unchanged (one rank), or doubled (two identical ranks), gives bit-identical
-// results to no reducer at all.
+// them as any other. count is the values per channel (N H W), exact in a float up to 2^24. The
+// local path rounds its sums to floats as well, so a reducer that returns them unchanged (one
+// rank), or doubled (two identical ranks), gives bit-identical outputs and gradients to no
+// reducer at all; the running variance then takes the summed count's M / (M - 1), as
+// SyncBatchNorm's does.
 #pragma once
 
 #include <cstddef>

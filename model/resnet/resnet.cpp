@@ -258,8 +258,8 @@ void ResNet::layer_ready(std::size_t layer) {
   if (grad_ready_) grad_ready_(layers_[layer].begin, layers_[layer].end);
 }
 
-void ResNet::bn_backward(ConvBn& layer, int batch, float* g, const float* relu_out, float* g_z,
-                         bool accumulate) {
+void ResNet::bn_backward(ConvBn& layer, int batch, const float* g, const float* relu_out,
+                         float* g_z, bool accumulate) {
   const int c = layer.conv.out_channels;
   const std::int64_t pixels = layer.conv.out_pixels(batch);
   std::fill_n(sums_.begin(), 2 * c, 0.0);

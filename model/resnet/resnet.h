@@ -48,7 +48,9 @@ struct ResNetShape {
 class ResNet final : public Model {
  public:
   struct Layer {
-    std::string name;        // "stem", "stage2.block0.conv1", "stage2.block0.down", "fc"
+    // torchvision's module names: "conv1" (the stem, with bn1), "layer2.0.conv1" (with bn1),
+    // "layer2.0.downsample", "fc".
+    std::string name;
     std::size_t begin, end;  // range of params() / grads()
   };
   using BatchStatsReducer = resnet::BatchStatsReducer;
@@ -58,7 +60,7 @@ class ResNet final : public Model {
 
   // Convolutions Kaiming-normal (fan_out, ReLU gain: std sqrt(2 / (Cout k k))) as torchvision's
   // ResNet; batch norms gamma 1, beta 0, running mean 0, variance 1; the linear layer as
-  // nn.Linear (U(-1/sqrt(C), 1/sqrt(C)) for W and b). From `seed` alone.
+  // nn.Linear (U(-1/sqrt(C), 1/sqrt(C)) for W and b). From `seed` alone; buffers() reset.
   void init_params(std::uint64_t seed) override;
 
   // param_count() of a ResNet of `shape`, counted without building one.
@@ -72,7 +74,8 @@ class ResNet final : public Model {
   const ResNetShape& shape() const { return shape_; }
 
   // Running mean and variance of every batch norm: train-mode steps move them, evaluate() reads
-  // them. Strategies broadcast them from rank 0 (DDP's broadcast_buffers); checkpoints save them.
+  // them. What a strategy broadcasts from rank 0 (DDP's broadcast_buffers) and a checkpoint must
+  // keep beside the parameters; the same address for the model's lifetime.
   std::span<float> buffers() { return buffers_; }
   std::span<const float> buffers() const { return buffers_; }
 
@@ -121,7 +124,7 @@ class ResNet final : public Model {
   void backward(int batch, bool accumulate);
   // The batch norm of `layer` backward from dy (masked by `relu_out` when a ReLU followed it),
   // into dz at g_z; grads of gamma and beta written.
-  void bn_backward(ConvBn& layer, int batch, float* g, const float* relu_out, float* g_z,
+  void bn_backward(ConvBn& layer, int batch, const float* g, const float* relu_out, float* g_z,
                    bool accumulate);
   void layer_ready(std::size_t layer);
   std::pair<double, std::int64_t> loss(const Dataset& data, std::span<const std::int64_t> indices,
