@@ -17,7 +17,7 @@ CASES = [
     (BASE + "workers: many\n", [], [":3:", "workers"]),
     ("strategy: single\ndata:\n  kind: idx\n  dir: /nonexistent/mnist\n", [],
      [":4:", "data.dir", "/nonexistent/mnist"]),
-    ("strategy: ddp\ndata: {kind: synthetic}\n", [], [":1:", "strategy", "ddp", "single, dp, allreduce, ps"]),
+    ("strategy: ddp\ndata: {kind: synthetic}\n", [], [":1:", "strategy", "ddp", "single, dp, allreduce, zero, ps"]),
     (BASE, ["train.batch=1.5"], ["--set", "train.batch"]),
     # Out of range: the key and its whole range, from the file and from --set.
     (BASE + "comm:\n  bucket_mb: 0.0000001\n", [],
