@@ -4,6 +4,7 @@
 //   LinkHeader h{.op = std::uint32_t(CollectiveKind::kAllreduceAvg), ...};
 //   describe_collective(CollectiveKind::kBroadcast, 10, 2);   // "broadcast of 10 floats from ..."
 //   half_allreduce_kind(HalfType::kBf16, ReduceOp::kAvg);     // kAllreduceBf16Avg
+//   half_reduce_scatter_kind(HalfType::kFp16, ReduceOp::kSum); // kReduceScatterFp16Sum
 //
 // The values are a wire format within one job (every rank runs one build): append, never
 // renumber. Header-only, no state.
@@ -29,7 +30,13 @@ enum class CollectiveKind : std::uint32_t {
   kAllreduceFp16Sum,
   kAllreduceFp16Avg,
   kAllreduceBf16Sum,
-  kAllreduceBf16Avg
+  kAllreduceBf16Avg,
+  // reduce_scatter_half: likewise, apart from a float reduce-scatter, the other format and the
+  // 16-bit allreduces (whose count, the whole buffer, could equal its input's).
+  kReduceScatterFp16Sum,
+  kReduceScatterFp16Avg,
+  kReduceScatterBf16Sum,
+  kReduceScatterBf16Avg
 };
 
 // The kind of allreduce_half(type, op).
@@ -41,14 +48,27 @@ inline CollectiveKind half_allreduce_kind(HalfType type, ReduceOp op) {
   return avg ? CollectiveKind::kAllreduceBf16Avg : CollectiveKind::kAllreduceBf16Sum;
 }
 
+// The kind of reduce_scatter_half(type, op).
+inline CollectiveKind half_reduce_scatter_kind(HalfType type, ReduceOp op) {
+  const bool avg = op == ReduceOp::kAvg;
+  if (type == HalfType::kFp16) {
+    return avg ? CollectiveKind::kReduceScatterFp16Avg : CollectiveKind::kReduceScatterFp16Sum;
+  }
+  return avg ? CollectiveKind::kReduceScatterBf16Avg : CollectiveKind::kReduceScatterBf16Sum;
+}
+
 // What a collective's elements are, for messages: "fp16 values", "bf16 values", else "floats".
 inline const char* collective_elements(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::kAllreduceFp16Sum:
     case CollectiveKind::kAllreduceFp16Avg:
+    case CollectiveKind::kReduceScatterFp16Sum:
+    case CollectiveKind::kReduceScatterFp16Avg:
       return "fp16 values";
     case CollectiveKind::kAllreduceBf16Sum:
     case CollectiveKind::kAllreduceBf16Avg:
+    case CollectiveKind::kReduceScatterBf16Sum:
+    case CollectiveKind::kReduceScatterBf16Avg:
       return "bf16 values";
     default:
       return "floats";
@@ -82,6 +102,14 @@ inline const char* collective_name(std::uint64_t kind) {
       return "allreduce bf16";
     case CollectiveKind::kAllreduceBf16Avg:
       return "allreduce bf16 avg";
+    case CollectiveKind::kReduceScatterFp16Sum:
+      return "reduce-scatter fp16";
+    case CollectiveKind::kReduceScatterFp16Avg:
+      return "reduce-scatter fp16 avg";
+    case CollectiveKind::kReduceScatterBf16Sum:
+      return "reduce-scatter bf16";
+    case CollectiveKind::kReduceScatterBf16Avg:
+      return "reduce-scatter bf16 avg";
   }
   return "unknown operation";
 }

@@ -9,6 +9,7 @@
 //   comm->reduce_scatter(grads, my_shard, ReduceOp::kAvg);      // ZeRO / FSDP: rank r gets block r
 //   comm->allreduce_half(wire, HalfType::kFp16, ReduceOp::kSum); // 16-bit floats, 2 bytes each
 //   comm->allgather_words(pairs, all_pairs);                     // raw 32-bit words, bit-exact
+//   comm->reduce_scatter_half(wire, my_block, HalfType::kBf16, ReduceOp::kAvg);  // ZeRO, 16-bit
 //
 // Collectives run one at a time, in the order they were issued, on a background thread of the
 // communicator (as a c10d ProcessGroup does); every rank must issue the same sequence of
@@ -123,6 +124,23 @@ class Communicator {
   // threads, timeouts and failures: as every other collective (the top of this file).
   virtual std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
                                                      ReduceOp op);
+  // Reduce-scatter of 16-bit floats: reduce_scatter_async's contract (in.size() == size() *
+  // out.size(); rank r receives block r of the reduction; in is only read; in and out must not
+  // overlap; sizes that disagree here throw at the call) with allreduce_half's arithmetic (each
+  // addition in fp32 rounded back to 16 bits, shm's one rounding of every slot's fp32 sum; kAvg
+  // divides the finished 16-bit sum by N once and rounds again; overflow and NaN as there).
+  // 2 bytes a value on the wire, and counted so: a ring moves (N - 1) / N of in's bytes each way.
+  // Where the sums are exact (integer-valued data within allreduce_half's bounds) block r is, bit
+  // for bit, block r of an allreduce_half of in; otherwise the backend may add the ranks in
+  // another order than its allreduce_half does (tcp and gloo from 3 ranks on; shm and the
+  // hierarchical communicator always agree). What ZeRO with fp16 / bf16 compression sends: a
+  // unit's gradient, each rank keeping its slice. A 16-bit reduce-scatter has a collective kind
+  // per format and op: ranks that mix it with a float reduce-scatter, the other format or an
+  // allreduce_half fail with a desync error. The default throws gradsync::Error naming backend(),
+  // as allreduce_half's does (every backend gradsync ships overrides it).
+  virtual std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                          std::span<std::uint16_t> out,
+                                                          HalfType type, ReduceOp op);
   // Allgather of raw 32-bit words, bit for bit (top-k's (index, value bits) pairs; NaN patterns
   // arrive as sent): out.size() == size() * in.size(); rank r's words land at out[r * in.size()].
   // The default is allgather_async on the same bytes: every backend's float allgather moves bytes
@@ -174,6 +192,10 @@ class Communicator {
   void allgather_words(std::span<const std::uint32_t> in, std::span<std::uint32_t> out) {
     wait_for(issue_blocking([&] { return allgather_words_async(in, out); }));
   }
+  void reduce_scatter_half(std::span<const std::uint16_t> in, std::span<std::uint16_t> out,
+                           HalfType type, ReduceOp op) {
+    wait_for(issue_blocking([&] { return reduce_scatter_half_async(in, out, type, op); }));
+  }
 
  protected:
   static bool issuing_blocking_call() { return blocking_call_flag(); }
@@ -199,6 +221,13 @@ inline std::shared_ptr<Work> Communicator::allreduce_half_async(std::span<std::u
                                                                 HalfType type, ReduceOp) {
   throw Error("allreduce_half: the " + backend() + " communicator has no 16-bit allreduce (" +
               half_type_name(type) + ", " + std::to_string(data.size()) + " values)");
+}
+
+inline std::shared_ptr<Work> Communicator::reduce_scatter_half_async(
+    std::span<const std::uint16_t> in, std::span<std::uint16_t>, HalfType type, ReduceOp) {
+  throw Error("reduce_scatter_half: the " + backend() + " communicator has no 16-bit " +
+              "reduce-scatter (" + half_type_name(type) + ", " + std::to_string(in.size()) +
+              " values)");
 }
 
 inline std::shared_ptr<Work> Communicator::allgather_words_async(std::span<const std::uint32_t> in,
