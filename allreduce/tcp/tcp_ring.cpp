@@ -158,6 +158,29 @@ class TcpRing final : public Communicator {
     });
   }
 
+  // The float reduce-scatter's ring (the allreduce's first N-1 steps, turned back by one
+  // segment) on 16-bit elements: each addition rounded to 16 bits, kAvg's division once on the
+  // finished block, 2 bytes an element on the wire.
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override {
+    check_reduce_scatter_half_sizes(in.size(), out.size(), size_, type);
+    const RingOp code = half_reduce_scatter_kind(type, op);
+    const tcp::RingElement element =
+        type == HalfType::kFp16 ? tcp::RingElement::kFp16 : tcp::RingElement::kBf16;
+    return issue(code, in.size(), 0, [this, in, out, code, element, op](RingWork& work) {
+      // As for floats: partial sums beside `in`, which is only read; the own block lands in
+      // `out`, written before it is read or sent.
+      const std::unique_ptr<std::uint16_t[]> partial(new std::uint16_t[in.size()]);
+      std::vector<RingStep> steps = ring_steps(reinterpret_cast<const std::byte*>(in.data()),
+                                               reinterpret_cast<std::byte*>(partial.get()),
+                                               in.size(), element, op == ReduceOp::kAvg, false, -1);
+      if (!steps.empty()) steps.back().recv = reinterpret_cast<std::byte*>(out.data());
+      if (size_ == 1 && !out.empty()) std::memcpy(out.data(), in.data(), in.size_bytes());
+      run(work, code, in.size(), 0, std::move(steps), element);
+    });
+  }
+
   std::shared_ptr<Work> barrier_async() override {
     // An allreduce of N elements, not of one: with one element only one segment carries data,
     // and a rank could leave before others arrived. With one element per segment every rank's

@@ -8,8 +8,9 @@
 // turned by one segment so that rank r finishes block r. Its blocks therefore add up around the
 // ring in another order than the allreduce's segments: for N >= 3, non-integer sums may differ
 // from the allreduce's in the last bits (exact sums agree, and kAvg divides the same way).
-// allreduce_half is the allreduce's ring on 16-bit elements (2 bytes each on the wire), each
-// addition rounded back to 16 bits (allreduce/half_sum.h).
+// allreduce_half and reduce_scatter_half are the allreduce's and the reduce-scatter's rings on
+// 16-bit elements (2 bytes each on the wire), each addition rounded back to 16 bits
+// (allreduce/half_sum.h).
 //
 // Every message carries (collective sequence number, operation, element count); a receiver
 // that sees anything but what it expects fails with a desync error naming both ranks and both
