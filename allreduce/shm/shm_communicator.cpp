@@ -171,6 +171,16 @@ class ShmCommunicator final : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override {
+    check_reduce_scatter_half_sizes(in.size(), out.size(), size_, type);
+    return issue(half_reduce_scatter_kind(type, op), in.size(), 0,
+                 [this, in, out, type, op](RingWork& work) {
+                   run_reduce_scatter_half(work, in, out, type, op == ReduceOp::kAvg);
+                 });
+  }
+
   std::shared_ptr<Work> barrier_async() override {
     return issue(CollectiveKind::kBarrier, std::size_t(size_), 0, [this](RingWork& work) {
       begin(work);
@@ -414,6 +424,39 @@ class ShmCommunicator final : public Communicator {
       sum_slots(out.data() + off, slots, 0, len, average ? float(size_) : 0.0f);
       bytes_sent_ += n * len * sizeof(float);
       bytes_received_ += (n - 1) * len * sizeof(float);
+    }
+  }
+
+  // The float reduce-scatter's schedule on 16-bit values, a slot holding twice as many: rank r
+  // adds its block's stretch of every slot in fp32, in rank order, and rounds once
+  // (sum_half_slots), the arithmetic of run_allreduce_half, so its block is that allreduce's
+  // block bit for bit, exact sums or not. kAvg divides that 16-bit sum once, and rounds again.
+  void run_reduce_scatter_half(RingWork& work, std::span<const std::uint16_t> in,
+                               std::span<std::uint16_t> out, HalfType type, bool average) {
+    constexpr std::size_t kWidth = sizeof(std::uint16_t);
+    if (size_ == 1) {
+      std::memcpy(out.data(), in.data(), in.size() * kWidth);
+      return;
+    }
+    begin(work);
+    const std::size_t m = out.size();
+    const std::size_t n = static_cast<std::size_t>(size_);
+    const std::size_t stretch = std::max<std::size_t>(2 * chunk_floats_ / n, 1);
+    std::vector<const std::uint16_t*> slots(n);
+    for (std::size_t off = 0; off < m; off += stretch) {
+      const std::size_t len = std::min(stretch, m - off);
+      const int set = next_set();
+      std::uint16_t* mine = half_slot(set, rank_);
+      for (std::size_t j = 0; j < n; ++j) {
+        std::memcpy(mine + j * len, in.data() + j * m + off, len * kWidth);
+      }
+      sync(work);
+      for (std::size_t r = 0; r < n; ++r) {
+        slots[r] = half_slot(set, static_cast<int>(r)) + static_cast<std::size_t>(rank_) * len;
+      }
+      sum_half_slots(type, out.data() + off, slots, len, average ? float(size_) : 0.0f);
+      bytes_sent_ += n * len * kWidth;
+      bytes_received_ += (n - 1) * len * kWidth;
     }
   }
 

@@ -15,7 +15,8 @@
 // first barrier. Broadcast, allgather and reduce-scatter take one barrier per chunk.
 // kAvg divides the finished sum by N once, as the ring does. allreduce_half runs the same steps
 // on 16-bit values (a chunk holds twice as many): rank r adds slice r of every slot in fp32, in
-// rank order, and rounds to 16 bits once.
+// rank order, and rounds to 16 bits once. reduce_scatter_half is the reduce-scatter's steps with
+// that arithmetic, so each block is the allreduce_half's block bit for bit.
 //
 // Barriers: each rank owns a counter (phase) in the segment; it passes a barrier by raising it
 // and waiting until every other rank's has reached the same value: a short spin, then a futex
