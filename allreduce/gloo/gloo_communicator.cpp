@@ -12,6 +12,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -203,6 +204,34 @@ class GlooCommunicator final : public Communicator {
                    for (std::size_t i = 0; i < out.size(); ++i) {
                      out[i] = average ? mine[i] / n : mine[i];
                    }
+                 });
+  }
+
+  // The float reduce-scatter's ring (gloo_ring_reduce_scatter.h) over 16-bit values, 2 bytes
+  // an element: the order of additions of TcpRing's, each rounded to 16 bits.
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override {
+    check_reduce_scatter_half_sizes(in.size(), out.size(), size_, type);
+    const bool average = op == ReduceOp::kAvg;
+    const std::uint64_t moved = ring_share(in.size_bytes(), 1);
+    const std::string what = std::string("reduce-scatter ") + half_type_name(type) +
+                             (average ? " avg" : " sum") + " of " + std::to_string(in.size()) +
+                             " values (gloo ring)";
+    const bool runs = !in.empty();
+    return issue(what, header_of(half_reduce_scatter_kind(type, op), in.size()), runs, moved, moved,
+                 [this, in, out, type, average](std::uint32_t tag, Clock::time_point deadline) {
+                   if (size_ == 1) {
+                     std::memmove(out.data(), in.data(), in.size_bytes());
+                     return;
+                   }
+                   std::vector<std::uint16_t> sums(in.begin(), in.end());
+                   gloo::ring_reduce_scatter(*mesh_->context(), type, sums, out.size(), tag,
+                                             deadline);
+                   const std::uint16_t* mine = sums.data() + std::size_t(rank_) * out.size();
+                   std::copy_n(mine, out.size(), out.data());
+                   // The finished 16-bit sum divided once, as allreduce_half divides it here.
+                   if (average) divide_halves(type, out.data(), out.size(), float(size_));
                  });
   }
 

@@ -28,7 +28,8 @@
 // buffers ((N-1)/N of the input each way, whatever options.algorithm says; why not Gloo's own:
 // allreduce/gloo/gloo_ring_reduce_scatter.h). Its schedule and order of additions are TcpRing's
 // reduce-scatter, so the two give the same bits; against this allreduce's blocks, only exact sums
-// are sure to agree.
+// are sure to agree. reduce_scatter_half is that ring over 16-bit values, each addition rounded
+// back to 16 bits (allreduce/half_sum.h), as TcpRing's reduce_scatter_half rounds them.
 // ReduceOp::kAvg is the sum, then each element divided by float(size) on every rank, as TcpRing
 // divides each finished segment: where both sum in the same order the bits agree; for N >= 3
 // Gloo's orders differ from TcpRing's, so non-integer data can differ in the last bits (integer

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <span>
 
+#include "allreduce/communicator.h"
 #include "allreduce/gloo/gloo_waits.h"
 
 namespace gradsync::gloo {
@@ -30,5 +31,11 @@ namespace gradsync::gloo {
 // `tag` (the same on every rank that issues the same collective). With one rank, nothing to do.
 void ring_reduce_scatter(::gloo::Context& context, std::span<float> sums, std::size_t block,
                          std::uint32_t tag, Clock::time_point deadline);
+
+// The same ring over 16-bit floats of `type` (reduce_scatter_half), 2 bytes an element on the
+// wire: each addition in fp32, rounded back to 16 bits (allreduce/half_sum.h), in TcpRing's
+// order, so the two give the same bits here too.
+void ring_reduce_scatter(::gloo::Context& context, HalfType type, std::span<std::uint16_t> sums,
+                         std::size_t block, std::uint32_t tag, Clock::time_point deadline);
 
 }  // namespace gradsync::gloo
