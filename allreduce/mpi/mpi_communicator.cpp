@@ -244,6 +244,42 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  // MPI_Reduce_scatter_block of MPI_UINT16_T with the format's user reduction (HalfSumOps), 2
+  // bytes an element; kAvg divides the finished 16-bit block once, on every rank alike.
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override {
+    check_reduce_scatter_half_sizes(in.size(), out.size(), size_, type);
+    const bool avg = op == ReduceOp::kAvg;
+    count(out.size());  // MPI's count is the block: it must fit in an int
+    const Header h{std::int64_t(half_reduce_scatter_kind(type, op)), std::int64_t(in.size())};
+    const std::uint64_t moved = ring_share(in.size_bytes(), 1);
+    const MPI_Op sum = half_ops_.sum(type);
+    return issue(h, moved, moved,
+                 [this, in, out, type, avg, moved, sum](RingWork& work, const Header& mine) {
+                   if (size_ == 1) {
+                     if (!out.empty()) std::memmove(out.data(), in.data(), out.size_bytes());
+                     return;
+                   }
+                   if (out.empty()) return headers_only(work, mine);
+                   const int block = int(out.size());
+                   const MPI_Comm comm = runner_.comm();
+                   runner_.run(work, mine, moved,
+                               {"MPI_Reduce_scatter_block",
+                                [&] {
+                                  return MPI_Reduce_scatter_block(in.data(), out.data(), block,
+                                                                  MPI_UINT16_T, sum, comm);
+                                },
+                                "MPI_Ireduce_scatter_block",
+                                [&](MPI_Request* request) {
+                                  return MPI_Ireduce_scatter_block(in.data(), out.data(), block,
+                                                                   MPI_UINT16_T, sum, comm,
+                                                                   request);
+                                }});
+                   if (avg) divide_halves(type, out.data(), out.size(), float(size_));
+                 });
+  }
+
   std::shared_ptr<Work> barrier_async() override {
     return issue(Header{std::int64_t(Op::kBarrier)}, 0, 0,
                  [this](RingWork& work, const Header& mine) {

@@ -12,20 +12,21 @@
 // MPI_ERRORS_RETURN, so its messages never meet anyone else's and MPI's errors become gradsync
 // errors.
 //
-// Collectives: allreduce is MPI_Allreduce (MPI_SUM, MPI_IN_PLACE), broadcast MPI_Bcast,
-// allgather MPI_Allgather (MPI_IN_PLACE when `in` is this rank's block of `out`), reduce_scatter
-// MPI_Reduce_scatter_block, barrier MPI_Barrier, allreduce_half MPI_Allreduce of MPI_UINT16_T
-// with a user MPI_Op per format (each addition in fp32, rounded to 16 bits): the blocking
-// calls, which Open MPI serves from its `tuned` component, as a program calling MPI_Allreduce
-// gets. Only where MPI gives less than MPI_THREAD_MULTIPLE (an MPI started by the program at
-// SERIALIZED) are they the non-blocking MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
-// MPI_Ireduce_scatter_block and MPI_Ibarrier, which Open MPI serves from libnbc, with other
-// algorithms (up to 2x slower; `mpi_allreduce_plain --nonblocking` measures libnbc alone,
-// docs/benchmarks.md). MPI chooses the algorithm by size and ranks. ReduceOp::kAvg is the sum,
-// then each element divided by float(size) on every rank, as TcpRing and Gloo divide. MPI leaves
-// the summation order to the library: integer-valued sums are exact, and for other data every
-// rank ends with the same bits under Open MPI's algorithms, which may differ from TcpRing's (or,
-// for reduce_scatter, from the matching block of MPI's allreduce) in the last bits.
+// Collectives: allreduce is MPI_Allreduce (MPI_SUM, MPI_IN_PLACE), broadcast MPI_Bcast, allgather
+// MPI_Allgather (MPI_IN_PLACE when `in` is this rank's block of `out`), reduce_scatter
+// MPI_Reduce_scatter_block, barrier MPI_Barrier, allreduce_half MPI_Allreduce and
+// reduce_scatter_half MPI_Reduce_scatter_block, both of MPI_UINT16_T with a user MPI_Op per format
+// (each addition in fp32, rounded to 16 bits): the blocking calls, which Open MPI serves from its
+// `tuned` component, as a program calling MPI_Allreduce gets. Only where MPI gives less than
+// MPI_THREAD_MULTIPLE (an MPI started by the program at SERIALIZED) are they the non-blocking
+// MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather, MPI_Ireduce_scatter_block and MPI_Ibarrier, which
+// Open MPI serves from libnbc, with other algorithms (up to 2x slower; `mpi_allreduce_plain
+// --nonblocking` measures libnbc alone, docs/benchmarks.md). MPI chooses the algorithm by size and
+// ranks. ReduceOp::kAvg is the sum, then each element divided by float(size) on every rank, as
+// TcpRing and Gloo divide. MPI leaves the summation order to the library: integer-valued sums are
+// exact, and for other data every rank ends with the same bits under Open MPI's algorithms, which
+// may differ from TcpRing's (or, for reduce_scatter, from the matching block of MPI's allreduce) in
+// the last bits.
 //
 // Threads: make_mpi_communicator blocks until every rank has joined (through the Store, then
 // MPI_Comm_idup). The *_async calls only queue the collective and may come from any thread (issue
