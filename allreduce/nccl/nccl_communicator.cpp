@@ -307,6 +307,23 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_async(std::span<const flo
                });
 }
 
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                                  std::span<std::uint16_t> out,
+                                                                  HalfType type, ReduceOp op) {
+  check_reduce_scatter_half_sizes(in.size(), out.size(), size(), type);
+  check_device_buffer(in.data(), in.size(), "reduce_scatter_half", *state_);
+  check_device_buffer(out.data(), out.size(), "reduce_scatter_half", *state_);
+  const bool fp16 = type == HalfType::kFp16;
+  const std::uint64_t moved = ring_share(in.size_bytes(), size(), 1);
+  return issue(
+      fp16 ? "reduce_scatter fp16" : "reduce_scatter bf16", in.size(), moved, moved,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        return ncclReduceScatter(in.data(), out.data(), out.size(), fp16 ? ncclHalf : ncclBfloat16,
+                                 nccl_op(op), comm, stream);
+      },
+      fp16 ? "fp16 values" : "bf16 values");
+}
+
 std::shared_ptr<Work> NcclCommunicator::barrier_async() {
   // NCCL has no barrier: a one-float allreduce completes on no rank before every rank issued it.
   float* scratch = state_->barrier_scratch;

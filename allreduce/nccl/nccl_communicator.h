@@ -80,6 +80,12 @@ class NcclCommunicator final : public Communicator {
   // sum would overflow need not). Bits agree with the CPU backends' where the sums are exact.
   std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
                                              ReduceOp op) override;
+  // ncclReduceScatter of ncclHalf or ncclBfloat16 on device memory, NCCL's arithmetic as in
+  // allreduce_half_async (kAvg is ncclAvg); bits agree with the CPU backends' where the sums
+  // are exact and, for kAvg, where dividing by N is exact too.
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override;
   // In place; only `root` receives the reduction (DataParallel's gather onto device 0).
   std::shared_ptr<Work> reduce_async(std::span<float> data, ReduceOp op, int root);
   void reduce(std::span<float> data, ReduceOp op, int root) {
