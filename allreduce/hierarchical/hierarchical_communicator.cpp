@@ -128,6 +128,23 @@ class HierarchicalCommunicator final : public Communicator {
     });
   }
 
+  // As the float reduce-scatter: the allreduce_half of a copy of in, then this rank's block, so
+  // every block is the allreduce_half's bit for bit (at the all-reduce's cost).
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override {
+    check_reduce_scatter_half_sizes(in.size(), out.size(), size_, type);
+    return issue(std::string("reduce-scatter ") + half_type_name(type) + " of " +
+                     std::to_string(in.size()) + " values",
+                 [this, in, out, type, op] {
+                   std::vector<std::uint16_t> whole(in.begin(), in.end());
+                   run_allreduce_half(whole, type, op);
+                   const std::size_t n = out.size();
+                   std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(n * rank_), n,
+                               out.begin());
+                 });
+  }
+
   std::shared_ptr<Work> barrier_async() override {
     return issue("barrier", [this] {
       in_host([&] { intra_->barrier(); });

@@ -17,8 +17,9 @@
 // ranks (HostLayout::regular) the host blocks line up in the output; otherwise the leaders
 // gather each host's blocks padded to the largest host's count, and each leader places them
 // (moving H L blocks between hosts where N would do). reduce-scatter is the all-reduce's
-// matching block (the same bits, at the all-reduce's cost). kAvg divides the finished sum by N
-// once, on every rank alike, so every rank holds the same bits.
+// matching block (the same bits, at the all-reduce's cost), and reduce_scatter_half the
+// allreduce_half's. kAvg divides the finished sum by N once, on every rank alike, so every rank
+// holds the same bits.
 //
 // Failures: a level that fails aborts the others with its reason, so the ranks waiting there fail
 // at once with it instead of at their timeout; errors name the global rank that failed (a
