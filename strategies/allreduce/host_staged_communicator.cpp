@@ -196,6 +196,34 @@ class HostStagedCommunicator final : public Communicator {
     });
   }
 
+  // The whole 16-bit input staged, then this rank's block after it (2 bytes a value); the host
+  // communicator's reduce_scatter_half reduces, and only the block comes back.
+  std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
+                                                  std::span<std::uint16_t> out, HalfType type,
+                                                  ReduceOp op) override {
+    check_reduce_scatter_half_sizes(in.size(), out.size(), size(), type);
+    check_buffer(in.data(), in.size(), "reduce_scatter_half");
+    check_buffer(out.data(), out.size(), "reduce_scatter_half");
+    const std::string what = std::string("reduce-scatter ") + half_type_name(type) +
+                             (op == ReduceOp::kAvg ? " avg" : " sum") + " of " +
+                             std::to_string(in.size()) + " values";
+    return submit(what, [this, in, out, type, op, produced = mark_produced()](tcp::RingWork& work) {
+      // Still issued when empty: the host communicator's sequence stays the peers'.
+      if (in.empty()) return finish(host_->reduce_scatter_half_async({}, {}, type, op));
+      const std::span<std::uint16_t> host = staging_halves(work, in.size() + out.size());
+      const std::span<std::uint16_t> host_in = host.first(in.size());
+      const std::span<std::uint16_t> host_out = host.subspan(in.size());
+      on_device(work, "copying to host", [&] {
+        after_producer(produced);
+        copy_bytes(host_in.data(), in.data(), in.size_bytes(), cudaMemcpyDeviceToHost);
+      });
+      finish(host_->reduce_scatter_half_async(host_in, host_out, type, op));
+      on_device(work, "copying back", [&] {
+        copy_bytes(out.data(), host_out.data(), out.size_bytes(), cudaMemcpyHostToDevice);
+      });
+    });
+  }
+
   // Through the staging thread like the rest: forwarded at once, it could reach the host
   // communicator before collectives issued earlier, and the ranks' sequences would differ.
   std::shared_ptr<Work> barrier_async() override {

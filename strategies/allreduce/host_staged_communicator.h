@@ -22,8 +22,8 @@
 //   4. copies the result back to the device and synchronises, then completes the Work: after
 //      Work::wait the device buffer holds the result for any stream or the host.
 // A null producer stream orders nothing: the buffers must be final when the call is made.
-// allreduce_half stages its 16-bit values the same way (2 bytes each) and runs the host
-// communicator's allreduce_half; allgather_words is the allgather of the same bytes.
+// allreduce_half and reduce_scatter_half stage their 16-bit values the same way (2 bytes each)
+// and run the host communicator's; allgather_words is the allgather of the same bytes.
 //
 // Buffers: device (or managed) memory of `device`; anything else is refused at the call with
 // gradsync::Error. They must stay valid and untouched until the Work completes. Zero elements
