@@ -1,6 +1,7 @@
-// MpiCommunicator's allreduce_half and allgather_words under mpirun: every process is one rank
-// and runs these cases in order (run_mpi_tests.py: 1 to 4 ranks, both thread levels). The checks
-// are the ones the other backends' tests run in threads (tests/support/half_collective_checks.h).
+// MpiCommunicator's allreduce_half, reduce_scatter_half and allgather_words under mpirun: every
+// process is one rank and runs these cases in order (run_mpi_tests.py: 1 to 4 ranks, both thread
+// levels). The checks are the ones the other backends' tests run in threads
+// (tests/support/half_collective_checks.h).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -94,4 +95,54 @@ TEST_CASE("mpi: a float allreduce against an fp16 one of the same count is a des
   CHECK(has(message, "desync"));
   CHECK(has(message, "collective #1 allreduce of 1000 floats"));
   CHECK(has(message, "collective #1 allreduce fp16 of 1000 fp16 values"));
+}
+
+TEST_CASE("mpi: reduce_scatter_half is exact at odd block lengths, the allreduce_half's blocks") {
+  const auto comm = mpi_communicator("half_reduce_scatter");
+  for (const std::size_t block :
+       {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(1001), std::size_t(25013)}) {
+    check_half_reduce_scatter_exact(*comm, block);
+  }
+  check_half_reduce_scatter_async(*comm, 777);
+  check_half_reduce_scatter_refuses_sizes(*comm);
+  CHECK(comm->counters().collectives == 5 * 8 + 3 + 1);
+}
+
+TEST_CASE("mpi: reduce_scatter_half counts 2 bytes a value") {
+  const auto comm = mpi_communicator("half_reduce_scatter_counters");
+  check_half_reduce_scatter_counts(*comm, 60 * 1024);
+  // (N - 1) / N of the input each way, 2 bytes a value.
+  const std::uint64_t n = std::uint64_t(comm->size());
+  const gradsync::CommCounters before = comm->counters();
+  std::vector<std::uint16_t> in(1001 * n), out(1001);
+  comm->reduce_scatter_half(in, out, HalfType::kFp16, ReduceOp::kAvg);
+  CHECK(comm->counters().bytes_sent - before.bytes_sent == 2 * 1001 * (n - 1));
+  CHECK(comm->counters().bytes_received - before.bytes_received == 2 * 1001 * (n - 1));
+}
+
+TEST_CASE("mpi: a float reduce-scatter against an fp16 one of the same count is a desync") {
+  const auto comm = mpi_communicator("half_reduce_scatter_desync");
+  const int n = comm->size(), r = comm->rank();
+  if (n == 1) return;
+  const std::size_t block = 250;
+  const std::vector<float> floats(block * std::size_t(n), 1.0f);
+  const std::vector<std::uint16_t> halves(block * std::size_t(n), 0x3C00);
+  std::vector<float> float_out(block);
+  std::vector<std::uint16_t> half_out(block);
+  std::string message;
+  try {
+    if (r == n - 1) {
+      comm->reduce_scatter(floats, float_out, ReduceOp::kSum);
+    } else {
+      comm->reduce_scatter_half(halves, half_out, HalfType::kFp16, ReduceOp::kSum);
+    }
+    FAIL_CHECK("the mismatched collective should have failed");
+  } catch (const gradsync::PeerError& e) {
+    message = e.what();
+  }
+  MESSAGE(message);
+  const std::string count = std::to_string(block * std::size_t(n));
+  CHECK(has(message, "desync"));
+  CHECK(has(message, "collective #1 reduce-scatter of " + count + " floats"));
+  CHECK(has(message, "collective #1 reduce-scatter fp16 of " + count + " fp16 values"));
 }

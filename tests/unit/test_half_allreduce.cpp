@@ -1,8 +1,8 @@
-// allreduce_half and allgather_words (allreduce/communicator.h) on every CPU backend that runs in
-// threads: tcp, shm, gloo (where the build has it) and the hierarchical communicator on several
-// groupings of ranks into hosts, N ranks as N threads over one InMemoryStore. Values are known
-// in closed form (tests/support/half_collective_checks.h); mpi runs the same checks under
-// mpirun (tests/mpi/test_mpi_half.cpp).
+// allreduce_half, reduce_scatter_half and allgather_words (allreduce/communicator.h) on every CPU
+// backend that runs in threads: tcp, shm, gloo (where the build has it) and the hierarchical
+// communicator on several groupings of ranks into hosts, N ranks as N threads over one
+// InMemoryStore. Values are known in closed form (tests/support/half_collective_checks.h); mpi runs
+// the same checks under mpirun (tests/mpi/test_mpi_half.cpp).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -273,6 +273,169 @@ TEST_CASE("allreduce_half: fp16 against bf16 of the same count is a desync too (
   });
 }
 
+TEST_CASE(
+    "reduce_scatter_half: exact blocks for 1..6 ranks at odd block lengths, the same bits as "
+    "allreduce_half's") {
+  for (const Backend& backend : backends()) {
+    for (int n = 1; n <= 6; ++n) {
+      CAPTURE(backend.name);
+      CAPTURE(n);
+      run_world(backend, n, [&](Communicator& comm) {
+        // 4099 values a block: several of shm's chunks (2048 values) per block.
+        for (const std::size_t block : {std::size_t(0), std::size_t(1), std::size_t(3),
+                                        std::size_t(1001), std::size_t(4099)}) {
+          check_half_reduce_scatter_exact(comm, block);
+        }
+        check_half_reduce_scatter_async(comm, 777);
+        CHECK(comm.counters().collectives == 5 * 8 + 3);
+      });
+    }
+  }
+}
+
+TEST_CASE(
+    "reduce_scatter_half: sums that round are the allreduce_half's blocks where both add "
+    "alike") {
+  for (const Backend& backend : backends()) {
+    // Every backend at 2 ranks; shm and the hierarchical communicator at every size (shm rounds
+    // each slot sum once, the hierarchical communicator's reduce-scatter is its allreduce_half).
+    const bool any_size = backend.name != "tcp" && backend.name != "gloo";
+    for (const int n : {2, 3, 5}) {
+      if (n > 2 && !any_size) continue;
+      CAPTURE(backend.name);
+      CAPTURE(n);
+      run_world(backend, n, [&](Communicator& comm) {
+        check_half_reduce_scatter_matches_allreduce(comm, 4001);
+      });
+    }
+  }
+}
+
+TEST_CASE("reduce_scatter_half: the byte counters count 2 bytes a value") {
+  for (const Backend& backend : backends()) {
+    for (const int n : {2, 3, 4}) {
+      CAPTURE(backend.name);
+      CAPTURE(n);
+      run_world(backend, n,
+                [&](Communicator& comm) { check_half_reduce_scatter_counts(comm, 60 * 1024); });
+    }
+  }
+  // The reduce-scatter ring moves (N - 1) / N of the input each way: N - 1 blocks of 2 bytes a
+  // value.
+  const int n = 3;
+  const std::size_t block = 1001;
+  gradsync::InMemoryStore store;
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
+    std::vector<std::uint16_t> in(block * n), out(block);
+    comm->reduce_scatter_half(in, out, HalfType::kFp16, ReduceOp::kAvg);
+    CHECK(comm->counters().bytes_sent == 2 * (n - 1) * block);
+    CHECK(comm->counters().bytes_received == 2 * (n - 1) * block);
+  });
+}
+
+TEST_CASE("reduce_scatter_half: sizes that disagree are refused at the call, nothing issued") {
+  for (const Backend& backend : backends()) {
+    for (const int n : {1, 2, 3}) {
+      CAPTURE(backend.name);
+      CAPTURE(n);
+      run_world(backend, n, [&](Communicator& comm) {
+        check_half_reduce_scatter_refuses_sizes(comm);
+        CHECK(comm.counters().collectives == 1);
+      });
+    }
+  }
+}
+
+TEST_CASE("reduce_scatter_half: a rank in a float reduce-scatter of the same count is a desync") {
+  for (const Backend& backend : backends(5s)) {
+    for (const int n : {2, 3}) {
+      CAPTURE(backend.name);
+      CAPTURE(n);
+      const std::size_t block = 250;
+      const std::string count = std::to_string(block * n);
+      std::vector<std::string> messages(static_cast<std::size_t>(n));
+      gradsync::InMemoryStore store;
+      run_ranks(n, [&](int r) {
+        const auto comm = backend.make(store, r, n);
+        std::vector<float> warmup(10, 1.0f);
+        comm->allreduce(warmup, ReduceOp::kSum);
+        const auto start = Clock::now();
+        const std::vector<float> floats(block * n, 1.0f);
+        const std::vector<std::uint16_t> halves(block * n, 0x3C00);
+        std::vector<float> float_out(block);
+        std::vector<std::uint16_t> half_out(block);
+        messages[std::size_t(r)] = error_of<gradsync::Error>(
+            [&] {
+              if (r == 0) {
+                comm->reduce_scatter(floats, float_out, ReduceOp::kSum);
+              } else {
+                comm->reduce_scatter_half(halves, half_out, HalfType::kFp16, ReduceOp::kSum);
+              }
+            },
+            "rank " + std::to_string(r) + ": the mismatched collective should have failed");
+        CHECK(ms_since(start) < 4000);  // before the timeout
+      });
+      // The hierarchical communicator reduce-scatters through its levels' allreduces: they are
+      // what meet, and what its error names.
+      const bool levels = backend.name.starts_with("hierarchical");
+      const std::string floats_in =
+          (levels ? "allreduce of " : "reduce-scatter of ") + count + " floats";
+      const std::string halves_in =
+          (levels ? "allreduce fp16 of " : "reduce-scatter fp16 of ") + count + " fp16 values";
+      bool named = false;
+      std::string all;
+      for (const std::string& message : messages) {
+        all += message + "\n";
+        named =
+            named || (has(message, "desync") && has(message, floats_in) && has(message, halves_in));
+      }
+      CHECK_MESSAGE(named, all);
+    }
+  }
+}
+
+TEST_CASE(
+    "reduce_scatter_half: the other format, or an allreduce_half of the same count, is a "
+    "desync (tcp, shm, gloo)") {
+  for (const Backend& backend : backends(5s)) {
+    // The hierarchical communicator's reduce-scatter is its levels' allreduce_half of the same
+    // count: a rank there and a rank in allreduce_half both finish, each with its own result.
+    if (backend.name.starts_with("hierarchical")) continue;
+    for (const bool against_allreduce : {false, true}) {
+      CAPTURE(backend.name);
+      CAPTURE(against_allreduce);
+      const int n = 2;
+      std::vector<std::string> messages(n);
+      gradsync::InMemoryStore store;
+      run_ranks(n, [&](int r) {
+        const auto comm = backend.make(store, r, n);
+        std::vector<std::uint16_t> in(14, 0x3C00), out(7);
+        messages[std::size_t(r)] = error_of<gradsync::Error>(
+            [&] {
+              if (r == 0) {
+                comm->reduce_scatter_half(in, out, HalfType::kFp16, ReduceOp::kAvg);
+              } else if (against_allreduce) {
+                comm->allreduce_half(in, HalfType::kFp16, ReduceOp::kAvg);
+              } else {
+                comm->reduce_scatter_half(in, out, HalfType::kBf16, ReduceOp::kAvg);
+              }
+            },
+            "the mismatched collectives should have failed");
+      });
+      const std::string other = against_allreduce ? "allreduce fp16 avg of 14 fp16 values"
+                                                  : "reduce-scatter bf16 avg of 14 bf16 values";
+      bool named = false;
+      for (const std::string& message : messages) {
+        named = named ||
+                (has(message, "desync") &&
+                 has(message, "reduce-scatter fp16 avg of 14 fp16 values") && has(message, other));
+      }
+      CHECK_MESSAGE(named, messages[0] << "\n" << messages[1]);
+    }
+  }
+}
+
 TEST_CASE("allgather_words: every word arrives bit for bit, NaN patterns included") {
   for (const Backend& backend : backends()) {
     for (int n = 1; n <= 6; ++n) {
@@ -342,6 +505,11 @@ TEST_CASE("allreduce_half: the default of a backend without it says which") {
       [&] { bare.allreduce_half_async(data, HalfType::kBf16, ReduceOp::kSum); }, "should throw");
   CHECK(message ==
         "allreduce_half: the bare communicator has no 16-bit allreduce (bf16, 3 values)");
+  std::vector<std::uint16_t> block(3);
+  CHECK(error_of<gradsync::Error>(
+            [&] { bare.reduce_scatter_half_async(data, block, HalfType::kFp16, ReduceOp::kAvg); },
+            "should throw") ==
+        "reduce_scatter_half: the bare communicator has no 16-bit reduce-scatter (fp16, 3 values)");
   // The words allgather is the float allgather of the same bytes.
   std::vector<std::uint32_t> in(2), out(2);
   bare.allgather_words_async(in, out);
@@ -359,4 +527,19 @@ TEST_CASE("collective kinds: each 16-bit allreduce has its own, named in message
         "allreduce bf16 avg of 5 bf16 values");
   CHECK(gradsync::describe_collective(CollectiveKind::kAllreduceSum, 5, 0) ==
         "allreduce of 5 floats");
+  // And each 16-bit reduce-scatter, apart from the float one and the 16-bit allreduces.
+  CHECK(gradsync::half_reduce_scatter_kind(HalfType::kFp16, ReduceOp::kSum) ==
+        CollectiveKind::kReduceScatterFp16Sum);
+  CHECK(gradsync::half_reduce_scatter_kind(HalfType::kFp16, ReduceOp::kAvg) ==
+        CollectiveKind::kReduceScatterFp16Avg);
+  CHECK(gradsync::half_reduce_scatter_kind(HalfType::kBf16, ReduceOp::kSum) ==
+        CollectiveKind::kReduceScatterBf16Sum);
+  CHECK(gradsync::half_reduce_scatter_kind(HalfType::kBf16, ReduceOp::kAvg) ==
+        CollectiveKind::kReduceScatterBf16Avg);
+  CHECK(gradsync::describe_collective(CollectiveKind::kReduceScatterFp16Sum, 12, 0) ==
+        "reduce-scatter fp16 of 12 fp16 values");
+  CHECK(gradsync::describe_collective(CollectiveKind::kReduceScatterBf16Avg, 12, 0) ==
+        "reduce-scatter bf16 avg of 12 bf16 values");
+  CHECK(gradsync::describe_collective(CollectiveKind::kReduceScatterAvg, 12, 0) ==
+        "reduce-scatter avg of 12 floats");
 }
