@@ -451,6 +451,59 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "host-staged communicator: reduce_scatter_half of device buffers is the host communicator's, "
+    "2 bytes a value") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  using gradsync::HalfType;
+  for (const std::string& backend : host_backends()) {
+    CAPTURE(backend);
+    const int n = 2;
+    gradsync::InMemoryStore store;
+    run_ranks(
+        n,
+        [&](int r) {
+          gradsync::cuda::DeviceGuard on(0);
+          auto comm = staged(store, r, n, backend, nullptr);
+          for (const std::size_t block : {std::size_t(0), std::size_t(1), std::size_t(50001)}) {
+            for (const HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+              for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+                const std::vector<std::uint16_t> mine = half_rank_data(type, r, n * block);
+                gradsync::cuda::DeviceBuffer<std::uint16_t> in(mine.size()), out(block);
+                if (block > 0) {
+                  GRADSYNC_CUDA_CHECK(
+                      cudaMemcpy(in.data(), mine.data(), in.bytes(), cudaMemcpyHostToDevice));
+                }
+                const gradsync::CommCounters before = comm->counters();
+                comm->reduce_scatter_half(in.span(), out.span(), type, op);
+                // The ring's (N - 1) / N of the input, 2 bytes a value: one block at 2 ranks.
+                CHECK(comm->counters().bytes_sent - before.bytes_sent == 2 * block);
+                std::vector<std::uint16_t> got(block);
+                if (block > 0) {
+                  GRADSYNC_CUDA_CHECK(
+                      cudaMemcpy(got.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+                }
+                CHECK(wrong_bits(got, [&](std::size_t i) {
+                        return half_expected(type, n, std::size_t(r) * block + i,
+                                             op == ReduceOp::kAvg);
+                      }) == 0);
+              }
+            }
+          }
+          // Sizes that disagree are refused at the call, before any staging.
+          gradsync::cuda::DeviceBuffer<std::uint16_t> odd(2 * 4 + 1), four(4);
+          CHECK(has(error_of<gradsync::Error>(
+                        [&] {
+                          comm->reduce_scatter_half_async(odd.span(), four.span(), HalfType::kBf16,
+                                                          ReduceOp::kSum);
+                        },
+                        "mismatched sizes must be refused"),
+                    "reduce_scatter_half: in.size() must be size() * out.size()"));
+        },
+        120s);
+  }
+}
+
+TEST_CASE(
     "host-staged communicator: a rank that never issues the collective makes the other "
     "time out, with the host communicator's error") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);

@@ -167,8 +167,9 @@ DeviceBuffer<T> upload(const std::vector<T>& h, cudaStream_t stream) {
 }
 
 // ncclHalf and ncclBfloat16 sums of integer-valued data (tests/support/half_collective_checks.h:
-// exact in any order), averages where n is a power of two (ncclAvg scales each value by 1/n
-// first, exactly then), and words gathered bit for bit, NaN patterns included.
+// exact in any order), allreduced and reduce-scattered, averages where n is a power of two
+// (ncclAvg scales each value by 1/n first, exactly then), and words gathered bit for bit, NaN
+// patterns included.
 void check_half_collectives(NcclCommunicator& comm, std::size_t count) {
   using gradsync::HalfType;
   using gradsync::ReduceOp;
@@ -187,6 +188,27 @@ void check_half_collectives(NcclCommunicator& comm, std::size_t count) {
                                  return half_expected(type, n, i, op == ReduceOp::kAvg);
                                }) == 0,
                     gradsync::half_type_name(type) << " of " << count);
+    }
+  }
+  // ncclReduceScatter of the same data over n blocks of `count`: block r's exact sums, 2 bytes
+  // a value counted (n - 1 blocks each way).
+  for (const HalfType type : {HalfType::kFp16, HalfType::kBf16}) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      if (op == ReduceOp::kAvg && !exact_avg) continue;
+      DeviceBuffer<std::uint16_t> in =
+          upload(half_rank_data(type, r, count * static_cast<std::size_t>(n)), stream);
+      DeviceBuffer<std::uint16_t> out(count);
+      const gradsync::CommCounters before = comm.counters();
+      comm.reduce_scatter_half(in.span(), out.span(), type, op);
+      CHECK(comm.counters().bytes_sent - before.bytes_sent ==
+            2 * count * static_cast<std::size_t>(n - 1));
+      const std::vector<std::uint16_t> got = download(out, stream);
+      CHECK_MESSAGE(wrong_bits(got,
+                               [&](std::size_t i) {
+                                 return half_expected(type, n, std::size_t(r) * count + i,
+                                                      op == ReduceOp::kAvg);
+                               }) == 0,
+                    "reduce-scatter " << gradsync::half_type_name(type) << " of " << count);
     }
   }
   std::vector<std::uint32_t> words(count);
@@ -221,7 +243,9 @@ void run_half_ranks(int n, std::size_t count) {
 
 }  // namespace
 
-TEST_CASE("nccl: allreduce_half and allgather_words on device buffers, 1 rank and one per GPU") {
+TEST_CASE(
+    "nccl: allreduce_half, reduce_scatter_half and allgather_words on device buffers, 1 rank and "
+    "one per GPU") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);
   for (std::size_t count : {std::size_t{1}, std::size_t{1001}, (std::size_t{1} << 20) + 1}) {
     run_half_ranks(1, count);
