@@ -1,5 +1,6 @@
 #include "apps/teach_command.h"
 
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -43,78 +44,31 @@ Command add_ring_lesson(CLI::App& teach) {
           }};
 }
 
-Command add_dp_vs_ddp_lesson(CLI::App& teach) {
-  struct Options {
-    std::string preset = "dp-vs-ddp";
-    std::vector<std::string> overrides;
-    std::string output;
-  };
-  auto options = std::make_shared<Options>();
-  CLI::App* lesson = teach.add_subcommand(
-      "dp-vs-ddp",
-      "run DataParallel-style dp and DDP-style allreduce on the same model and "
-      "links, and print measured bytes and times beside the model's prediction");
-  lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
-  lesson->add_option("--set", options->overrides, "override a key, e.g. network.link_gbps=2");
-  lesson->add_option("--output", options->output, "results root (default: output.dir)");
-  return {lesson, [options] {
-            const Preset preset =
-                load_preset(find_preset(options->preset, presets_dir()), options->overrides);
-            const PresetOutcome outcome = run_preset(preset, options->output);
-            std::cout << "\n"
-                      << teach::render_dp_vs_ddp(teach::dp_vs_ddp_rows(preset.runs, outcome.runs))
-                      << "\nresults: " << outcome.dir << "\n";
-            return 0;
-          }};
-}
+// A lesson that runs a preset and prints a table of what its runs measured beside the cost
+// model's figures: `table` turns the preset's configurations and outcomes into that text.
+using LessonTable =
+    std::function<std::string(const std::vector<Config>&, const std::vector<RunOutcome>&)>;
 
-Command add_hierarchical_lesson(CLI::App& teach) {
+Command add_preset_lesson(CLI::App& teach, const std::string& name, const std::string& preset,
+                          const std::string& description, const std::string& set_example,
+                          LessonTable table) {
   struct Options {
-    std::string preset = "hierarchical";
+    std::string preset;
     std::vector<std::string> overrides;
     std::string output;
   };
   auto options = std::make_shared<Options>();
-  CLI::App* lesson = teach.add_subcommand(
-      "hierarchical",
-      "run a flat ring and the hierarchical all-reduce on the same simulated hosts (root: network "
-      "namespaces) and print the bytes between hosts beside the model's");
+  options->preset = preset;
+  CLI::App* lesson = teach.add_subcommand(name, description);
   lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
-  lesson->add_option("--set", options->overrides, "override a key, e.g. network.hosts=4");
+  lesson->add_option("--set", options->overrides, "override a key, e.g. " + set_example);
   lesson->add_option("--output", options->output, "results root (default: output.dir)");
-  return {
-      lesson, [options] {
-        const Preset preset =
-            load_preset(find_preset(options->preset, presets_dir()), options->overrides);
-        const PresetOutcome outcome = run_preset(preset, options->output);
-        std::cout << "\n"
-                  << teach::render_hierarchical(teach::hierarchical_rows(preset.runs, outcome.runs))
-                  << "\nresults: " << outcome.dir << "\n";
-        return 0;
-      }};
-}
-
-Command add_zero_lesson(CLI::App& teach) {
-  struct Options {
-    std::string preset = "zero";
-    std::vector<std::string> overrides;
-    std::string output;
-  };
-  auto options = std::make_shared<Options>();
-  CLI::App* lesson = teach.add_subcommand(
-      "zero",
-      "run allreduce and ZeRO's stages on one model and print the model state each rank held "
-      "and the bytes it sent, measured, beside the model's");
-  lesson->add_option("--preset", options->preset, "the preset to run")->capture_default_str();
-  lesson->add_option("--set", options->overrides, "override a key, e.g. train.steps=10");
-  lesson->add_option("--output", options->output, "results root (default: output.dir)");
-  return {lesson, [options] {
-            const Preset preset =
+  return {lesson, [options, table = std::move(table)] {
+            const Preset loaded =
                 load_preset(find_preset(options->preset, presets_dir()), options->overrides);
-            const PresetOutcome outcome = run_preset(preset, options->output);
+            const PresetOutcome outcome = run_preset(loaded, options->output);
             std::cout << "\n"
-                      << teach::render_zero(teach::zero_rows(preset.runs, outcome.runs))
-                      << "\nresults: " << outcome.dir << "\n";
+                      << table(loaded.runs, outcome.runs) << "\nresults: " << outcome.dir << "\n";
             return 0;
           }};
 }
@@ -125,8 +79,30 @@ Command add_teach_command(CLI::App& parent) {
   CLI::App* teach =
       parent.add_subcommand("teach", "step-by-step demos of how the strategies move data");
   teach->require_subcommand(1);
-  std::vector<Command> lessons = {add_ring_lesson(*teach), add_dp_vs_ddp_lesson(*teach),
-                                  add_hierarchical_lesson(*teach), add_zero_lesson(*teach)};
+  std::vector<Command> lessons = {
+      add_ring_lesson(*teach),
+      add_preset_lesson(*teach, "dp-vs-ddp", "dp-vs-ddp",
+                        "run DataParallel-style dp and DDP-style allreduce on the same model and "
+                        "links, and print measured bytes and times beside the model's prediction",
+                        "network.link_gbps=2",
+                        [](const auto& configs, const auto& runs) {
+                          return teach::render_dp_vs_ddp(teach::dp_vs_ddp_rows(configs, runs));
+                        }),
+      add_preset_lesson(*teach, "hierarchical", "hierarchical",
+                        "run a flat ring and the hierarchical all-reduce on the same simulated "
+                        "hosts (root: network namespaces) and print the bytes between hosts "
+                        "beside the model's",
+                        "network.hosts=4",
+                        [](const auto& configs, const auto& runs) {
+                          return teach::render_hierarchical(
+                              teach::hierarchical_rows(configs, runs));
+                        }),
+      add_preset_lesson(*teach, "zero", "zero",
+                        "run allreduce and ZeRO's stages on one model and print the model state "
+                        "each rank held and the bytes it sent, measured, beside the model's",
+                        "train.steps=10", [](const auto& configs, const auto& runs) {
+                          return teach::render_zero(teach::zero_rows(configs, runs));
+                        })};
   return {teach, [lessons = std::move(lessons)] { return run_parsed(lessons); }};
 }
 

@@ -123,12 +123,12 @@ void check_compression(const Origins& origins, const std::string& source, const 
   if (method == "none") return;
   const std::string where = origin_of(origins, {"comm.compression", "comm"}, source + ":1");
   const std::string& strategy = config.strategy;
-  if (strategy != "allreduce" && strategy != "ps") {
+  if (strategy != "allreduce" && strategy != "ps" && strategy != "zero") {
     const std::string why = strategy == "single" ? "single has no wire (one worker)"
                             : strategy == "dp"   ? "dp reduces in memory"
                                                  : "not " + strategy + " in this version";
     throw ConfigError(where, "comm.compression",
-                      method + ": compression runs over the wire: allreduce and ps; " + why);
+                      method + ": compression runs over the wire: allreduce, zero and ps; " + why);
   }
   if (strategy == "ps") {
     if (method == "powersgd") {
@@ -137,6 +137,11 @@ void check_compression(const Origins& origins, const std::string& source, const 
                         "workers never do: ps pushes take fp16, bf16 or topk");
     }
     return;
+  }
+  if (strategy == "zero" && method == "powersgd") {
+    throw ConfigError(where, "comm.compression",
+                      "powersgd approximates whole matrices, and zero reduce-scatters each "
+                      "unit's slices: zero takes fp16, bf16 or topk");
   }
   if (config.device == "gpu") {
     throw ConfigError(where, "comm.compression",

@@ -56,6 +56,8 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     zero.sgd = options.sgd;
     zero.tensors = process.model->tensors();
     zero.params = process.model->param_count();
+    zero.compression = options.compression;
+    zero.first_step = static_cast<std::int64_t>(process.first_step);
     return std::make_unique<ZeroStrategy>(process.comm, std::move(zero));
   }
   AllreduceStrategyOptions allreduce;

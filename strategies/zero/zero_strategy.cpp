@@ -1,6 +1,7 @@
 #include "strategies/zero/zero_strategy.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "common/error.h"
 #include "common/model_state_memory.h"
@@ -85,6 +86,7 @@ class ZeroStrategy::ShardedOptimizer final : public Optimizer {
 struct ZeroStrategy::InFlight {
   std::size_t unit = 0;
   std::vector<std::shared_ptr<Work>> works;
+  std::function<void()> then;  // after the works: a compression's decoding
   Clock::time_point issued;
 };
 
@@ -94,6 +96,10 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroStrategyOptio
   GRADSYNC_CHECK(options_.stage == 1 || options_.stage == 2, "zero: stage 1 or 2");
   layout_ = shard_layout(options_.tensors, options_.params, comm_->size(), options_.unit_bytes,
                          comm_->rank());
+  if (options_.compression.method != "none") {
+    compression_ = std::make_unique<UnitCompression>(comm_, layout_, options_.compression);
+  }
+  steps_ = options_.first_step;
 }
 
 ZeroStrategy::~ZeroStrategy() { settle(); }
@@ -138,7 +144,16 @@ void ZeroStrategy::reduce_scatter_unit(std::span<const float> grads, std::size_t
   const auto sliced = grads.subspan(unit.begin, unit.sliced());
   const auto tail = grads.subspan(unit.tail_begin(), unit.tail());
   const std::span<float> slice_out(shard, unit.slice), tail_out(shard + unit.slice, unit.tail());
-  if (blocking) {
+  if (compression_ && steps_ >= options_.compression.start_step) {
+    UnitCompression::Started started =
+        compression_->start(grads, u, std::span<float>(shard, unit.slice + unit.tail()));
+    f->works = std::move(started.works);
+    f->then = std::move(started.then);
+    if (blocking) {
+      for (const auto& work : f->works) work->wait(comm_->timeout());
+      f->then();
+    }
+  } else if (blocking) {
     if (unit.slice > 0) comm_->reduce_scatter(sliced, slice_out, ReduceOp::kAvg);
     if (unit.tail() > 0) comm_->allreduce_into(tail, tail_out, ReduceOp::kAvg);
   } else {
@@ -191,6 +206,7 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
       const WorkTimes t = work->times();
       if (t.known()) times = WorkTimes{std::min(times.started, t.started), t.finished};
     }
+    if (f->then) f->then();
     for (TraceSpan& span : spans_) {
       if (span.index == static_cast<int>(f->unit) &&
           std::string_view(span.name) == "reduce_scatter") {
@@ -234,6 +250,7 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
   stats_.bytes_received = now.bytes_received - counted_.bytes_received;
   stats_.collectives = now.collectives - counted_.collectives;
   counted_ = now;
+  ++steps_;
 }
 
 std::optional<SyncStrategy::OwnParts> ZeroStrategy::own_checkpoint_parts(

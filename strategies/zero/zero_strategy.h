@@ -35,8 +35,10 @@
 #include "allreduce/communicator.h"
 #include "model/model.h"
 #include "model/optimizer/sgd_options.h"
+#include "strategies/allreduce/bucket_reducer.h"
 #include "strategies/sync_strategy.h"
 #include "strategies/zero/shard_layout.h"
+#include "strategies/zero/unit_compression.h"
 
 namespace gradsync {
 
@@ -46,6 +48,10 @@ struct ZeroStrategyOptions {
   SgdOptions sgd;
   std::vector<TensorShape> tensors;  // the model's (Model::tensors())
   std::size_t params = 0;            // the model's param_count()
+  // comm.compression: fp16, bf16 or topk on the gradients' reduce-scatter (unit_compression.h);
+  // none: fp32.
+  CompressionOptions compression;
+  std::int64_t first_step = 0;  // the step the loop starts at (a resumed run's checkpoint)
 };
 
 class ZeroStrategy final : public SyncStrategy {
@@ -79,6 +85,8 @@ class ZeroStrategy final : public SyncStrategy {
   ZeroStrategyOptions options_;
   ShardLayout layout_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<UnitCompression> compression_;  // null: none
+  std::int64_t steps_ = 0;                        // optimizer steps, counted from first_step
   std::vector<std::unique_ptr<InFlight>> in_flight_;
   std::size_t next_unit_ = 0;   // stage 2: the next unit backward will complete
   std::size_t ready_from_ = 0;  // stage 2: backward has finished [ready_from_, end)

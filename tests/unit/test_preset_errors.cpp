@@ -237,11 +237,16 @@ TEST_CASE("preset: comm.compression where it can run") {
   // single and dp move no gradient over a wire.
   CHECK(
       error_of("data: {kind: synthetic}\nstrategy: dp\nworkers: 2\ncomm: {compression: fp16}\n") ==
-      "presets/x.yaml:4: comm.compression: fp16: compression runs over the wire: allreduce and "
-      "ps; dp reduces in memory");
+      "presets/x.yaml:4: comm.compression: fp16: compression runs over the wire: allreduce, "
+      "zero and ps; dp reduces in memory");
   CHECK(error_of("data: {kind: synthetic}\ncomm: {compression: topk}\n") ==
-        "presets/x.yaml:2: comm.compression: topk: compression runs over the wire: allreduce and "
-        "ps; single has no wire (one worker)");
+        "presets/x.yaml:2: comm.compression: topk: compression runs over the wire: allreduce, "
+        "zero and ps; single has no wire (one worker)");
+  const std::string zero = "data: {kind: synthetic}\nstrategy: zero\nworkers: 2\n";
+  CHECK_NOTHROW(load(zero + "comm: {compression: bf16}\n"));
+  CHECK(error_of(zero + "comm: {compression: powersgd}\n") ==
+        "presets/x.yaml:4: comm.compression: powersgd approximates whole matrices, and zero "
+        "reduce-scatters each unit's slices: zero takes fp16, bf16 or topk");
   CHECK(error_of(ring + "device: gpu\ncomm: {compression: topk}\n") ==
         "presets/x.yaml:5: comm.compression: topk encodes gradients in host memory: it needs "
         "device: cpu");
@@ -288,7 +293,8 @@ TEST_CASE("preset: comm.hierarchical on needs a backend between hosts") {
 
 TEST_CASE("preset: choices list the valid values") {
   CHECK(error_of("data: {kind: synthetic}\nstrategy: ddp\n") ==
-        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, zero, ps)");
+        "presets/x.yaml:2: strategy: unknown strategy 'ddp' (valid: single, dp, allreduce, zero, "
+        "ps)");
   CHECK(error_of("data: {kind: mnist}\n") ==
         "presets/x.yaml:1: data.kind: unknown data.kind 'mnist' (valid: fashion-mnist, idx, "
         "synthetic)");

@@ -27,6 +27,7 @@ struct ZeroRun {
   int stage = 1;
   std::string backend = "tcp";
   std::size_t unit_bytes = 4096;
+  gradsync::CompressionOptions compression;
   std::vector<std::vector<std::uint64_t>>* digests = nullptr;
 };
 
@@ -53,6 +54,7 @@ std::vector<LoopResult> train_zero(int ranks, const ZeroRun& run, std::int64_t s
           options.sgd = kSgd;
           options.tensors = model.tensors();
           options.params = model.param_count();
+          options.compression = run.compression;
           gradsync::ZeroStrategy strategy(comm, options);
           gradsync::DistributedSampler sampler(gradsync::testing::synthetic_data().train.size, r,
                                                ranks, batch, 1);
@@ -175,4 +177,44 @@ TEST_CASE("zero: a step moves one all-reduce's bytes, 2(N-1)/N of every unit") {
     CHECK(static_cast<double>(results[0].totals.bytes_sent) / steps ==
           doctest::Approx(ring).epsilon(0.01));
   }
+}
+
+TEST_CASE("zero: fp16, bf16 and topk on the reduce-scatter keep ranks bitwise equal") {
+  ZeroRun plain;
+  plain.stage = 2;
+  const auto reference = train_zero(4, plain, 30);
+  // (method, bound on the max relative difference to fp32 after 30 steps): 16-bit rounding of
+  // each step's average; top-k at ratio 1 sends every value, summed in another order.
+  const std::vector<std::pair<std::string, double>> methods = {
+      {"fp16", 2e-2}, {"bf16", 1e-1}, {"topk", 1e-6}};
+  for (const auto& [method, bound] : methods) {
+    for (int stage : {1, 2}) {
+      CAPTURE(method);
+      CAPTURE(stage);
+      std::vector<std::vector<std::uint64_t>> digests;
+      ZeroRun run = plain;
+      run.stage = stage;
+      run.compression.method = method;
+      run.compression.topk_ratio = 1.0;
+      run.digests = &digests;
+      const auto results = train_zero(4, run, 30);
+      for (int r = 1; r < 4; ++r) CHECK(digests[r] == digests.front());
+      const double diff = gradsync::testing::max_relative_difference(
+          results.front().final_params, reference.front().final_params, layers());
+      MESSAGE("zero stage " << stage << " " << method << " vs fp32: " << diff);
+      CHECK(diff <= bound);
+      if (method != "topk") CHECK(diff > 0);
+    }
+  }
+}
+
+TEST_CASE("zero: fp16 halves the reduce-scatter's bytes; the all-gather stays fp32") {
+  ZeroRun run;
+  run.stage = 2;
+  const auto plain = train_zero(2, run, 10);
+  run.compression.method = "fp16";
+  const auto half = train_zero(2, run, 10);
+  // N = 2: every unit's slices are even (no tail): reduce-scatter 2 bytes a value, all-gather 4.
+  CHECK(static_cast<double>(half.front().totals.bytes_sent) ==
+        doctest::Approx(0.75 * static_cast<double>(plain.front().totals.bytes_sent)));
 }
