@@ -70,10 +70,17 @@ def main():
         print(f"plot_compression: {args.results_dir}: no run has evaluations", file=sys.stderr)
         return 1
     fig, (by_bytes, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for (name, points), color in zip(plotted, series_colors(len(plotted))):
+    # One colour a method (the run name's first part, "fp16" of "fp16-1g"), one line style a
+    # variant of it (the rest: a link rate), so that a method's runs read as one family.
+    methods = sorted({name.split("-")[0] for name, _ in plotted})
+    variants = sorted({name.partition("-")[2] for name, _ in plotted})
+    colors = dict(zip(methods, series_colors(len(methods))))
+    styles = dict(zip(variants, ["-", "--", ":", "-."] * len(variants)))
+    for name, points in plotted:
+        color = colors[name.split("-")[0]]
+        style = styles[name.partition("-")[2]]
         # An evaluation before any step sent nothing: no place on a log axis.
         mib, seconds, accuracy = zip(*[p for p in points if p[0] > 0] or points)
-        style = "--" if "10g" in name else "-"
         by_bytes.plot(mib, accuracy, style, marker="o", ms=3, color=color, label=name)
         by_time.plot(seconds, accuracy, style, marker="o", ms=3, color=color, label=name)
     by_bytes.set_xscale("log")
