@@ -4,7 +4,7 @@
 One process per rank, started by torchrun (scripts/bench-ddp-vs-gradsync.sh does):
 
   /usr/bin/python3 -m torch.distributed.run --nproc_per_node N -r 1 -t 2 --log_dir DIR \
-      bench/torch_ddp.py --batch 64 --steps 2000
+      bench/torch_ddp.py --batch 64 --steps 2000 [--hook none|fp16|powersgd]
 
 (-r 1 -t 2: torchrun's default stream handling crashes under Python 3.11; rank 0's line then
 lands in DIR/*/attempt_0/0/stdout.log.) Each rank trains torch_mlp.py's model, loss and SGD
@@ -17,6 +17,14 @@ communicate_s is the synchronised step's time less that. The timed window altern
 of synchronised and no_sync steps, so that drift in the machine's speed hits both alike;
 every block starts at a barrier (untimed), so a block's time is never another block's skew
 between ranks. samples/s counts the synchronised steps alone, on rank 0's clock (as gradsync's).
+
+--hook registers one of DDP's communication hooks, the peers of gradsync's comm.compression:
+fp16 is default_hooks.fp16_compress_hook (divide by N, all-reduce 16-bit, decode); powersgd is
+powerSGD_hook with PowerSGDState(matrix_approximation_rank=--powersgd-rank, start_powerSGD_iter=
+--start-iter, use_error_feedback=True, warm_start=True), its other settings PyTorch's defaults.
+The hook runs on synchronised steps only (no_sync skips the reduction and so the hook), so it
+is part of communicate_s; PowerSGD's iteration count advances on synchronised steps alone, and
+the warm-up steps count: with --start-iter <= --warmup-steps every timed step is compressed.
 """
 import argparse
 import contextlib
@@ -28,6 +36,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
 from torch_mlp import POOL_BATCHES, build_model, detect_blas, make_pool, train_step
@@ -48,6 +57,12 @@ def parse_args():
     p.add_argument("--bucket-mb", type=float, default=1.0, help="DDP's bucket_cap_mb")
     p.add_argument("--bucket-view", action="store_true",
                    help="gradient_as_bucket_view=True (DDP's default is off: a copy each way)")
+    p.add_argument("--hook", choices=("none", "fp16", "powersgd"), default="none",
+                   help="DDP communication hook: fp16_compress_hook or powerSGD_hook")
+    p.add_argument("--powersgd-rank", type=int, default=4, help="matrix_approximation_rank")
+    # PowerSGDState refuses start_powerSGD_iter < 2 with error feedback or warm start on.
+    p.add_argument("--start-iter", type=int, default=10,
+                   help="powersgd: start_powerSGD_iter, synchronised steps run uncompressed first")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--input", type=int, default=784)
     p.add_argument("--classes", type=int, default=10)
@@ -65,6 +80,7 @@ def main():
     ddp = DistributedDataParallel(build_model(args.input, hidden, args.classes),
                                   bucket_cap_mb=args.bucket_mb,
                                   gradient_as_bucket_view=args.bucket_view)
+    hook_state = register_hook(ddp, args)
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     xs, ys = make_pool(args, torch.device("cpu"))
@@ -98,7 +114,7 @@ def main():
     buckets = logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", "")
     dist.destroy_process_group()
     if rank == 0:
-        report(args, synced, local_sum.item() / world / args.steps, world, buckets)
+        report(args, synced, local_sum.item() / world / args.steps, world, buckets, hook_state)
     # Leave without Python's finalisation: with torch 1.13 on Python 3.11 the DDP reducer's
     # destructor joins Gloo's worker thread while holding the GIL, and that thread waits for the
     # GIL to free a tensor, so the process never exits (seen under torchrun, after the last line).
@@ -107,21 +123,39 @@ def main():
     os._exit(0)
 
 
-def report(args, synced, compute_s, world, buckets):
+def register_hook(ddp, args):
+    """Registers --hook on `ddp`; none leaves DDP's built-in all-reduce (no Python hook)."""
+    if args.hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None,
+                                            matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=args.start_iter,
+                                            use_error_feedback=True, warm_start=True)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return state
+    return None
+
+
+def report(args, synced, compute_s, world, buckets, hook_state):
     step_s = synced / args.steps
     result = {"samples_per_s": world * args.batch * args.steps / synced, "steps": args.steps,
               "step_s": step_s, "compute_s": compute_s, "communicate_s": step_s - compute_s,
               "ranks": world, "batch": args.batch, "bucket_mb": args.bucket_mb,
               "buckets": len(buckets.split(",")) if buckets else 0,
               "bucket_view": args.bucket_view, "threads": args.threads, "backend": "gloo",
-              "torch": torch.__version__, "blas": detect_blas()}
+              "hook": args.hook, "torch": torch.__version__, "blas": detect_blas()}
+    if args.hook == "powersgd":
+        # Elements before / after compression over the compressed steps: 0 if none ran.
+        result.update(powersgd_rank=args.powersgd_rank, start_iter=args.start_iter,
+                      powersgd_compress_rate=hook_state.compression_stats()[0])
     if args.json:
         print(json.dumps(result))
     else:
         print("ddp: samples/s={samples_per_s:.1f} steps={steps} step_s={step_s:.6f} "
               "compute_s={compute_s:.6f} communicate_s={communicate_s:.6f} ranks={ranks} "
               "batch={batch} bucket_mb={bucket_mb:g} buckets={buckets} threads={threads} "
-              "backend={backend} torch={torch} blas={blas}".format(**result))
+              "backend={backend} hook={hook} torch={torch} blas={blas}".format(**result))
 
 
 if __name__ == "__main__":
