@@ -4,26 +4,44 @@
 # python3-torch): the same MLP 784-256-256-10, SGD (lr 0.05, momentum 0.9), per-rank batch,
 # ranks N, bucket size (DDP's bucket_cap_mb = comm.bucket_mb) and number of timed steps.
 # gradsync runs experiments/presets/backends.yaml's run for that backend, with those keys set.
+# --compression pairs gradsync's comm.compression with the DDP communication hook that is its
+# peer, on loopback without emulation:
+#   none      gradsync's plain all-reduce           DDP's built-in all-reduce (no hook)
+#   fp16      comm.compression=fp16                 default_hooks.fp16_compress_hook
+#   powersgd  comm.compression=powersgd,            powerSGD_hook, PowerSGDState(
+#             comm.powersgd_rank=4                    matrix_approximation_rank=4,
+#                                                     use_error_feedback=True, warm_start=True)
+# PowerSGD's uncompressed warm-up is --start-step on both sides (comm.compression_start_step,
+# start_powerSGD_iter; PyTorch refuses < 2 with error feedback or warm start on). gradsync's
+# clock counts those steps; torch_ddp.py's 50 untimed warm-up steps absorb them, so with the
+# default 10 of 2000 steps the two windows differ by 0.5% of uncompressed steps. fp16 starts at
+# step 0 on both sides (fp16_compress_hook has no warm-up).
 # Each gradsync run is followed by its own DDP run (A B A B ...), so that drift in the
 # machine's speed hits both sides of a pair alike; each pair's ratio is printed with both
 # sides' compute and communication per step and the CPU share other processes took during
-# each side ("others", below), and per (backend, N) the median ratio last.
+# each side ("others", below), and per (backend, compression, N) the median ratio last.
 #   gradsync: samples/s and mean_step_s from summary.json (its clock counts training steps
 #             only: data loading and evaluation stay out); compute = forward, backward and
-#             SGD step, comm = communicate + wait, the reduction time not hidden by backward.
-#   DDP:      compute = a step under no_sync() (no reduction), comm = a synchronised step less
-#             that (torch_ddp.py says how both are timed).
-#   scripts/bench-ddp-vs-gradsync.sh [--ranks N[,N...]] [--backend B[,B...]] [--batch B]
-#                                    [--steps S] [--bucket-mb M] [--pairs P] [--gradsync BINARY]
-# Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --batch 64,
-# --steps 2000, --bucket-mb 1 (backends.yaml's), --pairs 3. The gradsync binary: --gradsync,
-# else $GRADSYNC, else build/bin/gradsync.
+#             SGD step, comm = communicate + wait, the reduction time not hidden by backward
+#             (compressing and decompressing included).
+#   DDP:      compute = a step under no_sync() (no reduction, no hook), comm = a synchronised
+#             step less that (torch_ddp.py says how both are timed).
+#   scripts/bench-ddp-vs-gradsync.sh [--ranks N[,N...]] [--backend B[,B...]]
+#                                    [--compression C[,C...]] [--batch B] [--steps S]
+#                                    [--start-step K] [--bucket-mb M] [--pairs P]
+#                                    [--gradsync BINARY]
+# Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --compression
+# none, --batch 64, --steps 2000, --start-step 10, --bucket-mb 1 (backends.yaml's), --pairs 3.
+# The gradsync binary: --gradsync, else $GRADSYNC, else build/bin/gradsync.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gradsync=${GRADSYNC:-build/bin/gradsync}
 python=/usr/bin/python3  # Debian's python3-torch, whatever python3 is first on PATH
 ranks=2,4
 backends=
+compressions=none
+powersgd_rank=4
+start_step=10
 batch=64
 steps=2000
 bucket_mb=1
@@ -38,6 +56,8 @@ while (($#)); do
   case "$1" in
     --ranks) ranks=$2 ;;
     --backend) backends=$2 ;;
+    --compression) compressions=$2 ;;
+    --start-step) start_step=$2 ;;
     --batch) batch=$2 ;;
     --steps) steps=$2 ;;
     --bucket-mb) bucket_mb=$2 ;;
@@ -65,6 +85,17 @@ for b in "${backend_list[@]}"; do
     exit 2
   fi
 done
+IFS=, read -r -a compression_list <<<"$compressions"
+for c in "${compression_list[@]}"; do
+  if [[ ! $c =~ ^(none|fp16|powersgd)$ ]]; then
+    echo "error: compression '$c': this compares none, fp16 and powersgd" >&2
+    exit 2
+  fi
+done
+if [[ ! $start_step =~ ^[0-9]+$ ]] || ((start_step < 2)); then
+  echo "error: --start-step $start_step: PowerSGDState needs start_powerSGD_iter >= 2 with error feedback" >&2
+  exit 2
+fi
 
 preset=experiments/presets/backends.yaml
 work=$(mktemp -d)
@@ -94,10 +125,21 @@ others_share() {
   others=$(awk -v b="$busy" -v o="$own" -v a="$all" 'BEGIN { x = a > 0 ? 100 * (b - o) / a : 0; printf "%.0f", x < 0 ? 0 : x }')
 }
 
+# The comm.* keys for a compression method, one --set each, left in the array $sets.
+compression_sets() {
+  case $1 in
+    none) sets=(--set comm.compression=none) ;;
+    fp16) sets=(--set comm.compression=fp16 --set comm.compression_start_step=0) ;;
+    powersgd) sets=(--set comm.compression=powersgd --set comm.powersgd_rank="$powersgd_rank"
+        --set comm.compression_start_step="$start_step") ;;
+  esac
+}
+
 # One gradsync run; prints "samples/s compute_s comm_s others%". The preset's run for the
 # backend at N if it has one (tcp-4, gloo-ring-4, mpi-4), else its N = 2 run with workers N.
 run_gradsync() {
-  local backend=$1 n=$2 out=$work/gradsync-$RANDOM template run
+  local backend=$1 n=$2 compression=$3 out=$work/gradsync-$RANDOM template run sets
+  compression_sets "$compression"
   template=$backend
   [[ $backend == gloo ]] && template=gloo-ring  # Gloo's ring, as PyTorch's ProcessGroupGloo
   run=$template-$n
@@ -106,7 +148,7 @@ run_gradsync() {
   if ! "$gradsync" run "$preset" --only "$run" --output "$out" --set workers="$n" \
       --set train.steps="$steps" --set train.eval_every="$steps" --set train.batch="$batch" \
       --set train.lr="$lr" --set train.momentum="$momentum" --set comm.bucket_mb="$bucket_mb" \
-      --set output.progress=off >"$out.log" 2>&1; then
+      --set output.progress=off "${sets[@]}" >"$out.log" 2>&1; then
     echo "error: gradsync run $run failed:" >&2
     cat "$out.log" >&2
     exit 1
@@ -117,48 +159,55 @@ print(s["samples_per_s"], m["compute"], m["communicate"] + m["wait"], sys.argv[2
     "$out"/latest/"$run"/summary.json "$others"
 }
 
-# One DDP run under torchrun; prints "samples/s compute_s comm_s others% blas". -r 1 -t 2: torchrun's
+# One DDP run under torchrun with the hook for the compression; prints "samples/s compute_s
+# comm_s others% blas hook" (the hook as torch_ddp.py reports it registered). -r 1 -t 2: torchrun's
 # default stream handling crashes under Python 3.11, so rank 0's stdout goes to a log file.
 # The timeout: a rank that hangs (as one did at exit, before torch_ddp.py's os._exit) fails the
 # pair instead of the whole script waiting forever.
 run_ddp() {
-  local n=$1 logs=$work/ddp-$RANDOM port
+  local n=$1 compression=$2 logs=$work/ddp-$RANDOM port
   port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   start_others
   if ! OMP_NUM_THREADS=1 timeout -k 10 600 "$python" -m torch.distributed.run --nproc_per_node "$n" \
       --master_addr 127.0.0.1 --master_port "$port" -r 1 -t 2 --log_dir "$logs" \
       bench/torch_ddp.py --json --batch "$batch" --steps "$steps" --bucket-mb "$bucket_mb" \
-      --lr "$lr" --momentum "$momentum" >"$logs.log" 2>&1; then
+      --lr "$lr" --momentum "$momentum" --hook "$compression" --powersgd-rank "$powersgd_rank" \
+      --start-iter "$start_step" >"$logs.log" 2>&1; then
     echo "error: torchrun bench/torch_ddp.py failed:" >&2
     cat "$logs.log" >&2
     exit 1
   fi
   others_share
   "$python" -c 'import json, sys; r = json.load(open(sys.argv[1]))
-print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["blas"])' \
+print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["blas"], r["hook"])' \
     "$logs"/*/attempt_0/0/stdout.log "$others"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 summary=()
 IFS=, read -r -a rank_list <<<"$ranks"
 for n in "${rank_list[@]}"; do
   for backend in "${backend_list[@]}"; do
-    ratios=()
-    for ((i = 1; i <= pairs; i++)); do
-      read -r ours our_compute our_comm our_others < <(run_gradsync "$backend" "$n")
-      read -r theirs their_compute their_comm their_others blas < <(run_ddp "$n")
-      r=$(ratio "$ours" "$theirs")
-      ratios+=("$r")
-      awk -v n="$n" -v b="$backend" -v i="$i" -v a="$ours" -v ac="$our_compute" -v am="$our_comm" \
-          -v blas="$blas" -v t="$theirs" -v tc="$their_compute" -v tm="$their_comm" -v r="$r" \
-          -v ao="$our_others" -v to="$their_others" \
-          'BEGIN { printf "N %d %-4s pair %d: gradsync %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ddp-gloo(%s) %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ratio %sx   others %d%% / %d%%\n", n, b, i, a, ac * 1e3, am * 1e3, blas, t, tc * 1e3, tm * 1e3, r, ao, to }'
+    for compression in "${compression_list[@]}"; do
+      ratios=()
+      for ((i = 1; i <= pairs; i++)); do
+        read -r ours our_compute our_comm our_others < <(run_gradsync "$backend" "$n" "$compression")
+        read -r theirs their_compute their_comm their_others blas hook < <(run_ddp "$n" "$compression")
+        r=$(ratio "$ours" "$theirs")
+        ratios+=("$r")
+        ddp="ddp-gloo"
+        [[ $hook != none ]] && ddp+="+$hook"
+        awk -v n="$n" -v b="$backend" -v c="$compression" -v i="$i" -v a="$ours" \
+            -v ac="$our_compute" -v am="$our_comm" -v d="$ddp" -v blas="$blas" -v t="$theirs" \
+            -v tc="$their_compute" -v tm="$their_comm" -v r="$r" -v ao="$our_others" \
+            -v to="$their_others" \
+            'BEGIN { printf "N %d %-4s %-8s pair %d: gradsync %7.0f samples/s (compute %.3f ms, comm %.3f ms)   %s(%s) %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ratio %sx   others %d%% / %d%%\n", n, b, c, i, a, ac * 1e3, am * 1e3, d, blas, t, tc * 1e3, tm * 1e3, r, ao, to }'
+      done
+      summary+=("median ratio gradsync/ddp ($backend, $compression, N = $n, batch $batch): $(median "${ratios[@]}")x over $pairs pairs")
     done
-    summary+=("median ratio gradsync/ddp ($backend, N = $n, batch $batch): $(median "${ratios[@]}")x over $pairs pairs")
   done
 done
 printf '%s\n' "${summary[@]}"
