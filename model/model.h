@@ -5,8 +5,8 @@
 //   loss = model.forward_backward(data, batch_indices);   // fills grads()
 //   model.evaluate(test)                                  // loss and accuracy, params unchanged
 //
-// Implementations: Mlp (model/mlp.h), a real network; SyntheticModel
-// (model/synthetic_model.h), a stand-in with a chosen size and compute time.
+// Implementations: Mlp (model/mlp.h), a real network; ResNet (model/resnet/resnet.h), with batch
+// norm; SyntheticModel (model/synthetic_model.h), a stand-in with a chosen size and compute time.
 // Buffers stay at the same address for the model's lifetime. Not thread-safe: one per replica.
 #pragma once
 
@@ -43,6 +43,9 @@ struct TensorShape {
 class Model {
  public:
   using GradReadyCallback = std::function<void(std::size_t begin, std::size_t end)>;
+  // SyncBatchNorm's hook: handed per-channel statistics of the local batch, leaves their sum
+  // over every rank in place (the contract is model/resnet/batch_norm.h's).
+  using BatchStatsReducer = std::function<void(std::span<float> sums)>;
 
   virtual ~Model() = default;
 
@@ -83,6 +86,18 @@ class Model {
   // The parameter tensors in buffer order, covering params() exactly; by default one 1-D
   // tensor of the whole buffer (a model without matrices to approximate).
   virtual std::vector<TensorShape> tensors() const { return {{0, param_count(), 1}}; }
+
+  // State that is not a parameter: batch norm's running mean and variance, which train-mode
+  // steps move and evaluate() reads. No gradient, never averaged: strategies copy or broadcast
+  // them from replica 0 (DataParallel, DDP's broadcast_buffers), checkpoints keep them. In host
+  // memory, at the same address for the model's lifetime. Empty by default: a model without
+  // running statistics (the MLP, the synthetic model).
+  virtual std::span<float> buffers() { return {}; }
+  // Set (non-null), every train-mode batch norm hands `reducer` its statistics to be summed
+  // across ranks, in forward and in backward, so that it normalises by the global batch's
+  // (SyncBatchNorm); every rank must then run the same layers. Null: local statistics. Default:
+  // nothing to reduce (no batch norm).
+  virtual void set_batch_stats_reducer(BatchStatsReducer /*reducer*/) {}
 
   // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
   virtual bool evaluates() const { return true; }

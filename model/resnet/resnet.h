@@ -76,13 +76,13 @@ class ResNet final : public Model {
   // Running mean and variance of every batch norm: train-mode steps move them, evaluate() reads
   // them. What a strategy broadcasts from rank 0 (DDP's broadcast_buffers) and a checkpoint must
   // keep beside the parameters; the same address for the model's lifetime.
-  std::span<float> buffers() { return buffers_; }
+  std::span<float> buffers() override { return buffers_; }
   std::span<const float> buffers() const { return buffers_; }
 
   // SyncBatchNorm's hook (the contract is batch_norm.h's): set, every train-mode batch norm hands
   // it its statistics to be summed across ranks, in forward and in backward. Null: local
   // statistics, as BatchNorm2d.
-  void set_batch_stats_reducer(BatchStatsReducer reducer) {
+  void set_batch_stats_reducer(BatchStatsReducer reducer) override {
     batch_stats_reducer_ = std::move(reducer);
   }
 
