@@ -41,6 +41,9 @@ struct ModelConfig {
   // the first of its three stages (then 2x and 4x). Input: square one-channel images.
   int resnet_blocks = 1;
   int resnet_width = 16;
+  // allreduce, zero: batch norm's statistics all-reduced across ranks in forward and backward
+  // (SyncBatchNorm), so each rank normalises by the global batch. single: nothing to reduce.
+  bool sync_batchnorm = false;
   // synthetic: a stand-in with real gradient buffers of `parameters` floats, split into
   // `layers` equal layers, whose forward+backward takes `compute_ms` of wall time (an
   // accelerator's compute, during which the CPU is free). ResNet-50 has 25.6M parameters.
@@ -54,6 +57,9 @@ struct CommConfig {
   double bucket_mb = 25;  // allreduce: gradient bucket size (DistributedDataParallel's default)
   bool overlap = true;    // allreduce: reduce each bucket as soon as backward has filled it
   bool uneven_inputs = false;  // allreduce: DDP's Join, for ranks with different batch counts
+  // allreduce, zero: rank 0's buffers (batch norm's running statistics) broadcast to every rank
+  // each step, as DDP's broadcast_buffers; false: each rank keeps its own.
+  bool broadcast_buffers = true;
   // allreduce: the library under the Communicator. auto: tcp (gradsync's ring) for a model in
   // host memory, nccl for one on a GPU; gloo: Debian's libgloo; mpi: Open MPI (ranks started by
   // mpirun).

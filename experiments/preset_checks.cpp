@@ -8,6 +8,7 @@
 #include "allreduce/make_communicator.h"
 #include "common/error.h"
 #include "model/idx_reader.h"
+#include "strategies/make_strategy.h"
 #include "worker/model_factory.h"
 
 namespace gradsync {
@@ -229,6 +230,22 @@ void check_zero(const Origins& origins, const std::string& source, const Config&
   }
 }
 
+// model.sync_batchnorm: SyncBatchNorm's all-reduces run through the communicator across the
+// ranks, which allreduce and zero have; single has one replica and nothing to reduce (accepted,
+// as a no-op). make_strategies refuses the same, for callers that skip the presets.
+void check_sync_batchnorm(const Origins& origins, const std::string& source, const Config& config) {
+  if (!config.model.sync_batchnorm) return;
+  const std::string where =
+      origin_of(origins, {"model.sync_batchnorm", "model", "strategy"}, source + ":1");
+  if (config.strategy == "dp" || config.strategy == "ps") {
+    throw ConfigError(where, "model.sync_batchnorm", sync_batchnorm_refusal(config.strategy));
+  }
+  if (config.strategy == "allreduce" && config.comm.uneven_inputs) {
+    throw ConfigError(origin_of(origins, {"comm.uneven_inputs"}, where), "model.sync_batchnorm",
+                      sync_batchnorm_refusal("join"));
+  }
+}
+
 void check_processes(const Origins& origins, const std::string& source, const Config& config) {
   const bool processes = uses_communicator(config.strategy) || config.strategy == "ps";
   const int shards = config.strategy == "ps" ? config.ps.servers : 0;
@@ -298,6 +315,7 @@ void check_combinations(const Origins& origins, const std::string& source, const
   check_compression(origins, source, config);
   check_hosts(origins, source, config);
   check_zero(origins, source, config);
+  check_sync_batchnorm(origins, source, config);
   check_processes(origins, source, config);
   check_slow_ranks(origins, source, config);
   if (config.strategy == "single" && config.workers != 1) {

@@ -138,6 +138,10 @@ const KeySpec kRows[] = {
     {"model.resnet_width", Type::kInteger, between(1, 1024),
      "resnet: channels of the first stage (the second and third have 2x and 4x)",
      GRADSYNC_FIELD(model.resnet_width)},
+    {"model.sync_batchnorm", Type::kBool, kUnbounded,
+     "allreduce, zero: batch norm's statistics all-reduced across ranks (SyncBatchNorm); "
+     "false: each rank normalises by its own batch",
+     GRADSYNC_FIELD(model.sync_batchnorm)},
     // A millisecond at least (the waits count whole milliseconds), a week at most (a deadline
     // of now + timeout must not overflow any clock, and a longer wait is a hang).
     {"comm.timeout_s", Type::kNumber, between(0.001, 604800),
@@ -154,6 +158,10 @@ const KeySpec kRows[] = {
     {"comm.uneven_inputs", Type::kBool, kUnbounded,
      "allreduce: ranks that run out of batches serve the others' collectives (DDP's Join)",
      GRADSYNC_FIELD(comm.uneven_inputs)},
+    {"comm.broadcast_buffers", Type::kBool, kUnbounded,
+     "allreduce, zero: rank 0's running statistics (batch norm) broadcast to every rank each "
+     "step, as DDP's broadcast_buffers (false: each rank keeps its own)",
+     GRADSYNC_FIELD(comm.broadcast_buffers)},
     {"comm.backend", Type::kChoice, kUnbounded,
      "allreduce: the library (auto: shm for ranks of one host, else tcp, on cpu; nccl on gpu; "
      "tcp: gradsync's ring; shm: "

@@ -26,10 +26,27 @@ std::vector<std::unique_ptr<SyncStrategy>> make_dp_on_gpus(const StrategyOptions
 #endif
 }
 
+// SyncBatchNorm: the model's statistics summed over every rank, blocking, in forward and
+// backward. A weak reference: the model may outlive the communicator (a worker's model is made
+// before it), and a call after the communicator is gone is a bug, not a hang.
+void set_sync_batchnorm(Model& model, const std::shared_ptr<Communicator>& comm) {
+  model.set_batch_stats_reducer([weak = std::weak_ptr<Communicator>(comm)](std::span<float> sums) {
+    const std::shared_ptr<Communicator> comm = weak.lock();
+    GRADSYNC_CHECK(comm != nullptr, "sync_batchnorm: the communicator is gone");
+    comm->allreduce(sums, ReduceOp::kSum);
+  });
+}
+
 // The one strategy of a worker process (allreduce, ps).
 std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& options,
                                                     const ProcessContext& process) {
   GRADSYNC_CHECK(process.model != nullptr, "a worker process's strategy needs its model");
+  if (options.sync_batchnorm && options.name == "ps") {
+    throw ConfigError("strategy", "model.sync_batchnorm", sync_batchnorm_refusal("ps"));
+  }
+  if (options.sync_batchnorm && options.join_uneven && options.name == "allreduce") {
+    throw ConfigError("strategy", "model.sync_batchnorm", sync_batchnorm_refusal("join"));
+  }
   if (options.name == "ps") {
     PsClientOptions client;
     client.rank = process.rank;
@@ -49,6 +66,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
                                  *process.model);
   }
   GRADSYNC_CHECK(process.comm != nullptr, options.name + " needs the communicator over every rank");
+  if (options.sync_batchnorm) set_sync_batchnorm(*process.model, process.comm);
   if (options.name == "zero") {
     ZeroStrategyOptions zero;
     zero.stage = options.zero_stage;
@@ -69,6 +87,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
   allreduce.compression = options.compression;
   allreduce.compression.tensors = process.model->tensors();
   allreduce.first_step = static_cast<std::int64_t>(process.first_step);
+  allreduce.broadcast_buffers = options.broadcast_buffers;
   return std::make_unique<AllreduceStrategy>(process.comm, allreduce);
 }
 
@@ -92,6 +111,18 @@ void check_dp_on_gpus(int workers) {
   throw ConfigError("strategy", "device",
                     "dp on gpu needs CUDA and NCCL: this gradsync was built without CUDA");
 #endif
+}
+
+std::string sync_batchnorm_refusal(const std::string& strategy) {
+  if (strategy == "dp") {
+    return "dp's replicas share no communicator: SyncBatchNorm runs under allreduce or zero "
+           "(torch's, under DistributedDataParallel only)";
+  }
+  if (strategy == "ps") {
+    return "ps workers have no collective among them: SyncBatchNorm runs under allreduce or zero";
+  }
+  return "not with comm.uneven_inputs: a rank that has run out of batches cannot join the others' "
+         "forward (DDP's Join does not support SyncBatchNorm either)";
 }
 
 const std::vector<std::string>& strategy_names() {
@@ -126,6 +157,9 @@ std::vector<std::unique_ptr<SyncStrategy>> make_strategies(
     return out;
   }
   if (options.name == "dp") {
+    if (options.sync_batchnorm) {
+      throw ConfigError("strategy", "model.sync_batchnorm", sync_batchnorm_refusal("dp"));
+    }
     if (options.device >= 0) return make_dp_on_gpus(options);
     return make_dp_group(options.workers, options.sgd, options.timeout, options.link);
   }

@@ -10,6 +10,14 @@
 // options.ps_endpoints). A wrong name throws gradsync::ConfigError listing the valid ones; so
 // does an in-process strategy given a process context, or a process strategy without one.
 //
+// Batch norm: `allreduce` gets comm.broadcast_buffers (`broadcast_buffers`); with
+// `sync_batchnorm` (model.sync_batchnorm) allreduce and zero set the rank's model's batch-stats
+// reducer to a blocking all-reduce (sum) over the rank's communicator, run in forward and
+// backward (SyncBatchNorm). Collectives run in issue order on every rank, so these interleave
+// with the buckets backward has in flight the same way everywhere; they sit inside the loop's
+// compute time, and their bytes count in the step's traffic. single takes it as a no-op (one
+// replica: its statistics are the global batch's); dp and ps refuse it with a ConfigError.
+//
 // With `device` >= 0 the models live on GPUs: `single` updates on that device, `dp` is the
 // GPU group of strategies/dp/dp_gpu_strategy.h (replica r's model on device r; a build with NCCL
 // and at least `workers` visible GPUs; without them: ConfigError naming key `device`),
@@ -46,6 +54,8 @@ struct StrategyOptions {
   std::size_t bucket_bytes = 25u << 20;
   bool overlap = true;
   bool join_uneven = false;
+  bool broadcast_buffers = true;  // comm.broadcast_buffers (allreduce, zero)
+  bool sync_batchnorm = false;    // model.sync_batchnorm (allreduce, zero; single: no-op)
   // comm.compression and its keys (strategies/allreduce/bucket_reducer.h); the tensors
   // come from the rank's model
   CompressionOptions compression;
@@ -75,6 +85,10 @@ const std::vector<std::string>& strategy_names();
 
 std::vector<std::unique_ptr<SyncStrategy>> make_strategies(
     const StrategyOptions& options, const std::optional<ProcessContext>& process = std::nullopt);
+
+// Why model.sync_batchnorm is refused for `strategy` ("dp", "ps", or "join" for allreduce with
+// comm.uneven_inputs): the message of the ConfigError make_strategies and the preset checks give.
+std::string sync_batchnorm_refusal(const std::string& strategy);
 
 // Throws the ConfigError make_strategies gives `dp` on GPUs in this build and on this machine
 // (no NCCL, fewer GPUs than replicas), without making anything: checked before a run starts.

@@ -1,6 +1,7 @@
 // SyncStrategy: how a rank's gradients become updated parameters. The one worker loop
 // (worker/worker_loop.h) calls it and knows nothing else about the strategy:
 //
+//   strategy.attach_buffers(buffers)      // running statistics, if the model has any
 //   strategy.init(params)                 // all replicas start equal
 //   for each step:
 //     loss = model.forward_backward(batch)       // fills grads
@@ -36,6 +37,13 @@ class SyncStrategy {
 
   virtual std::string_view name() const = 0;
   virtual int rank() const = 0;
+  // The model's running statistics (Model::buffers(): batch norm's running mean and variance;
+  // empty for a model without them), handed over once before init() and valid as `params` are.
+  // State, not parameters: never averaged. What happens to them is the recipe's: `dp` copies
+  // replica 0's to the others every step (DataParallel); `allreduce` broadcasts rank 0's at
+  // init and, with comm.broadcast_buffers, after every step (DDP); a strategy that ignores them
+  // (the default: `single`, `ps`) leaves each rank its own.
+  virtual void attach_buffers(std::span<float> /*buffers*/) {}
   virtual void init(std::span<float> params) = 0;
   virtual void synchronize(std::span<float> grads, std::span<float> params) = 0;
 

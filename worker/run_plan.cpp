@@ -83,6 +83,8 @@ StrategyOptions strategy_options(const Config& config, const std::vector<std::st
   options.bucket_bytes = bucket_bytes(config);
   options.overlap = config.comm.overlap;
   options.join_uneven = config.comm.uneven_inputs;
+  options.broadcast_buffers = config.comm.broadcast_buffers;
+  options.sync_batchnorm = config.model.sync_batchnorm;
   options.zero_stage = config.zero.stage;
   options.compression.method = config.comm.compression;
   options.compression.powersgd_rank = config.comm.powersgd_rank;

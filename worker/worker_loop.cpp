@@ -84,6 +84,7 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
   try {
     GRADSYNC_CHECK(steps_per_epoch >= 1, "an epoch must hold at least one step's batches");
     const std::int64_t first_step = resume_params(model, options.resume);
+    strategy.attach_buffers(model.buffers());
     strategy.init(model.params());
     if (options.origin_at_init) {
       origin = Clock::now();
@@ -175,6 +176,8 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
   if (options.keep_params) {
     result.final_params.resize(model.param_count());
     model.copy_params_to_host(result.final_params);
+    const std::span<const float> buffers = model.buffers();
+    result.final_buffers.assign(buffers.begin(), buffers.end());
   }
   return result;
 }

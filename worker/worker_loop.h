@@ -2,6 +2,8 @@
 // knows which strategy is active:
 //
 //   model.params() = resume->params          // resuming: the checkpoint's parameters
+//   model.buffers() = resume->buffers        //   and running statistics (if the model has any)
+//   strategy.attach_buffers(model.buffers())
 //   strategy.init(model.params())             // and then the optimizer's state
 //   for step in [first_step, steps):
 //     for each of k micro-batches:      // k = accumulation_steps; no communication between
@@ -97,8 +99,10 @@ struct LoopResult {
   std::uint64_t peak_grads_bytes = 0;
   std::uint64_t peak_optimizer_bytes = 0;
   std::vector<float> final_params;  // only with LoopOptions::keep_params
-  bool stopped = false;             // LoopOptions::stop_after ended it before the last step
-  std::string backend;              // allreduce: the communicator's (Communicator::backend())
+  // With keep_params, the model's buffers() then too (empty: it has none).
+  std::vector<float> final_buffers;
+  bool stopped = false;  // LoopOptions::stop_after ended it before the last step
+  std::string backend;   // allreduce: the communicator's (Communicator::backend())
 };
 
 LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSampler& sampler,

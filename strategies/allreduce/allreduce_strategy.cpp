@@ -52,6 +52,8 @@ void AllreduceStrategy::init(std::span<float> params) {
   // DDP broadcasts module state from rank 0 at construction: replicas start equal even if
   // their initialisation differed.
   comm_->broadcast(params, 0);
+  // DDP's module state includes the buffers, whatever broadcast_buffers says.
+  if (!buffers_.empty()) comm_->broadcast(buffers_, 0);
   sgd_ = make_sgd(params.size(), options_.sgd, options_.device);
   counted_ = comm_->counters();
 }
@@ -137,6 +139,9 @@ void AllreduceStrategy::synchronize(std::span<float> grads, std::span<float> par
   Stopwatch update;
   sgd_->step(params, grads);
   stats_.compute_s = update.seconds();
+  Stopwatch buffers;
+  broadcast_buffers(true);
+  stats_.communicate_s += buffers.seconds();
   // Counted from the previous step's end, so buckets sent during backward are included.
   const CommCounters now = comm_->counters();
   stats_.bytes_sent = now.bytes_sent - counted_.bytes_sent;
@@ -149,6 +154,25 @@ int AllreduceStrategy::count_active(bool active) {
   float flag = active ? 1.0f : 0.0f;
   comm_->allreduce(std::span<float>(&flag, 1), ReduceOp::kSum);
   return static_cast<int>(flag + 0.5f);
+}
+
+void AllreduceStrategy::broadcast_buffers(bool active) {
+  if (buffers_.empty() || !options_.broadcast_buffers) return;
+  int root = 0;
+  if (options_.join_uneven) {
+    // DDP's _find_common_rank: the highest rank still training holds statistics that still
+    // move; a rank that has joined only receives. Every rank, joined or not, takes part.
+    std::vector<float> ranks(static_cast<std::size_t>(comm_->size()));
+    const float mine = active ? static_cast<float>(comm_->rank()) : -1.0f;
+    comm_->allgather(std::span<const float>(&mine, 1), ranks);
+    root = static_cast<int>(*std::max_element(ranks.begin(), ranks.end()));
+    GRADSYNC_CHECK(root >= 0, "a buffer broadcast with no rank training");
+  }
+  const Clock::time_point begin = Clock::now();
+  comm_->broadcast(buffers_, root);
+  TraceSpan span{"broadcast", -1, begin, Clock::now()};
+  span.bytes = buffers_.size_bytes();
+  spans_.push_back(span);
 }
 
 void AllreduceStrategy::finish(std::span<float> grads, std::span<float> params) {
@@ -165,6 +189,8 @@ void AllreduceStrategy::finish(std::span<float> grads, std::span<float> params) 
     }
     for (const auto& work : works) work->wait(comm_->timeout());
     if (count_active(false) == 0) break;
+    // The others' step ends with a buffer broadcast: this rank receives.
+    broadcast_buffers(false);
     std::fill(grads.begin(), grads.end(), 0.0f);  // the others' sums landed here; not ours
   }
   // The rank that took the most steps holds the final parameters (ties: the lowest rank).

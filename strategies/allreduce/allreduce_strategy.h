@@ -10,6 +10,16 @@
 //                 ranks), then the same optimizer step runs on every rank: parameters stay
 //                 bit-identical without ever being sent
 //
+// Buffers (batch norm's running statistics, attach_buffers): broadcast from rank 0 at init, as
+// DDP syncs module state at construction; with `broadcast_buffers` (comm.broadcast_buffers, as
+// DDP's default) again at the end of every synchronize(), so every rank holds rank 0's. DDP
+// broadcasts them before each forward instead: for the next step's forward and for any
+// evaluation between steps the two are the same, since nothing reads them in between (train
+// mode normalises by the batch). Without it each rank keeps its own. Under Join the root is the
+// highest rank still training (DDP's authoritative rank), and a rank in finish() receives.
+// SyncBatchNorm's all-reduces (model.sync_batchnorm) are not the strategy's: make_strategies
+// sets them on the model, through the same communicator (strategies/make_strategy.h).
+//
 // With overlap off, the same buckets are reduced one after another once backward is done:
 // the baseline that shows what overlap buys. Each bucket goes through a BucketReducer: one
 // all-reduce, or a compression (comm.compression) as DDP's communication hooks do.
@@ -45,6 +55,8 @@ struct AllreduceStrategyOptions {
   // comm.compression: how each bucket is reduced (bucket_reducer.h); none by default.
   CompressionOptions compression;
   std::int64_t first_step = 0;  // the step the loop starts at (a resumed run's checkpoint)
+  // comm.broadcast_buffers: rank 0's buffers to every rank after every step.
+  bool broadcast_buffers = true;
 };
 
 class AllreduceStrategy final : public SyncStrategy {
@@ -56,6 +68,7 @@ class AllreduceStrategy final : public SyncStrategy {
 
   std::string_view name() const override { return "allreduce"; }
   int rank() const override { return comm_->rank(); }
+  void attach_buffers(std::span<float> buffers) override { buffers_ = buffers; }
   void init(std::span<float> params) override;
   void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override;
   void synchronize(std::span<float> grads, std::span<float> params) override;
@@ -64,7 +77,7 @@ class AllreduceStrategy final : public SyncStrategy {
   StepStats last_step_stats() const override { return stats_; }
   // One "allreduce" span per bucket (index: the bucket, last layers' first), from when the
   // communicator began it to when it finished; where the backend cannot tell (NCCL), from its
-  // issue to the wait that saw it done.
+  // issue to the wait that saw it done. Then a "broadcast" span of the buffers, if any.
   std::span<const TraceSpan> last_step_spans() const override { return spans_; }
   Optimizer* optimizer() override { return sgd_.get(); }
 
@@ -81,6 +94,9 @@ class AllreduceStrategy final : public SyncStrategy {
   void issue(std::span<float> bucket, std::size_t offset, bool last);
   // The flag round that ends a step under join_uneven: returns how many ranks trained.
   int count_active(bool active);
+  // The step's buffer broadcast (broadcast_buffers): from rank 0, or under Join from the highest
+  // rank still training (`active`: this rank is).
+  void broadcast_buffers(bool active);
 
   std::shared_ptr<Communicator> comm_;
   AllreduceStrategyOptions options_;
@@ -99,6 +115,7 @@ class AllreduceStrategy final : public SyncStrategy {
   std::vector<std::pair<std::size_t, std::size_t>> deferred_;  // overlap off
   std::vector<std::pair<std::size_t, std::size_t>> issued_ranges_;
   std::int64_t steps_ = 0;
+  std::span<float> buffers_;  // the model's running statistics; empty: none
 };
 
 }  // namespace gradsync

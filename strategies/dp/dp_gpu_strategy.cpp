@@ -65,6 +65,11 @@ class DpGpuReplica final : public SyncStrategy {
   int rank() const override { return rank_; }
   StepStats last_step_stats() const override { return stats_; }
   Optimizer* optimizer() override { return sgd_.get(); }
+  // GPU models (the MLP) have no running statistics; one that had would need them broadcast
+  // from replica 0 beside the parameters, as the CPU group copies them.
+  void attach_buffers(std::span<float> buffers) override {
+    GRADSYNC_CHECK(buffers.empty(), "dp on gpu does not copy running statistics between replicas");
+  }
 
   void init(std::span<float> params) override {
     DpGpuGroup& g = *group_;

@@ -21,6 +21,7 @@ struct DpGroup {
         link(std::move(replica_zero_link)),
         grads(static_cast<std::size_t>(n)),
         params(static_cast<std::size_t>(n)),
+        buffers(static_cast<std::size_t>(n)),
         gradients_ready(n, "dp gradient barrier"),
         parameters_ready(n, "dp parameter barrier") {}
 
@@ -30,6 +31,7 @@ struct DpGroup {
   std::shared_ptr<Link> link;  // replica 0's, or null
   std::vector<std::span<float>> grads;
   std::vector<std::span<float>> params;
+  std::vector<std::span<float>> buffers;  // running statistics (attach_buffers); may be empty
   std::unique_ptr<Sgd> sgd;
   ReplicaBarrier gradients_ready;
   ReplicaBarrier parameters_ready;
@@ -43,6 +45,7 @@ class DpReplica final : public SyncStrategy {
   int rank() const override { return rank_; }
   StepStats last_step_stats() const override { return stats_; }
   Optimizer* optimizer() override { return rank_ == 0 ? group_->sgd.get() : nullptr; }
+  void attach_buffers(std::span<float> buffers) override { group_->buffers[rank_] = buffers; }
 
   void init(std::span<float> params) override {
     DpGroup& g = *group_;
@@ -54,8 +57,11 @@ class DpReplica final : public SyncStrategy {
       // DataParallel replicates module 0: every replica starts from replica 0's parameters.
       for (int r = 1; r < g.replicas; ++r) {
         GRADSYNC_CHECK(g.params[r].size() == params.size(), "dp replicas differ in model size");
+        GRADSYNC_CHECK(g.buffers[r].size() == g.buffers[0].size(),
+                       "dp replicas differ in buffer size");
         std::copy(params.begin(), params.end(), g.params[r].begin());
       }
+      copy_buffers_out();
     }
     g.parameters_ready.arrive_and_wait(rank_, g.timeout);
   }
@@ -64,6 +70,8 @@ class DpReplica final : public SyncStrategy {
     DpGroup& g = *group_;
     stats_ = StepStats{};
     const std::uint64_t bytes = params.size_bytes();
+    // Parameters and running statistics go out together, as DataParallel's replicate does.
+    const std::uint64_t out_bytes = bytes + g.buffers[rank_].size_bytes();
     g.grads[rank_] = grads;
 
     Stopwatch phase;
@@ -73,20 +81,22 @@ class DpReplica final : public SyncStrategy {
     phase.restart();
     if (rank_ == 0) {
       const std::uint64_t others = bytes * static_cast<std::uint64_t>(g.replicas - 1);
+      const std::uint64_t others_out = out_bytes * static_cast<std::uint64_t>(g.replicas - 1);
       if (g.link) g.link->receive.acquire(others);
       reduce_onto_replica_zero(grads);
       Stopwatch update;
       g.sgd->step(params, grads);
       stats_.compute_s = update.seconds();
-      if (g.link) g.link->send.acquire(others);
+      if (g.link) g.link->send.acquire(others_out);
       for (int r = 1; r < g.replicas; ++r) {
         std::copy(params.begin(), params.end(), g.params[r].begin());
       }
+      copy_buffers_out();
       stats_.bytes_received = others;
-      stats_.bytes_sent = others;
+      stats_.bytes_sent = others_out;
     } else {
-      stats_.bytes_sent = bytes;      // its gradient, gathered by replica 0
-      stats_.bytes_received = bytes;  // the parameters replica 0 copies back
+      stats_.bytes_sent = bytes;          // its gradient, gathered by replica 0
+      stats_.bytes_received = out_bytes;  // the parameters and buffers replica 0 copies back
     }
     g.parameters_ready.arrive_and_wait(rank_, g.timeout);
     stats_.communicate_s = phase.seconds() - stats_.compute_s;
@@ -98,6 +108,13 @@ class DpReplica final : public SyncStrategy {
   }
 
  private:
+  // Replica 0's running statistics into every other replica (while they wait at a barrier).
+  void copy_buffers_out() {
+    DpGroup& g = *group_;
+    const std::span<float> mine = g.buffers[0];
+    for (int r = 1; r < g.replicas; ++r) std::copy(mine.begin(), mine.end(), g.buffers[r].begin());
+  }
+
   // Sums replicas 1..N-1 into replica 0's gradient in rank order, then averages. Summing in a
   // fixed order keeps the result deterministic run to run.
   void reduce_onto_replica_zero(std::span<float> grads) {

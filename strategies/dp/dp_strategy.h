@@ -6,6 +6,13 @@
 // all of that alone while the others wait: that serial, replica-0-bound traffic is exactly why
 // DistributedDataParallel's all-reduce beats DataParallel, and what this strategy measures.
 //
+// Batch norm (the model's buffers(), attach_buffers): each replica normalises by its own chunk
+// of the batch, and the running statistics kept are replica 0's, copied to the others with the
+// parameters every step (and at init): in torch's DataParallel replica 0 shares the module's
+// buffers, and each forward replicates them from it. Their bytes count in the traffic beside
+// the parameters'. SyncBatchNorm does not run under DataParallel (torch's needs
+// DistributedDataParallel): make_strategies refuses model.sync_batchnorm for dp.
+//
 // make_dp_group() returns the N per-replica strategies; each must be driven by its own thread.
 // A replica that waits longer than `timeout` for the others throws TimeoutError naming them.
 // With a `link` (network.link_gbps), replica 0's gather and copy-out pass through it as

@@ -31,6 +31,7 @@ class DigestingStrategy final : public SyncStrategy {
       : inner_(inner), out_(out) {}
   std::string_view name() const override { return inner_.name(); }
   int rank() const override { return inner_.rank(); }
+  void attach_buffers(std::span<float> buffers) override { inner_.attach_buffers(buffers); }
   void init(std::span<float> params) override { inner_.init(params); }
   void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override {
     inner_.gradient_ready(grads, begin, end);

@@ -48,7 +48,8 @@ TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
   CHECK(
       error_of("data: {kind: synthetic}\nmodel: {hidden: [1], extra: {a: 1}}\n")
           .starts_with("presets/x.yaml:2: model.extra: unknown key (known in model: kind, hidden, "
-                       "parameters, compute_ms, layers, resnet_blocks, resnet_width)"));
+                       "parameters, compute_ms, layers, resnet_blocks, resnet_width, "
+                       "sync_batchnorm)"));
 }
 
 TEST_CASE("preset: sections and runs must have the right shape") {
