@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/checkpoint_buffers.h"
 #include "common/checkpoint_file.h"
 #include "common/error.h"
 #include "worker/metrics_writer.h"
@@ -218,7 +219,41 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
                                      ") of " + std::to_string(total));
   }
   if (first) state.step = checkpoint_step(step_folder);  // an empty range: only the step
+  state.buffers_file = (fs::path(step_folder) / kCheckpointBuffersFile).string();
+  if (std::optional<CheckpointBuffers> buffers = read_checkpoint_buffers(step_folder)) {
+    if (buffers->description != description) {
+      throw DataError(state.buffers_file, "holds the running statistics of another model (" +
+                                              buffers->description + "); this run trains " +
+                                              description);
+    }
+    if (buffers->step != state.step) {
+      throw DataError(state.buffers_file, "is of step " + std::to_string(buffers->step) +
+                                              ", the parts of " + step_folder + " of step " +
+                                              std::to_string(state.step));
+    }
+    state.buffers = std::move(buffers->values);
+  }
   return state;
+}
+
+namespace {
+
+DataError missing_buffers(const TrainingState& state, const std::string& count) {
+  return DataError(state.buffers_file, "missing: this model keeps " + count +
+                                           "running statistics (batch norm), part of its "
+                                           "state, and the checkpoint holds none (resume from "
+                                           "another step)");
+}
+
+}  // namespace
+
+void check_resumed_buffers(const TrainingState& state, Model& model) {
+  const std::size_t want = model.buffers().size();
+  if (want == 0 || state.buffers.size() == want) return;
+  if (state.buffers.empty()) throw missing_buffers(state, std::to_string(want) + " ");
+  throw DataError(state.buffers_file, "holds " + std::to_string(state.buffers.size()) +
+                                          " running statistics, this model keeps " +
+                                          std::to_string(want));
 }
 
 void validate_checkpointing(const Config& config) {
@@ -244,6 +279,10 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
     // A ps worker's parameters come from the shards, which read their own ranges.
     out.resume = load_training_state(folder, description, total, 0, ps ? 0 : total);
     out.resumed_from = folder;
+    // Before any rank starts (the loop checks the count against the model it builds).
+    if (config.model.kind == "resnet" && out.resume->buffers.empty()) {
+      throw missing_buffers(*out.resume, "");
+    }
     if (static_cast<std::int64_t>(out.resume->step) >= last_step) {
       throw ConfigError(config.name, "checkpoint.resume",
                         folder + " is at step " + std::to_string(out.resume->step) +
@@ -251,10 +290,11 @@ RunCheckpoints prepare_checkpoints(const Config& config, const std::vector<int>&
                             ": nothing left to train (raise train.steps)");
     }
   }
-  // zero: every rank writes its own slices (SyncStrategy::own_checkpoint_parts).
-  if (config.checkpoint.every > 0 && (rank == 0 || config.strategy == "zero") && !ps) {
+  // zero: every rank writes its own slices (SyncStrategy::own_checkpoint_parts); ps: the shards
+  // write the parts, worker 0 its running statistics (if the model keeps any).
+  if (config.checkpoint.every > 0 && (rank == 0 || config.strategy == "zero")) {
     out.writer.emplace(checkpoint_root(config, run_dir), config.checkpoint.every, last_step,
-                       description, training_settings(config));
+                       description, training_settings(config), !ps);
   }
   return out;
 }
@@ -321,6 +361,10 @@ std::string training_settings(const Config& config) {
     out << "ps.servers " << config.ps.servers << "\n"
         << "ps.mode " << config.ps.mode << "\n";
   }
+  // Batch norm's statistics over the global batch or each rank's: another trajectory.
+  if (config.model.kind == "resnet") {
+    out << "model.sync_batchnorm " << (config.model.sync_batchnorm ? "true" : "false") << "\n";
+  }
   return out.str();
 }
 
@@ -360,12 +404,21 @@ void note_changed_settings(const Config& config, const std::string& step_folder)
 }
 
 Checkpointer::Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
-                           std::string description, std::string settings)
+                           std::string description, std::string settings, bool writes_parts)
     : root_(std::move(root)),
       every_(every),
       last_step_(last_step),
       description_(std::move(description)),
-      settings_(std::move(settings)) {}
+      settings_(std::move(settings)),
+      writes_parts_(writes_parts) {}
+
+void Checkpointer::save_buffers(std::int64_t steps_done, std::span<const float> buffers) const {
+  CheckpointBuffers file;
+  file.step = static_cast<std::uint64_t>(steps_done);
+  file.description = description_;
+  file.values.assign(buffers.begin(), buffers.end());
+  write_checkpoint_buffers(checkpoint_step_folder(root_, file.step), file);
+}
 
 bool Checkpointer::due(std::int64_t steps_done) const {
   return every_ > 0 && (steps_done % every_ == 0 || steps_done == last_step_);

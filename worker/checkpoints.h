@@ -2,7 +2,16 @@
 // `gradsync run PRESET --resume DIR`). The files are common/checkpoint_file.h's parts:
 //
 //   single, dp, allreduce: rank 0 writes one part, the whole buffer with its optimizer state;
+//   zero:                  every rank its slices;
 //   ps (sync):             each shard writes the part of its key range (server/ps_shard).
+//
+// A model with running statistics (batch norm's: Model::buffers()) also has rank 0's kept in
+// the step folder (common/checkpoint_buffers.h), written before the parts (ps: by worker 0
+// after its step); on resume every rank restores them. Rank 0's are those its evaluation reads
+// and, under dp and allreduce with comm.broadcast_buffers, every replica's; where ranks keep
+// their own (broadcast_buffers false, ps) the others' are not kept, as a torch checkpoint of
+// rank 0's state_dict keeps none: nothing but evaluation reads them, and a resumed rank starts
+// from rank 0's.
 //
 // A checkpoint is written every `every` steps and after the last step, into
 // <checkpoint.dir>/step-<N>/ (default dir: <run folder>/checkpoints). The sampler's position
@@ -18,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +45,10 @@ struct TrainingState {
   std::uint64_t optimizer_steps = 0;  // updates the optimizer had taken
   std::vector<float> params;
   std::vector<float> momentum;
+  // Rank 0's running statistics (Model::buffers()); empty where the checkpoint has none (a
+  // model without them). `buffers_file`: where they were read, or looked for (for errors).
+  std::vector<float> buffers;
+  std::string buffers_file;
 };
 
 // The model a checkpoint belongs to, e.g. "mlp 784-256-256-10" or "synthetic 1000000 in 10
@@ -59,9 +73,10 @@ std::string resolve_checkpoint(const std::string& path, const std::string& run);
 // The step a resolved checkpoint continues from (reads only the parts' headers).
 std::uint64_t checkpoint_step(const std::string& step_folder);
 
-// Reads the parts of `step_folder` that cover [begin, end) and returns that range. Throws
-// DataError naming the part that is unreadable, of another model (description or `total`
-// differs), or disagrees with the others; or the folder, when the parts do not cover the range.
+// Reads the parts of `step_folder` that cover [begin, end) and returns that range, and the
+// buffers file if there is one. Throws DataError naming the part (or buffers file) that is
+// unreadable, of another model (description or `total` differs), or disagrees with the others
+// (step); or the folder, when the parts do not cover the range.
 TrainingState load_training_state(const std::string& step_folder, const std::string& description,
                                   std::uint64_t total, std::uint64_t begin, std::uint64_t end);
 
@@ -87,14 +102,24 @@ std::vector<std::string> changed_settings(const std::string& step_folder, const 
 // (it goes on with the new ones)".
 void note_changed_settings(const Config& config, const std::string& step_folder);
 
+// Throws DataError (naming state.buffers_file) when the checkpoint's running statistics do not
+// fit `model`: none for a model that keeps some, or another count. A model without buffers
+// takes any checkpoint.
+void check_resumed_buffers(const TrainingState& state, Model& model);
+
 // Writes rank 0's checkpoints (single, dp, allreduce): after step `steps_done` when it is a
-// multiple of `every` or the last one, its part and the run's training_settings().
+// multiple of `every` or the last one, its part and the run's training_settings(). With
+// `writes_parts` false (worker 0 of ps, whose shards write the parts) only the buffers.
 class Checkpointer {
  public:
   Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,
-               std::string description, std::string settings);
+               std::string description, std::string settings, bool writes_parts = true);
 
   bool due(std::int64_t steps_done) const;
+  bool writes_parts() const { return writes_parts_; }
+  // Rank 0's running statistics, as buffers.bin of the step folder; before the parts, so that
+  // a complete checkpoint holds them.
+  void save_buffers(std::int64_t steps_done, std::span<const float> buffers) const;
   // Copies the parameters (from wherever the model keeps them) and the optimizer's state.
   void save(std::int64_t steps_done, Model& model, const Optimizer& optimizer) const;
   // Writes the parts a rank owns of a checkpoint of `parts` parts (SyncStrategy::OwnParts, zero:
@@ -108,13 +133,15 @@ class Checkpointer {
   std::int64_t last_step_;
   std::string description_;
   std::string settings_;
+  bool writes_parts_;
 };
 
 // What one process of a run needs: the state to resume from, and rank 0's checkpointer.
 struct RunCheckpoints {
   std::optional<TrainingState> resume;  // ps workers: the step only (the shards hold the rest)
   std::string resumed_from;             // the step folder `resume` was read from
-  std::optional<Checkpointer> writer;   // rank 0 of single / dp / allreduce, when every > 0
+  // rank 0 of single / dp / allreduce / ps (its buffers only), every rank of zero; every > 0
+  std::optional<Checkpointer> writer;
 };
 
 // For rank `rank` of `config`, whose run ends after step `last_step`; checkpoint.resume is

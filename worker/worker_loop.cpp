@@ -35,9 +35,13 @@ void trace_step(TraceWriter& trace, int rank, std::int64_t step, Clock::time_poi
 // Resuming: the checkpoint's parameters go in before strategy.init(), which spreads rank 0's to
 // every replica, and the optimizer's state after it, once the strategy has made its optimizer.
 // No parameters in the state: the strategy brings them (a ps worker pulls from its shards).
+// The running statistics go in alike, on every rank (the checkpoint holds rank 0's).
 std::int64_t resume_params(Model& model, const TrainingState* resume) {
   if (resume == nullptr) return 0;
   if (!resume->params.empty()) model.copy_params_from_host(resume->params);
+  check_resumed_buffers(*resume, model);
+  const std::span<float> buffers = model.buffers();
+  if (!buffers.empty()) std::copy(resume->buffers.begin(), resume->buffers.end(), buffers.begin());
   return static_cast<std::int64_t>(resume->step);
 }
 
@@ -51,6 +55,17 @@ void resume_optimizer(SyncStrategy& strategy, const TrainingState* resume) {
 void checkpoint(const Checkpointer& checkpointer, std::int64_t step, Model& model,
                 SyncStrategy& strategy, TraceWriter* trace, bool traced) {
   const Clock::time_point begin = Clock::now();
+  const bool buffers = strategy.rank() == 0 && !model.buffers().empty();
+  // Rank 0's running statistics before any part: a step folder whose parts are all there holds
+  // them too.
+  if (buffers) checkpointer.save_buffers(step + 1, model.buffers());
+  if (!checkpointer.writes_parts()) {
+    // ps: the shards write the parts. Worker 0 of a model without buffers wrote nothing.
+    if (buffers && trace && traced) {
+      trace->add_span(strategy.rank(), "checkpoint", step, begin, Clock::now());
+    }
+    return;
+  }
   if (auto own = strategy.own_checkpoint_parts(model.params())) {
     checkpointer.save_parts(step + 1, own->parts, std::move(own->mine), strategy.rank() == 0);
   } else {

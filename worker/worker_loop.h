@@ -12,7 +12,8 @@
 //     strategy.synchronize(model.grads(), model.params())
 //     record the step (metrics.csv row, trace spans, progress line on rank 0)
 //     rank 0 evaluates on the test set every `eval_every` steps and after the last step
-//     the checkpointer (rank 0 of single / dp / allreduce) writes one when it is due
+//     the checkpointer (rank 0 of single / dp / allreduce, every zero rank; worker 0 of ps its
+//     running statistics) writes one when it is due
 //
 // Lives in worker/, above strategies/ and model/: it is where the model, data and sampler meet
 // the strategies, and below experiments/, which only configures and starts it.
