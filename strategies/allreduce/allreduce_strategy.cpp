@@ -19,6 +19,14 @@ AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
     GRADSYNC_CHECK(!options_.join_uneven, "comm.compression with comm.uneven_inputs");
     GRADSYNC_CHECK(options_.device < 0, "comm.compression runs on models in host memory");
   }
+  if (options_.compression.method == "topk" && options_.sgd.momentum > 0) {
+    // DGC's momentum correction: the momentum (and the weight decay, which torch's SGD puts
+    // through it) happen on each rank before selection; the update after is plain SGD.
+    options_.compression.local_momentum = options_.sgd.momentum;
+    local_weight_decay_ = static_cast<float>(options_.sgd.weight_decay);
+    options_.sgd.momentum = 0;
+    options_.sgd.weight_decay = 0;
+  }
   reducer_ = make_bucket_reducer(comm_, options_.compression);
   steps_ = options_.first_step;
 }
@@ -52,6 +60,7 @@ void AllreduceStrategy::init(std::span<float> params) {
   // DDP broadcasts module state from rank 0 at construction: replicas start equal even if
   // their initialisation differed.
   comm_->broadcast(params, 0);
+  params_ = params;
   // DDP's module state includes the buffers, whatever broadcast_buffers says.
   if (!buffers_.empty()) comm_->broadcast(buffers_, 0);
   sgd_ = make_sgd(params.size(), options_.sgd, options_.device);
@@ -86,6 +95,12 @@ void AllreduceStrategy::close_bucket(std::span<float> grads, bool last) {
 
 void AllreduceStrategy::issue(std::span<float> bucket, std::size_t offset, bool last) {
   issued_at_.push_back(Clock::now());
+  if (local_weight_decay_ != 0) {
+    // d = g + wd p, as torch's SGD forms it before its momentum: here, before the velocity.
+    for (std::size_t i = 0; i < bucket.size(); ++i) {
+      bucket[i] += local_weight_decay_ * params_[offset + i];
+    }
+  }
   // The step waits for its last bucket anyway: a blocking start lets a backend with a thread of
   // its own run it on this thread when nothing is queued before it (tcp, shm, gloo).
   if (!options_.join_uneven) {

@@ -101,6 +101,8 @@ class AllreduceStrategy final : public SyncStrategy {
   std::shared_ptr<Communicator> comm_;
   AllreduceStrategyOptions options_;
   std::unique_ptr<BucketReducer> reducer_;
+  std::span<float> params_;          // init()'s: weight decay before a local momentum
+  float local_weight_decay_ = 0.0f;  // topk's momentum correction (bucket_reducer.h)
   std::unique_ptr<Optimizer> sgd_;
   StepStats stats_;
   CommCounters counted_;  // counters at the end of the previous step

@@ -14,7 +14,11 @@
 //   topk      the k = ratio * size largest magnitudes of the bucket (residual added first, the
 //             rest kept as the next residual), gathered from every rank as (index, value) pairs
 //             and summed in rank order: 8 k bytes a rank (Deep Gradient Compression;
-//             common/compression/top_k_codec.h)
+//             common/compression/top_k_codec.h). With local_momentum (the allreduce strategy
+//             sets it to SGD's), each rank first folds its gradient into a velocity of its own,
+//             u = m u + g, and sparsifies u (DGC's momentum correction): error feedback on the
+//             raw gradient under a global momentum loses what the residual held back; at ratio
+//             1 it is momentum SGD exactly, only summed in another order
 //
 // Steps before `start_step` reduce uncompressed (PowerSGD's warm-up); error feedback starts with
 // the first compressed step. Every method leaves every rank with the same bits: the sums come
@@ -44,6 +48,10 @@ struct CompressionOptions {
   std::int64_t start_step = 0;       // comm.compression_start_step
   std::uint64_t seed = 0;            // PowerSGD's Q: the same on every rank
   std::vector<TensorShape> tensors;  // the model's (Model::tensors()): PowerSGD's matrices
+  // topk: the optimizer's momentum, applied on each rank before selection (Deep Gradient
+  // Compression's momentum correction: u = m u + g, then the top-k of u plus the residual);
+  // the strategy's optimizer then steps without momentum. 0: plain error feedback.
+  double local_momentum = 0;
 };
 
 class BucketReducer {

@@ -61,7 +61,9 @@ std::unique_ptr<BucketReducer> make_bucket_reducer(std::shared_ptr<Communicator>
                                                    const CompressionOptions& options) {
   if (options.method == "none") return std::make_unique<PlainReducer>(std::move(comm));
   if (std::unique_ptr<BucketReducer> compressed = make_compressed(comm, options)) {
-    if (options.start_step <= 0) return compressed;
+    // topk with local momentum runs its own warm-up: its velocity starts with the first step.
+    const bool own_warm_up = options.method == "topk" && options.local_momentum > 0;
+    if (options.start_step <= 0 || own_warm_up) return compressed;
     return std::make_unique<WarmUpReducer>(std::make_unique<PlainReducer>(std::move(comm)),
                                            std::move(compressed), options.start_step);
   }

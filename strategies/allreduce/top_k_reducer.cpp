@@ -22,6 +22,7 @@ using compression::TopKCodec;
 
 struct BucketState {
   TopKCodec codec;
+  std::vector<float> velocity;  // local_momentum: u = m u + g, this rank's own
   SparseGradient sent;
   std::vector<std::uint32_t> mine;      // k indices, then k value bits
   std::vector<std::uint32_t> gathered;  // every rank's `mine`, in rank order
@@ -29,19 +30,37 @@ struct BucketState {
 
 class TopKReducer final : public BucketReducer {
  public:
-  TopKReducer(std::shared_ptr<Communicator> comm, double ratio)
-      : comm_(std::move(comm)), ratio_(ratio) {}
+  TopKReducer(std::shared_ptr<Communicator> comm, const CompressionOptions& options)
+      : comm_(std::move(comm)),
+        ratio_(options.topk_ratio),
+        momentum_(static_cast<float>(options.local_momentum)),
+        start_step_(options.start_step) {}
 
-  std::shared_ptr<Work> start(std::span<float> bucket, std::size_t offset, std::int64_t,
+  std::shared_ptr<Work> start(std::span<float> bucket, std::size_t offset, std::int64_t step,
                               bool blocking) override {
     auto it = states_.find(offset);
     if (it == states_.end()) {
-      it = states_.emplace(offset, BucketState{TopKCodec(bucket.size()), {}, {}, {}}).first;
+      it = states_.emplace(offset, BucketState{TopKCodec(bucket.size()), {}, {}, {}, {}}).first;
     }
     BucketState& state = it->second;
     GRADSYNC_CHECK(state.codec.size() == bucket.size(),
                    "topk: a bucket's layout changed between steps");
-    state.codec.select(bucket, ratio_, state.sent);
+    std::span<const float> selected = bucket;
+    if (momentum_ > 0) {
+      state.velocity.resize(bucket.size(), 0.0f);
+      for (std::size_t i = 0; i < bucket.size(); ++i) {
+        state.velocity[i] = momentum_ * state.velocity[i] + bucket[i];
+      }
+      selected = state.velocity;
+      if (step < start_step_) {
+        // Warm-up, uncompressed: the average of the velocities is the global momentum's.
+        std::copy(state.velocity.begin(), state.velocity.end(), bucket.begin());
+        return run_or_issue(
+            blocking, [&] { return comm_->allreduce_async(bucket, ReduceOp::kAvg); },
+            [&] { comm_->allreduce(bucket, ReduceOp::kAvg); });
+      }
+    }
+    state.codec.select(selected, ratio_, state.sent);
     const std::size_t k = state.sent.indices.size();
     state.mine.resize(2 * k);
     std::copy(state.sent.indices.begin(), state.sent.indices.end(), state.mine.begin());
@@ -72,6 +91,8 @@ class TopKReducer final : public BucketReducer {
  private:
   std::shared_ptr<Communicator> comm_;
   double ratio_;
+  float momentum_;
+  std::int64_t start_step_;
   std::map<std::size_t, BucketState> states_;  // by the bucket's offset
 };
 
@@ -81,7 +102,7 @@ std::unique_ptr<BucketReducer> make_top_k_reducer(std::shared_ptr<Communicator> 
                                                   const CompressionOptions& options) {
   GRADSYNC_CHECK(options.topk_ratio > 0 && options.topk_ratio <= 1,
                  "topk: the ratio must be in (0, 1]");
-  return std::make_unique<TopKReducer>(std::move(comm), options.topk_ratio);
+  return std::make_unique<TopKReducer>(std::move(comm), options);
 }
 
 }  // namespace gradsync
