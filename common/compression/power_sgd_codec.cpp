@@ -126,21 +126,25 @@ std::span<float> PowerSgdCodec::compute_p(std::span<float> m) {
   check_matrix(m.size(), "compute_p");
   expect(Phase::kComputeP, "compute_p");
   for (std::size_t i = 0; i < m.size(); ++i) m[i] += residual_[i];  // error feedback
-  // Warm start: last step's (averaged) Q, orthonormalized, zero columns redrawn. Its columns,
-  // contiguous in scratch_, are what each row of m is dotted with below.
+  // Warm start: last step's (averaged) Q, orthonormalized (in columns, in scratch_), zero
+  // columns redrawn.
   double* qc = scratch_.data();
   to_columns(q_, cols_, rank_, qc);
   orthonormalize(qc, cols_, rank_, &rng_);
   from_columns(qc, cols_, rank_, q_);
-  to_columns(q_, cols_, rank_, qc);  // the float Q every rank holds, not its double original
+  // P[i][c] = sum_j m[i][j] Q[j][c], from the float Q every rank holds (row-major, rank_
+  // values a row): one pass over each row of m, the rank_ sums side by side, so that the
+  // additions of one column follow each other and the rank_ columns' go in parallel.
+  double* sums = qc;  // rank_ values; the columns are no longer needed
   for (std::size_t i = 0; i < rows_; ++i) {
     const float* row = m.data() + i * cols_;
-    for (std::size_t c = 0; c < rank_; ++c) {
-      const double* column = qc + c * cols_;
-      double sum = 0.0;
-      for (std::size_t j = 0; j < cols_; ++j) sum += static_cast<double>(row[j]) * column[j];
-      p_[i * rank_ + c] = static_cast<float>(sum);
+    std::fill(sums, sums + rank_, 0.0);
+    for (std::size_t j = 0; j < cols_; ++j) {
+      const double value = row[j];
+      const float* q = q_.data() + j * rank_;
+      for (std::size_t c = 0; c < rank_; ++c) sums[c] += value * q[c];
     }
+    for (std::size_t c = 0; c < rank_; ++c) p_[i * rank_ + c] = static_cast<float>(sums[c]);
   }
   return p_;
 }
@@ -179,10 +183,13 @@ void PowerSgdCodec::decompress(std::span<float> m) {
   // into the approximation (what is applied) and the residual (what waits for the next step).
   std::vector<double>& row_sum = scratch_;  // max(rows, cols) * rank >= cols values
   for (std::size_t i = 0; i < rows_; ++i) {
-    std::fill(row_sum.begin(), row_sum.begin() + static_cast<std::ptrdiff_t>(cols_), 0.0);
-    for (std::size_t c = 0; c < rank_; ++c) {
-      const double p = p_[i * rank_ + c];
-      for (std::size_t j = 0; j < cols_; ++j) row_sum[j] += p * q_[j * rank_ + c];
+    // Row i of P Q^T: for each j the rank_ products of P's row with Q's row j, contiguous.
+    const float* p = p_.data() + i * rank_;
+    for (std::size_t j = 0; j < cols_; ++j) {
+      const float* q = q_.data() + j * rank_;
+      double sum = 0.0;
+      for (std::size_t c = 0; c < rank_; ++c) sum += static_cast<double>(p[c]) * q[c];
+      row_sum[j] = sum;
     }
     float* row = m.data() + i * cols_;
     float* left = residual_.data() + i * cols_;
