@@ -75,6 +75,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     zero.tensors = process.model->tensors();
     zero.params = process.model->param_count();
     zero.compression = options.compression;
+    zero.broadcast_buffers = options.broadcast_buffers;
     zero.first_step = static_cast<std::int64_t>(process.first_step);
     return std::make_unique<ZeroStrategy>(process.comm, std::move(zero));
   }

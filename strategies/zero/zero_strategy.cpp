@@ -129,6 +129,7 @@ Optimizer* ZeroStrategy::optimizer() { return optimizer_.get(); }
 void ZeroStrategy::init(std::span<float> params) {
   GRADSYNC_CHECK(params.size() == options_.params, "zero: the model's parameter count changed");
   comm_->broadcast(params, 0);
+  if (!buffers_.empty()) comm_->broadcast(buffers_, 0);  // module state, as DDP's at start
   optimizer_ = std::make_unique<ShardedOptimizer>(layout_, options_.params, options_.sgd);
   optimizer_->gather(params, optimizer_->param_shard);
   counted_ = comm_->counters();
@@ -241,6 +242,9 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
     span.index = static_cast<int>(u);
     spans_.push_back(span);
   }
+
+  // Each rank normalised with its own batch statistics; rank 0's running ones go to all.
+  if (options_.broadcast_buffers && !buffers_.empty()) comm_->broadcast(buffers_, 0);
 
   stats_ = StepStats{};
   stats_.communicate_s = reduce_s + gather.seconds();

@@ -52,6 +52,9 @@ struct ZeroStrategyOptions {
   // none: fp32.
   CompressionOptions compression;
   std::int64_t first_step = 0;  // the step the loop starts at (a resumed run's checkpoint)
+  // comm.broadcast_buffers: rank 0's buffers (batch norm's running statistics) to every rank
+  // after every step, as DDP does; they are broadcast at init whatever this says.
+  bool broadcast_buffers = true;
 };
 
 class ZeroStrategy final : public SyncStrategy {
@@ -61,6 +64,7 @@ class ZeroStrategy final : public SyncStrategy {
 
   std::string_view name() const override { return "zero"; }
   int rank() const override { return comm_->rank(); }
+  void attach_buffers(std::span<float> buffers) override { buffers_ = buffers; }
   void init(std::span<float> params) override;
   void gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) override;
   void synchronize(std::span<float> grads, std::span<float> params) override;
@@ -94,6 +98,7 @@ class ZeroStrategy final : public SyncStrategy {
   StepStats stats_;
   CommCounters counted_;
   std::vector<TraceSpan> spans_;
+  std::span<float> buffers_;  // the model's running statistics; empty: none
 };
 
 }  // namespace gradsync
