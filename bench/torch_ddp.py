@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""PyTorch DDP peer for gradsync's `allreduce` training on CPUs (backend gloo).
+"""PyTorch DDP peer for gradsync's `allreduce` and `zero` training on CPUs (backend gloo).
 
 One process per rank, started by torchrun (scripts/bench-ddp-vs-gradsync.sh does):
 
   /usr/bin/python3 -m torch.distributed.run --nproc_per_node N -r 1 -t 2 --log_dir DIR \
-      bench/torch_ddp.py --batch 64 --steps 2000 [--hook none|fp16|powersgd]
+      bench/torch_ddp.py --batch 64 --steps 2000 [--hook none|fp16|powersgd] \
+      [--optimizer sgd|zero] [--hidden 256,256]
 
 (-r 1 -t 2: torchrun's default stream handling crashes under Python 3.11; rank 0's line then
 lands in DIR/*/attempt_0/0/stdout.log.) Each rank trains torch_mlp.py's model, loss and SGD
@@ -25,6 +26,16 @@ powerSGD_hook with PowerSGDState(matrix_approximation_rank=--powersgd-rank, star
 The hook runs on synchronised steps only (no_sync skips the reduction and so the hook), so it
 is part of communicate_s; PowerSGD's iteration count advances on synchronised steps alone, and
 the warm-up steps count: with --start-iter <= --warmup-steps every timed step is compressed.
+
+--optimizer zero, the peer of gradsync's `strategy: zero` with zero.stage 1, wraps the optimizer
+in torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr,
+momentum): each rank keeps the momentum of its shard of the parameters (PyTorch assigns whole
+tensors to ranks, balanced by size), updates that shard alone and broadcasts it to the others.
+DDP still all-reduces the whole gradient first, so a step moves one all-reduce plus the
+broadcasts (gradsync's stage 1: a reduce-scatter and an all-gather, one all-reduce's bytes).
+The no_sync steps that time compute run the local shard's update alone (ZeroRedundancyOptimizer
+._local_step, no broadcast): forward, backward and 1/N of the SGD step, as gradsync's compute
+under zero; the broadcasts are then part of communicate_s.
 """
 import argparse
 import contextlib
@@ -37,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 from torch_mlp import POOL_BATCHES, build_model, detect_blas, make_pool, train_step
@@ -59,6 +71,8 @@ def parse_args():
                    help="gradient_as_bucket_view=True (DDP's default is off: a copy each way)")
     p.add_argument("--hook", choices=("none", "fp16", "powersgd"), default="none",
                    help="DDP communication hook: fp16_compress_hook or powerSGD_hook")
+    p.add_argument("--optimizer", choices=("sgd", "zero"), default="sgd",
+                   help="torch.optim.SGD, or SGD inside ZeroRedundancyOptimizer (ZeRO stage 1)")
     p.add_argument("--powersgd-rank", type=int, default=4, help="matrix_approximation_rank")
     # PowerSGDState refuses start_powerSGD_iter < 2 with error feedback or warm start on.
     p.add_argument("--start-iter", type=int, default=10,
@@ -82,7 +96,13 @@ def main():
                                   gradient_as_bucket_view=args.bucket_view)
     hook_state = register_hook(ddp, args)
     loss_fn = nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    if args.optimizer == "zero":
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.SGD,
+                                      lr=args.lr, momentum=args.momentum)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    # Without synchronisation ZeRO's step is its shard's update alone (no broadcast).
+    local_opt = LocalStep(opt) if args.optimizer == "zero" else opt
     xs, ys = make_pool(args, torch.device("cpu"))
     step = 0
 
@@ -94,7 +114,7 @@ def main():
         with contextlib.nullcontext() if sync else ddp.no_sync():
             for _ in range(steps):
                 j = step % POOL_BATCHES
-                train_step(ddp, loss_fn, opt, xs[j], ys[j])
+                train_step(ddp, loss_fn, opt if sync else local_opt, xs[j], ys[j])
                 step += 1
         return time.perf_counter() - start
 
@@ -123,6 +143,19 @@ def main():
     os._exit(0)
 
 
+class LocalStep:
+    """A ZeroRedundancyOptimizer whose step updates this rank's shard and broadcasts nothing."""
+
+    def __init__(self, zero):
+        self.zero = zero
+
+    def zero_grad(self, set_to_none=False):
+        self.zero.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        self.zero._local_step()
+
+
 def register_hook(ddp, args):
     """Registers --hook on `ddp`; none leaves DDP's built-in all-reduce (no Python hook)."""
     if args.hook == "fp16":
@@ -144,7 +177,8 @@ def report(args, synced, compute_s, world, buckets, hook_state):
               "ranks": world, "batch": args.batch, "bucket_mb": args.bucket_mb,
               "buckets": len(buckets.split(",")) if buckets else 0,
               "bucket_view": args.bucket_view, "threads": args.threads, "backend": "gloo",
-              "hook": args.hook, "torch": torch.__version__, "blas": detect_blas()}
+              "hook": args.hook, "optimizer": args.optimizer,
+              "hidden": args.hidden, "torch": torch.__version__, "blas": detect_blas()}
     if args.hook == "powersgd":
         # Elements before / after compression over the compressed steps: 0 if none ran.
         result.update(powersgd_rank=args.powersgd_rank, start_iter=args.start_iter,
@@ -155,7 +189,7 @@ def report(args, synced, compute_s, world, buckets, hook_state):
         print("ddp: samples/s={samples_per_s:.1f} steps={steps} step_s={step_s:.6f} "
               "compute_s={compute_s:.6f} communicate_s={communicate_s:.6f} ranks={ranks} "
               "batch={batch} bucket_mb={bucket_mb:g} buckets={buckets} threads={threads} "
-              "backend={backend} hook={hook} torch={torch} blas={blas}".format(**result))
+              "backend={backend} hook={hook} optimizer={optimizer} hidden={hidden} torch={torch} blas={blas}".format(**result))
 
 
 if __name__ == "__main__":
