@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Training samples/s of gradsync's `allreduce` over each CPU backend (tcp; gloo, its ring;
-# mpi) against PyTorch DDP over gloo (bench/torch_ddp.py under torchrun, Debian's
-# python3-torch): the same MLP 784-256-256-10, SGD (lr 0.05, momentum 0.9), per-rank batch,
-# ranks N, bucket size (DDP's bucket_cap_mb = comm.bucket_mb) and number of timed steps.
-# gradsync runs experiments/presets/backends.yaml's run for that backend, with those keys set.
+# Training samples/s of gradsync's `allreduce` (or `zero`) over each CPU backend (tcp; gloo, its
+# ring; mpi) against PyTorch DDP over gloo (bench/torch_ddp.py under torchrun, Debian's
+# python3-torch): the same MLP (784-256-256-10, the quickstart's, unless --hidden), SGD (lr 0.05,
+# momentum 0.9), per-rank batch, ranks N, bucket size (DDP's bucket_cap_mb = comm.bucket_mb) and
+# number of timed steps. gradsync runs experiments/presets/backends.yaml's run for that backend,
+# with those keys set (model.hidden among them).
+# --strategy pairs gradsync's strategy with DDP's optimizer (labels in the lines: gradsync/zero1,
+# ddp-gloo/zero):
+#   allreduce  gradsync's strategy: allreduce           DDP, torch.optim.SGD
+#   zero       strategy=zero, zero.stage=1 (each rank   DDP, ZeroRedundancyOptimizer(optimizer_class=
+#              keeps its 1/N of the momentum; reduce-   torch.optim.SGD): DDP's all-reduce, each
+#              scatter, shard update, all-gather)       rank's shard updated, then broadcast
+# --hidden 4096,4096 is the zero preset's model (784-4096-4096-10, 20M parameters); the zero
+# preset's other keys (batch, bucket_mb 25, weight decay) are not taken: pass --batch, --bucket-mb.
 # --compression pairs gradsync's comm.compression with the DDP communication hook that is its
 # peer, on loopback without emulation:
 #   none      gradsync's plain all-reduce           DDP's built-in all-reduce (no hook)
@@ -19,19 +28,22 @@
 # Each gradsync run is followed by its own DDP run (A B A B ...), so that drift in the
 # machine's speed hits both sides of a pair alike; each pair's ratio is printed with both
 # sides' compute and communication per step and the CPU share other processes took during
-# each side ("others", below), and per (backend, compression, N) the median ratio last.
+# each side ("others", below), and per (strategy, backend, compression, N) the median ratio last.
 #   gradsync: samples/s and mean_step_s from summary.json (its clock counts training steps
 #             only: data loading and evaluation stay out); compute = forward, backward and
-#             SGD step, comm = communicate + wait, the reduction time not hidden by backward
-#             (compressing and decompressing included).
-#   DDP:      compute = a step under no_sync() (no reduction, no hook), comm = a synchronised
-#             step less that (torch_ddp.py says how both are timed).
+#             SGD step (under zero, of its shard), comm = communicate + wait, the reduction
+#             (and zero's all-gather) time not hidden by backward (compressing included).
+#   DDP:      compute = a step under no_sync() (no reduction, no hook; under zero the shard's
+#             update without its broadcast), comm = a synchronised step less that
+#             (torch_ddp.py says how both are timed).
 #   scripts/bench-ddp-vs-gradsync.sh [--ranks N[,N...]] [--backend B[,B...]]
-#                                    [--compression C[,C...]] [--batch B] [--steps S]
+#                                    [--strategy S[,S...]] [--compression C[,C...]]
+#                                    [--hidden H[,H...]] [--batch B] [--steps S]
 #                                    [--start-step K] [--bucket-mb M] [--pairs P]
 #                                    [--gradsync BINARY]
-# Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --compression
-# none, --batch 64, --steps 2000, --start-step 10, --bucket-mb 1 (backends.yaml's), --pairs 3.
+# Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --strategy
+# allreduce, --compression none, --hidden 256,256, --batch 64, --steps 2000, --start-step 10,
+# --bucket-mb 1 (backends.yaml's), --pairs 3.
 # The gradsync binary: --gradsync, else $GRADSYNC, else build/bin/gradsync.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +52,8 @@ python=/usr/bin/python3  # Debian's python3-torch, whatever python3 is first on 
 ranks=2,4
 backends=
 compressions=none
+strategies=allreduce
+hidden=256,256
 powersgd_rank=4
 start_step=10
 batch=64
@@ -57,6 +71,8 @@ while (($#)); do
     --ranks) ranks=$2 ;;
     --backend) backends=$2 ;;
     --compression) compressions=$2 ;;
+    --strategy) strategies=$2 ;;
+    --hidden) hidden=$2 ;;
     --start-step) start_step=$2 ;;
     --batch) batch=$2 ;;
     --steps) steps=$2 ;;
@@ -92,6 +108,17 @@ for c in "${compression_list[@]}"; do
     exit 2
   fi
 done
+IFS=, read -r -a strategy_list <<<"$strategies"
+for s in "${strategy_list[@]}"; do
+  if [[ ! $s =~ ^(allreduce|zero)$ ]]; then
+    echo "error: strategy '$s': this compares allreduce and zero (stage 1)" >&2
+    exit 2
+  fi
+done
+if [[ ! $hidden =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
+  echo "error: --hidden '$hidden': comma-separated layer widths, as 256,256" >&2
+  exit 2
+fi
 if [[ ! $start_step =~ ^[0-9]+$ ]] || ((start_step < 2)); then
   echo "error: --start-step $start_step: PowerSGDState needs start_powerSGD_iter >= 2 with error feedback" >&2
   exit 2
@@ -125,6 +152,15 @@ others_share() {
   others=$(awk -v b="$busy" -v o="$own" -v a="$all" 'BEGIN { x = a > 0 ? 100 * (b - o) / a : 0; printf "%.0f", x < 0 ? 0 : x }')
 }
 
+# The keys for a strategy, one --set each, left in the array $strategy_sets; the DDP optimizer
+# that is its peer in $optimizer.
+strategy_sets() {
+  case $1 in
+    allreduce) strategy_sets=(--set strategy=allreduce); optimizer=sgd ;;
+    zero) strategy_sets=(--set strategy=zero --set zero.stage=1); optimizer=zero ;;
+  esac
+}
+
 # The comm.* keys for a compression method, one --set each, left in the array $sets.
 compression_sets() {
   case $1 in
@@ -138,8 +174,10 @@ compression_sets() {
 # One gradsync run; prints "samples/s compute_s comm_s others%". The preset's run for the
 # backend at N if it has one (tcp-4, gloo-ring-4, mpi-4), else its N = 2 run with workers N.
 run_gradsync() {
-  local backend=$1 n=$2 compression=$3 out=$work/gradsync-$RANDOM template run sets
+  local backend=$1 n=$2 compression=$3 strategy=$4 out=$work/gradsync-$RANDOM template run sets
+  local strategy_sets optimizer
   compression_sets "$compression"
+  strategy_sets "$strategy"
   template=$backend
   [[ $backend == gloo ]] && template=gloo-ring  # Gloo's ring, as PyTorch's ProcessGroupGloo
   run=$template-$n
@@ -148,7 +186,8 @@ run_gradsync() {
   if ! "$gradsync" run "$preset" --only "$run" --output "$out" --set workers="$n" \
       --set train.steps="$steps" --set train.eval_every="$steps" --set train.batch="$batch" \
       --set train.lr="$lr" --set train.momentum="$momentum" --set comm.bucket_mb="$bucket_mb" \
-      --set output.progress=off "${sets[@]}" >"$out.log" 2>&1; then
+      --set model.hidden="$hidden" --set output.progress=off "${strategy_sets[@]}" "${sets[@]}" \
+      >"$out.log" 2>&1; then
     echo "error: gradsync run $run failed:" >&2
     cat "$out.log" >&2
     exit 1
@@ -160,54 +199,62 @@ print(s["samples_per_s"], m["compute"], m["communicate"] + m["wait"], sys.argv[2
 }
 
 # One DDP run under torchrun with the hook for the compression; prints "samples/s compute_s
-# comm_s others% blas hook" (the hook as torch_ddp.py reports it registered). -r 1 -t 2: torchrun's
+# comm_s others% blas hook optimizer" (hook and optimizer as torch_ddp.py reports them). -r 1 -t 2: torchrun's
 # default stream handling crashes under Python 3.11, so rank 0's stdout goes to a log file.
 # The timeout: a rank that hangs (as one did at exit, before torch_ddp.py's os._exit) fails the
 # pair instead of the whole script waiting forever.
 run_ddp() {
-  local n=$1 compression=$2 logs=$work/ddp-$RANDOM port
+  local n=$1 compression=$2 strategy=$3 logs=$work/ddp-$RANDOM port strategy_sets optimizer
+  strategy_sets "$strategy"
   port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   start_others
   if ! OMP_NUM_THREADS=1 timeout -k 10 600 "$python" -m torch.distributed.run --nproc_per_node "$n" \
       --master_addr 127.0.0.1 --master_port "$port" -r 1 -t 2 --log_dir "$logs" \
       bench/torch_ddp.py --json --batch "$batch" --steps "$steps" --bucket-mb "$bucket_mb" \
       --lr "$lr" --momentum "$momentum" --hook "$compression" --powersgd-rank "$powersgd_rank" \
-      --start-iter "$start_step" >"$logs.log" 2>&1; then
+      --start-iter "$start_step" --optimizer "$optimizer" --hidden "$hidden" >"$logs.log" 2>&1; then
     echo "error: torchrun bench/torch_ddp.py failed:" >&2
     cat "$logs.log" >&2
     exit 1
   fi
   others_share
   "$python" -c 'import json, sys; r = json.load(open(sys.argv[1]))
-print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["blas"], r["hook"])' \
+print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["blas"], r["hook"],
+      r["optimizer"])' \
     "$logs"/*/attempt_0/0/stdout.log "$others"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "MLP 784-${hidden//,/-}-10, batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 summary=()
 IFS=, read -r -a rank_list <<<"$ranks"
 for n in "${rank_list[@]}"; do
+ for strategy in "${strategy_list[@]}"; do
   for backend in "${backend_list[@]}"; do
     for compression in "${compression_list[@]}"; do
       ratios=()
       for ((i = 1; i <= pairs; i++)); do
-        read -r ours our_compute our_comm our_others < <(run_gradsync "$backend" "$n" "$compression")
-        read -r theirs their_compute their_comm their_others blas hook < <(run_ddp "$n" "$compression")
+        read -r ours our_compute our_comm our_others < <(run_gradsync "$backend" "$n" "$compression" "$strategy")
+        read -r theirs their_compute their_comm their_others blas hook optimizer < <(run_ddp "$n" "$compression" "$strategy")
         r=$(ratio "$ours" "$theirs")
         ratios+=("$r")
+        # The labels: gradsync or gradsync/zero1; ddp-gloo[+hook][/zero] (the optimizer DDP ran).
         ddp="ddp-gloo"
         [[ $hook != none ]] && ddp+="+$hook"
-        awk -v n="$n" -v b="$backend" -v c="$compression" -v i="$i" -v a="$ours" \
-            -v ac="$our_compute" -v am="$our_comm" -v d="$ddp" -v blas="$blas" -v t="$theirs" \
-            -v tc="$their_compute" -v tm="$their_comm" -v r="$r" -v ao="$our_others" \
+        [[ $optimizer == zero ]] && ddp+="/zero"
+        ours_label=gradsync
+        [[ $strategy == zero ]] && ours_label+="/zero1"
+        awk -v n="$n" -v s="$strategy" -v b="$backend" -v c="$compression" -v i="$i" -v a="$ours" \
+            -v g="$ours_label" -v ac="$our_compute" -v am="$our_comm" -v d="$ddp" -v blas="$blas" \
+            -v t="$theirs" -v tc="$their_compute" -v tm="$their_comm" -v r="$r" -v ao="$our_others" \
             -v to="$their_others" \
-            'BEGIN { printf "N %d %-4s %-8s pair %d: gradsync %7.0f samples/s (compute %.3f ms, comm %.3f ms)   %s(%s) %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ratio %sx   others %d%% / %d%%\n", n, b, c, i, a, ac * 1e3, am * 1e3, d, blas, t, tc * 1e3, tm * 1e3, r, ao, to }'
+            'BEGIN { printf "N %d %-9s %-4s %-8s pair %d: %s %7.0f samples/s (compute %.3f ms, comm %.3f ms)   %s(%s) %7.0f samples/s (compute %.3f ms, comm %.3f ms)   ratio %sx   others %d%% / %d%%\n", n, s, b, c, i, g, a, ac * 1e3, am * 1e3, d, blas, t, tc * 1e3, tm * 1e3, r, ao, to }'
       done
-      summary+=("median ratio gradsync/ddp ($backend, $compression, N = $n, batch $batch): $(median "${ratios[@]}")x over $pairs pairs")
+      summary+=("median ratio gradsync/ddp ($strategy, $backend, $compression, N = $n, batch $batch, MLP 784-${hidden//,/-}-10): $(median "${ratios[@]}")x over $pairs pairs")
     done
   done
+ done
 done
 printf '%s\n' "${summary[@]}"
