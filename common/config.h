@@ -30,6 +30,11 @@ struct DataConfig {
   std::int64_t test_samples = 2048;
   int dim = 32;
   int classes = 10;
+  // Training-time augmentation of image samples (model/augment.h), resnet only: none |
+  // crop_flip (zero-pad by crop_padding, crop back to H x W, flip horizontally half the time),
+  // seeded by (train.seed, epoch, sample index). Evaluation reads the samples as they are.
+  std::string augment = "none";
+  int crop_padding = 2;
 
   bool operator==(const DataConfig&) const = default;
 };

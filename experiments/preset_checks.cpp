@@ -323,6 +323,12 @@ void check_combinations(const Origins& origins, const std::string& source, const
                       "`single` runs one worker, got " + std::to_string(config.workers) +
                           " (give it the global batch instead)");
   }
+  // Augmentation crops and flips images: the ResNet's (make_model refuses the same).
+  if (config.data.augment != "none" && config.model.kind != "resnet") {
+    throw ConfigError(origin_of(origins, {"data.augment", "model.kind", "model"}, source + ":1"),
+                      "data.augment",
+                      "'" + config.data.augment + "' augments images for model.kind resnet only");
+  }
   // The synthetic model splits its parameters into layers of at least one each.
   if (config.model.kind == "synthetic" && config.model.layers > config.model.parameters) {
     throw ConfigError(

@@ -34,6 +34,10 @@ const std::vector<std::string>& data_kinds() {
   static const std::vector<std::string> kinds = {"fashion-mnist", "idx", "synthetic"};
   return kinds;
 }
+const std::vector<std::string>& augmentations() {
+  static const std::vector<std::string> kinds = {"none", "crop_flip"};
+  return kinds;
+}
 const std::vector<std::string>& model_kinds() {
   static const std::vector<std::string> kinds = {"mlp", "resnet", "synthetic"};
   return kinds;
@@ -119,6 +123,11 @@ const KeySpec kRows[] = {
     // (model/synthetic_data.cpp): 10000 classes already take 650 MB and seconds to do so.
     {"data.classes", Type::kInteger, between(1, 10000), "synthetic: classes",
      GRADSYNC_FIELD(data.classes)},
+    {"data.augment", Type::kChoice, kUnbounded,
+     "training-time augmentation (resnet): crop_flip = zero-padded random crop, horizontal flip",
+     GRADSYNC_FIELD(data.augment), augmentations},
+    {"data.crop_padding", Type::kInteger, between(0, 64), "crop_flip: zero padding, pixels",
+     GRADSYNC_FIELD(data.crop_padding)},
     {"model.kind", Type::kChoice, kUnbounded, "model (synthetic: chosen size and compute time)",
      GRADSYNC_FIELD(model.kind), model_kinds},
     {"model.hidden", Type::kIntList, between(1, kMaxWidth),

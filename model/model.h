@@ -99,6 +99,11 @@ class Model {
   // nothing to reduce (no batch norm).
   virtual void set_batch_stats_reducer(BatchStatsReducer /*reducer*/) {}
 
+  // The epoch of the training batches that follow (the worker loop sets it before every step,
+  // as PyTorch's DistributedSampler.set_epoch): what seeds data augmentation, with train.seed
+  // and each sample's index (model/augment.h). Default: ignored (a model that augments nothing).
+  virtual void set_epoch(std::int64_t /*epoch*/) {}
+
   // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
   virtual bool evaluates() const { return true; }
   virtual Evaluation evaluate(const Dataset& data) = 0;

@@ -143,6 +143,11 @@ int model_device(const Config& config, int replica) {
 
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
                                   int max_batch, std::optional<int> device) {
+  // The MLP reads flat vectors and the synthetic model no data: only the ResNet augments.
+  if (config.data.augment != "none" && config.model.kind != "resnet") {
+    throw ConfigError(config.name, "data.augment",
+                      "'" + config.data.augment + "' augments images for model.kind resnet only");
+  }
   std::unique_ptr<Model> model;
   if (config.device == "gpu") {
     model = make_gpu_model(config, widths, max_batch, device);
@@ -156,7 +161,11 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
   } else if (config.model.kind == "mlp") {
     model = std::make_unique<Mlp>(widths, max_batch);
   } else if (config.model.kind == "resnet") {
-    model = std::make_unique<ResNet>(resnet_shape(config, widths), max_batch);
+    auto resnet = std::make_unique<ResNet>(resnet_shape(config, widths), max_batch);
+    resnet->set_augmentation({.enabled = config.data.augment == "crop_flip",
+                              .padding = config.data.crop_padding,
+                              .seed = config.train.seed});
+    model = std::move(resnet);
   } else {
     throw ConfigError(config.name, "model.kind", "unknown model '" + config.model.kind + "'");
   }

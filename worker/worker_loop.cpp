@@ -113,6 +113,8 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
       const Clock::time_point begin = Clock::now();
       double loss = 0;
       const std::int64_t epoch = step / steps_per_epoch;
+      // The sampler's epoch of every micro-batch below: augmentation's seed (model/augment.h).
+      model.set_epoch(epoch);
       for (int micro = 0; micro < micro_steps; ++micro) {
         // Micro-batch m of step t is batch (t mod steps_per_epoch)*k + m of its epoch, so k
         // micro-batches of B cover the same samples as one batch of k*B

@@ -155,19 +155,30 @@ void ResNet::init_params(std::uint64_t seed) {
   }
 }
 
-void ResNet::gather(const Dataset& data, std::span<const std::int64_t> indices) {
+void ResNet::gather(const Dataset& data, std::span<const std::int64_t> indices, bool augment) {
   const int c = shape_.channels, hw = shape_.height * shape_.width;
   GRADSYNC_CHECK(data.dim == c * hw, "dataset width does not match the resnet's C x H x W");
+  augment = augment && augmentation_.enabled;
+  const ImageShape image_shape{.height = shape_.height, .width = shape_.width, .channels = c};
+  const auto dim = static_cast<std::size_t>(data.dim);
+  augment_scratch_.resize(dim);
   for (std::size_t j = 0; j < indices.size(); ++j) {
     const float* sample = data.sample(indices[j]).data();
-    float* image = input_.data() + j * static_cast<std::size_t>(data.dim);
+    float* image = input_.data() + j * dim;
+    // (C, H, W) as stored, to (H, W, C) as the convolutions read it (the same for one channel);
+    // through the scratch image when it is augmented on the way.
+    float* hwc = augment ? augment_scratch_.data() : image;
     if (c == 1) {
-      std::memcpy(image, sample, sizeof(float) * static_cast<std::size_t>(data.dim));
-      continue;
+      std::memcpy(hwc, sample, sizeof(float) * dim);
+    } else {
+      for (int p = 0; p < hw; ++p) {
+        for (int ch = 0; ch < c; ++ch) hwc[p * c + ch] = sample[ch * hw + p];
+      }
     }
-    // (C, H, W) as stored, to (H, W, C) as the convolutions read it.
-    for (int p = 0; p < hw; ++p) {
-      for (int ch = 0; ch < c; ++ch) image[p * c + ch] = sample[ch * hw + p];
+    if (augment) {
+      const CropFlip t =
+          crop_flip_for(augment_key(augmentation_.seed, epoch_, indices[j]), augmentation_.padding);
+      apply_crop_flip(augment_scratch_, {image, dim}, image_shape, t);
     }
   }
 }
@@ -247,7 +258,7 @@ double ResNet::forward_backward(const Dataset& data, std::span<const std::int64_
                                 float grad_scale, bool accumulate) {
   const int batch = static_cast<int>(indices.size());
   GRADSYNC_CHECK(batch >= 1 && batch <= max_batch_, "batch size outside [1, max_batch]");
-  gather(data, indices);
+  gather(data, indices, true);
   forward(batch, true);
   const double loss_sum = loss(data, indices, true, grad_scale).first;
   backward(batch, accumulate);
@@ -333,7 +344,7 @@ std::span<const float> ResNet::logits(const Dataset& data, std::span<const std::
                                       bool training) {
   const int batch = static_cast<int>(indices.size());
   GRADSYNC_CHECK(batch >= 1 && batch <= max_batch_, "batch size outside [1, max_batch]");
-  gather(data, indices);
+  gather(data, indices, false);
   forward(batch, training);
   return {logits_.data(), static_cast<std::size_t>(batch) * shape_.classes};
 }
@@ -347,7 +358,7 @@ Evaluation ResNet::evaluate(const Dataset& data) {
     const int batch = static_cast<int>(std::min<std::int64_t>(max_batch_, data.size - start));
     for (int j = 0; j < batch; ++j) eval_indices_[j] = start + j;
     std::span<const std::int64_t> indices(eval_indices_.data(), static_cast<std::size_t>(batch));
-    gather(data, indices);
+    gather(data, indices, false);
     forward(batch, false);
     const auto [loss_part, right] = loss(data, indices, false, 1.0f);
     loss_sum += loss_part;

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "model/augment.h"
 #include "model/model.h"
 #include "model/resnet/batch_norm.h"
 #include "model/resnet/conv2d.h"
@@ -86,6 +87,12 @@ class ResNet final : public Model {
     batch_stats_reducer_ = std::move(reducer);
   }
 
+  // Training-time augmentation (model/augment.h): set enabled, forward_backward() crops and
+  // flips each sample by (augmentation.seed, the epoch of set_epoch(), its dataset index) as it
+  // gathers the batch; logits() and evaluate() read the samples as they are. Off by default.
+  void set_augmentation(Augmentation augmentation) { augmentation_ = augmentation; }
+  void set_epoch(std::int64_t epoch) override { epoch_ = epoch; }
+
   // Train mode: batch statistics, running statistics updated. Writes grad_scale times the
   // gradient of the mean loss into grads() (added when `accumulate`); returns the mean loss.
   // indices.size() must be in [1, max_batch].
@@ -118,7 +125,8 @@ class ResNet final : public Model {
   struct ConvBn;
   struct Block;
 
-  void gather(const Dataset& data, std::span<const std::int64_t> indices);
+  // The batch's inputs into input_, augmented when `augment` and augmentation_ is enabled.
+  void gather(const Dataset& data, std::span<const std::int64_t> indices, bool augment);
   void forward(int batch, bool training);
   void conv_bn_forward(ConvBn& layer, int batch, const float* x, bool training);
   void backward(int batch, bool accumulate);
@@ -147,6 +155,9 @@ class ResNet final : public Model {
   std::vector<std::int64_t> eval_indices_;
   GradReadyCallback grad_ready_;
   BatchStatsReducer batch_stats_reducer_;
+  Augmentation augmentation_;
+  std::int64_t epoch_ = 0;
+  std::vector<float> augment_scratch_;  // one image, (H, W, C)
 };
 
 }  // namespace gradsync
