@@ -143,9 +143,11 @@ struct Ranks {
 // `config.workers` ranks of config.strategy (allreduce, zero) as threads over a TcpRing, each
 // model and strategy made as a worker process makes them; rank 0 (zero: every rank) writes
 // checkpoints when `checkpoints` is set; `resume`: the state every rank starts from.
+// `steps_per_rank`, when given, replaces `steps` (uneven inputs).
 Ranks train_ranks(const Config& config, std::int64_t steps,
                   const gradsync::Checkpointer* checkpoints = nullptr,
-                  const TrainingState* resume = nullptr) {
+                  const TrainingState* resume = nullptr,
+                  const std::vector<std::int64_t>& steps_per_rank = {}) {
   const int n = config.workers;
   gradsync::InMemoryStore store;
   Ranks out;
@@ -174,7 +176,7 @@ Ranks train_ranks(const Config& config, std::int64_t steps,
           gradsync::DistributedSampler sampler(images().train.size, r, n, config.train.batch,
                                                config.train.seed);
           gradsync::LoopOptions loop;
-          loop.steps = steps;
+          loop.steps = steps_per_rank.empty() ? steps : steps_per_rank[r];
           loop.keep_params = true;
           loop.evaluate = false;
           loop.resume = resume;
@@ -336,6 +338,25 @@ TEST_CASE("batch norm: broadcast_buffers gives every rank rank 0's after each st
     }
     // Rank 0 keeps its own either way.
     CHECK(on.buffers[0] == off.buffers[0]);
+  }
+}
+
+TEST_CASE("batch norm: under Join the buffers come from the highest rank still training") {
+  // DDP's authoritative rank (_find_common_rank): each step's broadcast comes from the highest
+  // rank still training, and a rank that has joined receives. Ranks 0, 3 and 1 run out after 2,
+  // 3 and 4 steps: rank 3 is the root for 3 steps, then rank 2, which trains longest.
+  Config config = resnet_config("allreduce", 4, 8);
+  config.comm.uneven_inputs = true;
+  const Ranks run = train_ranks(config, 0, nullptr, nullptr, {2, 4, 6, 3});
+  REQUIRE(run.buffers[0].size() == 2);
+  REQUIRE(run.buffers[3].size() == 3);
+  REQUIRE(run.buffers[2].size() == 6);
+  for (int r : {0, 1, 2}) CHECK(run.buffers[r][1] == run.buffers[3][1]);
+  CHECK(run.buffers[1][3] == run.buffers[2][3]);
+  for (int r : {0, 1, 3}) {
+    CAPTURE(r);
+    CHECK(run.results[r].final_buffers == run.results[2].final_buffers);
+    CHECK(run.results[r].final_params == run.results[2].final_params);
   }
 }
 
