@@ -1,7 +1,5 @@
 #include "common/checkpoint_buffers.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -12,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/little_endian_file.h"
 
 namespace gradsync {
 namespace {
@@ -24,29 +23,9 @@ constexpr std::size_t kFixedBytes = 40;
 constexpr std::size_t kMaxDescription = 4096;
 constexpr std::uint64_t kMaxValues = std::uint64_t{1} << 36;  // 256 GiB: a corrupted count
 
-static_assert(std::endian::native == std::endian::little, "checkpoints are little-endian");
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-template <typename T>
-T get(std::string_view in, std::size_t offset) {
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof value);
-  return value;
-}
-
-std::uint32_t crc_of(const char* data, std::size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (size > 0) {  // zlib takes uInt lengths: large buffers go in pieces
-    const uInt piece = static_cast<uInt>(std::min<std::size_t>(size, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), piece);
-    data += piece;
-    size -= piece;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
+using little_endian::crc32_of;
+using little_endian::get;
+using little_endian::put;
 
 }  // namespace
 
@@ -62,7 +41,7 @@ std::string encode_checkpoint_buffers(const CheckpointBuffers& buffers) {
   put<std::uint64_t>(out, n);
   out += buffers.description;
   if (n > 0) out.append(reinterpret_cast<const char*>(buffers.values.data()), n * sizeof(float));
-  put<std::uint32_t>(out, crc_of(out.data(), out.size()));
+  put<std::uint32_t>(out, crc32_of(out.data(), out.size()));
   return out;
 }
 
@@ -94,7 +73,7 @@ CheckpointBuffers parse_checkpoint_buffers(std::string_view in, const std::strin
                               std::to_string(expected));
   }
   const std::size_t body = in.size() - 4;
-  if (crc_of(in.data(), body) != get<std::uint32_t>(in, body)) {
+  if (crc32_of(in.data(), body) != get<std::uint32_t>(in, body)) {
     throw DataError(name, "corrupted: CRC-32 mismatch");
   }
   buffers.description = std::string(in.substr(kFixedBytes, description_bytes));

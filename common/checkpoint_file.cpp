@@ -1,7 +1,5 @@
 #include "common/checkpoint_file.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -13,6 +11,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/little_endian_file.h"
 
 namespace gradsync {
 namespace {
@@ -22,30 +21,9 @@ constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kFixedBytes = 64;
 constexpr std::size_t kMaxDescription = 4096;
 
-static_assert(std::endian::native == std::endian::little, "checkpoints are little-endian");
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-template <typename T>
-T get(std::string_view in, std::size_t offset) {
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof value);
-  return value;
-}
-
-std::uint32_t crc_of(const char* data, std::size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes uInt lengths: feed large buffers in pieces.
-  while (size > 0) {
-    const uInt piece = static_cast<uInt>(std::min<std::size_t>(size, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), piece);
-    data += piece;
-    size -= piece;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
+using little_endian::crc32_of;
+using little_endian::get;
+using little_endian::put;
 
 }  // namespace
 
@@ -81,15 +59,14 @@ std::string encode_checkpoint_part(const CheckpointPart& part) {
     out.append(reinterpret_cast<const char*>(part.params.data()), n * sizeof(float));
     out.append(reinterpret_cast<const char*>(part.momentum.data()), n * sizeof(float));
   }
-  put<std::uint32_t>(out, crc_of(out.data(), out.size()));
+  put<std::uint32_t>(out, crc32_of(out.data(), out.size()));
   return out;
 }
 
-std::string write_checkpoint_settings(const std::string& step_folder,
-                                      const std::string& settings) {
+std::string write_checkpoint_settings(const std::string& step_folder, const std::string& settings) {
   try {
-    write_file_atomically(
-        (std::filesystem::path(step_folder) / kCheckpointSettingsFile).string(), settings);
+    write_file_atomically((std::filesystem::path(step_folder) / kCheckpointSettingsFile).string(),
+                          settings);
     return "";
   } catch (const std::exception& e) {
     return e.what();
@@ -122,13 +99,12 @@ CheckpointPart read_checkpoint_part(const std::string& path, bool header_only) {
 
 CheckpointPart parse_checkpoint_part(std::string_view in, const std::string& path,
                                      bool header_only) {
-
   if (in.size() < sizeof kMagic || std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) {
     throw DataError(path, "not a gradsync checkpoint (bad magic)");
   }
   if (in.size() < kFixedBytes) {
-    throw DataError(path, "truncated: " + std::to_string(in.size()) + " bytes, the header alone is " +
-                              std::to_string(kFixedBytes));
+    throw DataError(path, "truncated: " + std::to_string(in.size()) +
+                              " bytes, the header alone is " + std::to_string(kFixedBytes));
   }
   const auto version = get<std::uint32_t>(in, 16);
   if (version != kVersion) {
@@ -161,7 +137,7 @@ CheckpointPart parse_checkpoint_part(std::string_view in, const std::string& pat
                               std::to_string(expected));
   }
   const std::size_t body = in.size() - 4;
-  if (crc_of(in.data(), body) != get<std::uint32_t>(in, body)) {
+  if (crc32_of(in.data(), body) != get<std::uint32_t>(in, body)) {
     throw DataError(path, "corrupted: CRC-32 mismatch");
   }
   part.description = std::string(in.substr(kFixedBytes, description_bytes));
