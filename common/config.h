@@ -20,6 +20,10 @@ struct TrainConfig {
   std::int64_t eval_every = 0;    // steps between test-set evaluations; 0 = once per epoch
   double target_accuracy = 0.85;  // for time-to-accuracy in summary.json
   int accumulation_steps = 1;     // micro-batches per optimizer step, no communication between
+  // The learning rate over the run's optimizer steps (model/optimizer/sgd_options.h): constant
+  // or cosine (annealed to 0 at the last step), after warmup_steps of linear warm-up.
+  std::string lr_schedule = "constant";
+  std::int64_t warmup_steps = 0;
 };
 
 struct DataConfig {

@@ -38,6 +38,10 @@ const std::vector<std::string>& augmentations() {
   static const std::vector<std::string> kinds = {"none", "crop_flip"};
   return kinds;
 }
+const std::vector<std::string>& lr_schedules() {
+  static const std::vector<std::string> kinds = {"constant", "cosine"};
+  return kinds;
+}
 const std::vector<std::string>& model_kinds() {
   static const std::vector<std::string> kinds = {"mlp", "resnet", "synthetic"};
   return kinds;
@@ -110,6 +114,12 @@ const KeySpec kRows[] = {
     {"train.accumulation_steps", Type::kInteger, between(1, 1024),
      "micro-batches per optimizer step; no communication between them (DDP's no_sync)",
      GRADSYNC_FIELD(train.accumulation_steps)},
+    {"train.lr_schedule", Type::kChoice, kUnbounded,
+     "learning rate over the run: constant, or cosine (annealed to 0 at the last step)",
+     GRADSYNC_FIELD(train.lr_schedule), lr_schedules},
+    {"train.warmup_steps", Type::kInteger, between(0, kMaxSteps),
+     "steps of linear learning-rate warm-up from lr/warmup_steps to lr",
+     GRADSYNC_FIELD(train.warmup_steps)},
     {"data.kind", Type::kChoice, kUnbounded, "data set", GRADSYNC_FIELD(data.kind), data_kinds},
     {"data.dir", Type::kString, kUnbounded, "data folder (idx: required; fashion-mnist: optional)",
      GRADSYNC_FIELD(data.dir)},

@@ -357,6 +357,16 @@ std::string training_settings(const Config& config) {
       << "train.momentum " << exact(config.train.momentum) << "\n"
       << "train.weight_decay " << exact(config.train.weight_decay) << "\n"
       << "train.seed " << config.train.seed << "\n";
+  // Listed only when set, so a checkpoint of a constant-rate run reads the same as before.
+  if (config.train.lr_schedule != "constant" || config.train.warmup_steps > 0) {
+    out << "train.lr_schedule " << config.train.lr_schedule << "\n"
+        << "train.warmup_steps " << config.train.warmup_steps << "\n";
+  }
+  // Cosine anneals to 0 at the run's last step: another length is another schedule.
+  if (config.train.lr_schedule == "cosine") {
+    out << "train.steps " << config.train.steps << "\n"
+        << "train.epochs " << config.train.epochs << "\n";
+  }
   if (config.strategy == "ps") {
     out << "ps.servers " << config.ps.servers << "\n"
         << "ps.mode " << config.ps.mode << "\n";
@@ -386,10 +396,16 @@ std::vector<std::string> changed_settings(const std::string& step_folder, const 
   const auto now_list = read(current);
   const std::map<std::string, std::string> now(now_list.begin(), now_list.end());
   std::vector<std::string> changed;
+  std::map<std::string, std::string> before;
   for (const auto& [key, then] : read(file)) {
+    before.emplace(key, then);
     const auto it = now.find(key);
     const std::string value = it == now.end() ? "(not used)" : it->second;
     if (value != then) changed.push_back(key + " " + then + " -> " + value);
+  }
+  // Settings listed only when set (a learning-rate schedule) that the checkpoint's run lacked.
+  for (const auto& [key, value] : now_list) {
+    if (!before.contains(key)) changed.push_back(key + " (not used) -> " + value);
   }
   return changed;
 }

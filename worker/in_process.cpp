@@ -19,9 +19,10 @@ std::vector<LoopResult> train_in_process(const Config& config, const TrainTest& 
   // A run begins: its peak model state is its own, not an earlier run's in this process (a
   // preset's runs, tests). Before the strategies, which may make their optimizers now.
   ModelStateMemory::instance().reset_peaks();
-  std::vector<std::unique_ptr<SyncStrategy>> strategies = make_strategies(strategy_options(config));
-
-  const std::vector<int> widths = plan_run(config, data).widths;
+  const RunPlan plan = plan_run(config, data);
+  std::vector<std::unique_ptr<SyncStrategy>> strategies =
+      make_strategies(strategy_options(config, plan.steps));
+  const std::vector<int>& widths = plan.widths;
 
   const std::size_t n = strategies.size();
   std::vector<LoopResult> results(n);

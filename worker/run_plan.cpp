@@ -63,20 +63,26 @@ ProgressReporter progress_reporter(const Config& config, const RunPlan& plan) {
                           relayed_if_asked(parse_progress_mode(config.output.progress)));
 }
 
-SgdOptions sgd_options(const Config& config) {
-  return {config.train.lr, config.train.momentum, config.train.weight_decay};
+SgdOptions sgd_options(const Config& config, std::int64_t optimizer_steps) {
+  SgdOptions sgd{config.train.lr, config.train.momentum, config.train.weight_decay};
+  sgd.schedule = config.train.lr_schedule == "cosine" ? LrSchedule::kCosine : LrSchedule::kConstant;
+  sgd.warmup_steps = static_cast<std::uint64_t>(config.train.warmup_steps);
+  sgd.total_steps = static_cast<std::uint64_t>(optimizer_steps);
+  GRADSYNC_CHECK(sgd.schedule == LrSchedule::kConstant || optimizer_steps > 0,
+                 "train.lr_schedule " + config.train.lr_schedule + " needs the run's step count");
+  return sgd;
 }
 
 std::chrono::milliseconds comm_timeout(const Config& config) {
   return std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1000.0));
 }
 
-StrategyOptions strategy_options(const Config& config, const std::vector<std::string>& ps_endpoints,
-                                 int rank) {
+StrategyOptions strategy_options(const Config& config, std::int64_t run_steps,
+                                 const std::vector<std::string>& ps_endpoints, int rank) {
   StrategyOptions options;
   options.name = config.strategy;
   options.workers = config.workers;
-  options.sgd = sgd_options(config);
+  options.sgd = sgd_options(config, run_steps);
   options.timeout = comm_timeout(config);
   options.link = make_link(emulated_link_gbps(config, rank));
   options.device = model_device(config);

@@ -33,8 +33,10 @@ LoopOptions loop_options(const Config& config, const RunPlan& plan, Clock::time_
 
 ProgressReporter progress_reporter(const Config& config, const RunPlan& plan);
 
-// The optimizer of train.*, wherever a strategy runs it (worker, replica 0, server shards).
-SgdOptions sgd_options(const Config& config);
+// The optimizer of train.*, wherever a strategy runs it (worker, replica 0, server shards), over
+// a run of `optimizer_steps` (RunPlan::steps; a ps shard applying each push on its own, steps
+// times workers): the horizon of train.lr_schedule. 0 only where the schedule is constant.
+SgdOptions sgd_options(const Config& config, std::int64_t optimizer_steps = 0);
 
 // comm.timeout_s: the deadline of every wait on another rank, replica or shard.
 std::chrono::milliseconds comm_timeout(const Config& config);
@@ -42,7 +44,8 @@ std::chrono::milliseconds comm_timeout(const Config& config);
 // What make_strategies needs for any strategy; `ps_endpoints` are the shards of a ps worker
 // (gradsync worker --ps-endpoints), one per ps.servers. `rank`: the worker process's rank, whose
 // link may be one of network.slow_ranks; -1 for the in-process strategies (single, dp).
-StrategyOptions strategy_options(const Config& config,
+// `run_steps`: RunPlan::steps, the horizon of train.lr_schedule.
+StrategyOptions strategy_options(const Config& config, std::int64_t run_steps = 0,
                                  const std::vector<std::string>& ps_endpoints = {}, int rank = -1);
 
 // The rate the transports' emulated links enforce: network.link_gbps, unless the kernel shapes

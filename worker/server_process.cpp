@@ -68,7 +68,10 @@ void run_server_process(const Config& config, const std::string& run_dir, int sh
   options.mode = parse_mode(config.ps.mode);
   // The bound means something only to ssp; the shard refuses it elsewhere.
   options.staleness = options.mode == PsShardOptions::Mode::kSsp ? config.ps.staleness : 0;
-  options.sgd = sgd_options(config);
+  // sync applies one update a step; async and ssp apply each worker's push as its own.
+  options.sgd = sgd_options(config, options.mode == PsShardOptions::Mode::kSync
+                                        ? plan.steps
+                                        : plan.steps * config.workers);
   options.timeout = comm_timeout(config);
   options.continue_without_dead_workers = config.ps.continue_without_dead_workers;
   if (!config.ps.curve_keys.empty()) options.curve = read_curve_keys(config.ps.curve_keys);

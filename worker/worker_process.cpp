@@ -361,7 +361,7 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
     }
   }
 
-  StrategyOptions strategy_settings = strategy_options(config, ps_endpoints, env.rank);
+  StrategyOptions strategy_settings = strategy_options(config, plan.steps, ps_endpoints, env.rank);
   strategy_settings.ps_run_id = run_id;
   strategy_settings.ps_ipc = true;  // shards on this host: ipc, not loopback tcp
   std::shared_ptr<Communicator> comm;  // allreduce and zero only

@@ -246,7 +246,7 @@ cudaGraphExec_t CudaMlp::step_graph(const cuda::DeviceDataset& data, int batch, 
                          .labels = data.labels.data(),
                          .batch = batch,
                          .momentum = sgd.momentum_buffer(),
-                         .lr = o.lr,
+                         .lr = o.lr_at(sgd.steps_taken()),
                          .mu = o.momentum,
                          .weight_decay = o.weight_decay};
   for (auto it = step_graphs_.begin(); it != step_graphs_.end(); ++it) {

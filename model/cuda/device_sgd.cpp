@@ -36,7 +36,7 @@ void DeviceSgd::enqueue_update(std::span<float> params, std::span<const float> g
   const float mu = static_cast<float>(options_.momentum);
   const float keep = steps_ == 0 ? 0.f : mu;
   GRADSYNC_CUDA_CHECK(kernels::sgd_update(params.data(), grads.data(), velocity_.data(),
-                                          params.size(), static_cast<float>(options_.lr), mu,
+                                          params.size(), static_cast<float>(options_.lr_at(steps_)), mu,
                                           static_cast<float>(options_.weight_decay), keep, stream));
 }
 

@@ -16,7 +16,7 @@ void Sgd::step(std::span<float> params, std::span<const float> grads) {
   // torch.optim.SGD initialises the momentum buffer with the first gradient, not with zero.
   const float momentum = static_cast<float>(options_.momentum);
   sgd_update(params.size(), params.data(), grads.data(), velocity_.data(),
-             static_cast<float>(options_.lr), momentum, static_cast<float>(options_.weight_decay),
+             static_cast<float>(options_.lr_at(steps_)), momentum, static_cast<float>(options_.weight_decay),
              steps_ == 0 ? 0.f : momentum);
   ++steps_;
 }

@@ -166,7 +166,7 @@ Ranks train_ranks(const Config& config, std::int64_t steps,
               gradsync::make_communicator(store, r, n, communicator);
           // Before the strategy, as in a worker process: destroyed after it.
           const auto model = gradsync::make_model(config, widths(), config.train.batch);
-          gradsync::StrategyOptions options = gradsync::strategy_options(config, {}, r);
+          gradsync::StrategyOptions options = gradsync::strategy_options(config, 0, {}, r);
           const gradsync::ProcessContext process{.rank = r,
                                                  .model = model.get(),
                                                  .comm = comm,

@@ -249,6 +249,14 @@ TEST_CASE("checkpoints: a resume under other settings names each one that change
   now.train.lr = 0.05;
   CHECK(gradsync::changed_settings(folder.string(), now) ==
         std::vector<std::string>{"workers 2 -> 4", "train.lr 0.1 -> 0.05"});
+  // A schedule the checkpoint's run did not have, and cosine's horizon with it.
+  gradsync::Config cosine = trained;
+  cosine.train.lr_schedule = "cosine";
+  cosine.train.steps = 500;
+  CHECK(gradsync::changed_settings(folder.string(), cosine) ==
+        std::vector<std::string>{"train.lr_schedule (not used) -> cosine",
+                                 "train.warmup_steps (not used) -> 0",
+                                 "train.steps (not used) -> 500", "train.epochs (not used) -> 1"});
   // A checkpoint without the file (written before it existed) has nothing to compare.
   fs::remove(folder / gradsync::kCheckpointSettingsFile);
   CHECK(gradsync::changed_settings(folder.string(), now).empty());

@@ -30,7 +30,8 @@ TEST_CASE("preset: unknown keys name the file, the line and the known keys") {
         "train, data, model, comm, zero, ps, network, sweep, checkpoint, output, runs)");
   CHECK(error_of("data: {kind: synthetic}\n\ntrain:\n  lr: 0.1\n  stpes: 3\n") ==
         "presets/x.yaml:5: train.stpes: unknown key (known in train: steps, epochs, batch, lr, "
-        "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
+        "momentum, weight_decay, seed, eval_every, target_accuracy, accumulation_steps, "
+        "lr_schedule, warmup_steps)");
   CHECK(error_of("data: {kind: synthetic}\nruns:\n  - {name: a}\n  - {nmae: b}\n") ==
         "presets/x.yaml:4: nmae: unknown key (known in a runs entry: name, strategy, workers, "
         "device, train, data, model, comm, zero, ps, network, sweep, checkpoint, output)");
@@ -390,7 +391,8 @@ TEST_CASE("preset: bad --set overrides") {
   CHECK(error_of(kSynthetic, {"train.lr"}) == "--set: train.lr: expected key=value");
   CHECK(error_of(kSynthetic, {"train.stpes=3"}) ==
         "--set: train.stpes: unknown key (known in train: steps, epochs, batch, lr, momentum, "
-        "weight_decay, seed, eval_every, target_accuracy, accumulation_steps)");
+        "weight_decay, seed, eval_every, target_accuracy, accumulation_steps, lr_schedule, "
+        "warmup_steps)");
   CHECK(error_of(kSynthetic, {"lr=3"}) ==
         "--set: lr: unknown key (known at top level: strategy, workers, device, train, "
         "data, model, comm, zero, ps, network, sweep, checkpoint, output)");

@@ -34,3 +34,61 @@ TEST_CASE("sgd: a range of the wrong size is refused") {
   std::vector<float> p(2), g(2);
   CHECK_THROWS(sgd.step(p, g));
 }
+
+TEST_CASE("sgd: cosine schedule gives torch's CosineAnnealingLR rates step by step") {
+  // torch.optim.lr_scheduler.CosineAnnealingLR(SGD(lr=0.1), T_max=10): the rate of each of the
+  // eleven steps 0..10, read from python3-torch 1.13.
+  const double torch_rates[] = {0.1,
+                                0.097552825814757688,
+                                0.090450849718747381,
+                                0.079389262614623674,
+                                0.065450849718747386,
+                                0.05,
+                                0.03454915028125264,
+                                0.020610737385376353,
+                                0.0095491502812526351,
+                                0.002447174185242324,
+                                0.0};
+  gradsync::SgdOptions o{0.1, 0.0, 0.0};
+  o.schedule = gradsync::LrSchedule::kCosine;
+  o.total_steps = 10;
+  for (std::uint64_t s = 0; s <= 10; ++s) {
+    CHECK(o.lr_at(s) == doctest::Approx(torch_rates[s]).epsilon(1e-12));
+  }
+  CHECK(o.lr_at(25) == 0.0);  // past the horizon: cosine's end
+}
+
+TEST_CASE("sgd: warm-up rises linearly to lr, then the schedule runs over what is left") {
+  gradsync::SgdOptions o{0.4, 0.0, 0.0};
+  o.warmup_steps = 4;
+  CHECK(o.lr_at(0) == doctest::Approx(0.1));
+  CHECK(o.lr_at(3) == doctest::Approx(0.4));
+  CHECK(o.lr_at(100) == doctest::Approx(0.4));  // constant after warm-up
+  o.schedule = gradsync::LrSchedule::kCosine;
+  o.total_steps = 14;  // ten cosine steps after four of warm-up
+  CHECK(o.lr_at(4) == doctest::Approx(0.4));
+  CHECK(o.lr_at(9) == doctest::Approx(0.2));  // half way: half the rate
+  CHECK(o.lr_at(14) == doctest::Approx(0.0));
+}
+
+TEST_CASE("sgd: each step applies its own step's rate, also after load_state (resume)") {
+  gradsync::SgdOptions o{0.1, 0.0, 0.0};
+  o.schedule = gradsync::LrSchedule::kCosine;
+  o.total_steps = 10;
+  const std::vector<float> g = {1.f};
+  gradsync::Sgd sgd(1, o);
+  std::vector<float> p = {0.f};
+  double expected = 0;
+  for (std::uint64_t s = 0; s < 4; ++s) {
+    sgd.step(p, g);
+    expected -= o.lr_at(s);
+  }
+  CHECK(p[0] == doctest::Approx(expected).epsilon(1e-6));
+  // A resumed optimizer at step 4 applies step 4's rate, not step 0's.
+  gradsync::Sgd resumed(1, o);
+  const std::vector<float> zero = {0.f};
+  resumed.load_state(zero, 4);
+  std::vector<float> q = {0.f};
+  resumed.step(q, g);
+  CHECK(q[0] == doctest::Approx(-o.lr_at(4)).epsilon(1e-6));
+}
