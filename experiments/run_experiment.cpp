@@ -1,7 +1,5 @@
 #include "experiments/run_experiment.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -17,11 +15,12 @@
 #include "common/host_id.h"
 #include "common/progress.h"
 #include "common/run_id.h"
+#include "experiments/host_links.h"
 #include "experiments/kept_results.h"
 #include "experiments/memory_estimate.h"
+#include "experiments/run_backend.h"
 #include "launch/inherited_socket.h"
 #include "launch/launcher.h"
-#include "launch/mpirun_command.h"
 #include "launch/namespace_network.h"
 #include "model/data_loader.h"
 #include "worker/checkpoints.h"
@@ -70,109 +69,6 @@ Config with_resolved_checkpoint(const Config& given) {
         fs::canonical(resolve_checkpoint(config.checkpoint.resume, config.name)).string();
   }
   return config;
-}
-
-bool starts_under_mpirun(const Config& config) {
-  return config.strategy == "allreduce" && config.comm.backend == "mpi";
-}
-
-// comm.backend mpi: MPI_Init takes its rank from an MPI launcher, so mpirun starts the ranks;
-// each reads its place from mpirun's OMPI_COMM_WORLD_* variables and the store's address from
-// MASTER_ADDR / MASTER_PORT. The command is printed without the run's clock origin, so that
-// pasted into a shell it starts the ranks as a user's own mpirun would (they then write their
-// own summary, as under any outer launcher).
-ProcessSpec mpirun_process(const Config& config, const std::vector<std::string>& worker_args,
-                           const std::string& master, const std::string& port, long long origin_ns,
-                           const std::string& run_id) {
-  MpirunOptions options;
-  options.ranks = config.workers;
-  options.as_root = ::geteuid() == 0;
-  options.exported = {{"MASTER_ADDR", master}, {"MASTER_PORT", port}};
-  // The launcher holds the port for rank 0 (run_multi_process; mpi never runs in namespaces).
-  options.exported.emplace_back(kStorePortHeldEnv, "1");
-  const std::string mpirun = find_mpirun();
-  std::cerr << "gradsync: run " << config.name << ": "
-            << shell_line(mpirun_command(mpirun, options, worker_args)) << "\n";
-  options.exported.emplace_back(kOriginEnv, std::to_string(origin_ns));
-  options.exported.emplace_back(kRunIdEnv, run_id);
-  ProcessSpec spec;
-  spec.name = "mpirun";
-  spec.argv = mpirun_command(mpirun, options, worker_args);
-  // torchrun's names would win over mpirun's in launch/rendezvous_env.h.
-  spec.unset = variables_mpirun_ranks_must_not_inherit();
-  // The first rank's own error line, else mpirun's report of a rank that died by a signal.
-  spec.blame_markers = {"gradsync: error:", "noticed that process rank"};
-  return spec;
-}
-
-// comm.backend of a library this build was made without: refused with the package to install;
-// mpi without mpirun, or with network namespaces, too.
-void check_backend_available(const Config& config) {
-  if (config.strategy != "allreduce" || config.comm.backend == "auto") return;
-  const std::vector<std::string> built = compiled_backends();
-  if (std::find(built.begin(), built.end(), config.comm.backend) == built.end()) {
-    std::string names;
-    for (const std::string& name : built) names += (names.empty() ? "" : ", ") + name;
-    const std::string& backend = config.comm.backend;
-    throw ConfigError(config.name, "comm.backend",
-                      backend + " is not in this gradsync (built with: " + names + ")" +
-                          (backend == "gloo"  ? ": install Debian's libgloo-dev and rebuild"
-                           : backend == "mpi" ? ": install Debian's libopenmpi-dev and "
-                                                "openmpi-bin, and rebuild"
-                                              : ": it needs CUDA and NCCL at build time"));
-  }
-  if (starts_under_mpirun(config)) {
-    find_mpirun();  // one line naming the package, before any folder exists
-    if (config.network.namespaces) {
-      // mpirun starts the ranks itself, so they cannot each be put in a namespace, and
-      // without namespaces nothing paces Open MPI's sockets.
-      throw ConfigError(config.name, "network.namespaces",
-                        "not with comm.backend mpi under gradsync run (mpirun starts the ranks, "
-                        "outside the namespaces); link emulation is for tcp and gloo");
-    }
-  }
-}
-
-// network.namespaces needs root (launch/namespace_network.cpp refuses otherwise): known before
-// the results folder exists, so refused then, in the same words.
-void check_namespaces_allowed(const Config& config) {
-  if (!config.network.namespaces || !runs_as_processes(config) || ::geteuid() == 0) return;
-  throw ConfigError(config.name, "network.namespaces",
-                    "needs root (network namespaces, veth and tc); run as root or leave it "
-                    "false and use network.link_gbps alone");
-}
-
-// Every namespace's link counters, in namespace order.
-std::vector<LinkBytes> link_counts(const NamespaceNetwork& network) {
-  std::vector<LinkBytes> counts;
-  for (int ns = 0; ns < network.size(); ++ns) counts.push_back(network.link_bytes(ns));
-  return counts;
-}
-
-// What each namespace's link carried since `before` (link_counts), named for summary.json:
-// "server K" for a shard's, "rank R" for a rank's own, "host H" for a simulated host's.
-// `netns_of` is the namespace of each process, shards first (namespace_of_processes).
-std::vector<HostLink> host_links(const Config& config, const NamespaceNetwork& network,
-                                 const std::vector<int>& netns_of, int shards,
-                                 const std::vector<LinkBytes>& before) {
-  std::vector<HostLink> links(static_cast<std::size_t>(network.size()));
-  const std::vector<LinkBytes> after = link_counts(network);
-  for (int ns = 0; ns < network.size(); ++ns) {
-    HostLink& link = links[ns];
-    link.netns = network.namespace_name(ns);
-    link.sent = after[ns].sent - before[ns].sent;
-    link.received = after[ns].received - before[ns].received;
-    if (ns < shards) link.name = "server " + std::to_string(ns);
-  }
-  for (int r = 0; r < config.workers; ++r) {
-    HostLink& link = links[netns_of[shards + r]];
-    link.ranks.push_back(r);
-    if (link.name.empty()) {
-      link.name = config.network.hosts > 0 ? "host " + std::to_string(netns_of[shards + r] - shards)
-                                           : "rank " + std::to_string(r);
-    }
-  }
-  return links;
 }
 
 // A std::bad_alloc the memory check did not foresee ends as one line naming the run.
