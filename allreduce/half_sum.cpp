@@ -11,21 +11,13 @@ namespace {
 constexpr std::size_t kBlock = 256;
 
 void widen(HalfType type, const std::uint16_t* src, float* dst, std::size_t n) {
-  if (type == HalfType::kFp16) {
-    compression::decode_fp16({src, n}, {dst, n});
-  } else {
-    compression::decode_bf16({src, n}, {dst, n});
-  }
+  compression::decode_half(type, {src, n}, {dst, n});
 }
 
 // dst[i] = round16(src[i] / divisor); the codec divides in fp32 first, then rounds once.
 void narrow(HalfType type, const float* src, std::uint16_t* dst, std::size_t n,
             float divisor = 1.0f) {
-  if (type == HalfType::kFp16) {
-    compression::encode_fp16({src, n}, {dst, n}, divisor);
-  } else {
-    compression::encode_bf16({src, n}, {dst, n}, divisor);
-  }
+  compression::encode_half(type, {src, n}, {dst, n}, divisor);
 }
 
 }  // namespace

@@ -43,11 +43,7 @@ Buffer decode_push(const wire::Header& header, const Buffer& payload) {
     case PushEncoding::kBf16: {
       const std::vector<std::uint16_t> halves = values_of<std::uint16_t>(payload.bytes, keys);
       auto dense = std::make_shared<std::vector<float>>(keys);
-      if (header.encoding() == PushEncoding::kFp16) {
-        compression::decode_fp16(halves, *dense);
-      } else {
-        compression::decode_bf16(halves, *dense);
-      }
+      compression::decode_half(header.encoding(), halves, *dense);
       return own(std::move(dense));
     }
     case PushEncoding::kTopK: {

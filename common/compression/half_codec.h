@@ -6,6 +6,9 @@
 //   ... all-reduce (sum) the 16-bit values, or push them to a shard ...
 //   decode_fp16(wire, grad);                // grad[i] = float(wire[i]): the average, in fp32
 //
+// encode_half / decode_half do the same for a format chosen at run time (HalfType::kFp16 or
+// kBf16, and the ps wire's PushEncoding), so callers need not branch on it themselves.
+//
 // Why divide first: fp16 tops out at 65504, so N workers' sum of large gradients overflows to
 // inf where their average would not (DDP divides by the world size before the all-reduce for
 // this reason). The division is in fp32, then one rounding to 16 bits; dividing the 16-bit value
@@ -112,6 +115,31 @@ void decode_fp16(std::span<const std::uint16_t> src, std::span<float> dst);
 // dst[i] = bf16(src[i] / divisor).
 void encode_bf16(std::span<const float> src, std::span<std::uint16_t> dst, float divisor = 1.0f);
 void decode_bf16(std::span<const std::uint16_t> src, std::span<float> dst);
+
+// Either format, picked at run time by a tag: any enum that names the two formats kFp16 and
+// kBf16, as allreduce's HalfType and the wire's PushEncoding both do (common/ cannot include
+// HalfType). kFp16 takes the fp16 functions above and any other value the bf16 ones, so callers
+// pass one of the two (a PushEncoding only once it is known to be a 16-bit one).
+template <typename Format>
+requires requires { Format::kFp16, Format::kBf16; }
+void encode_half(Format format, std::span<const float> src, std::span<std::uint16_t> dst,
+                 float divisor = 1.0f) {
+  if (format == Format::kFp16) {
+    encode_fp16(src, dst, divisor);
+  } else {
+    encode_bf16(src, dst, divisor);
+  }
+}
+
+template <typename Format>
+requires requires { Format::kFp16, Format::kBf16; }
+void decode_half(Format format, std::span<const std::uint16_t> src, std::span<float> dst) {
+  if (format == Format::kFp16) {
+    decode_fp16(src, dst);
+  } else {
+    decode_bf16(src, dst);
+  }
+}
 
 // Whether encode_fp16 / decode_fp16 run on F16C here (for logs and benchmarks).
 bool fp16_uses_f16c();

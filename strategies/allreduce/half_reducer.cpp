@@ -23,22 +23,13 @@ class HalfReducer final : public BucketReducer {
     wire.resize(bucket.size());
     // Divided before the sum, as DDP's hooks do, so that N large values cannot overflow fp16.
     const float n = static_cast<float>(comm_->size());
-    if (type_ == HalfType::kFp16) {
-      compression::encode_fp16(bucket, wire, n);
-    } else {
-      compression::encode_bf16(bucket, wire, n);
-    }
+    compression::encode_half(type_, bucket, wire, n);
     std::span<std::uint16_t> data = wire;
     std::shared_ptr<Work> work = run_or_issue(
         blocking, [&] { return comm_->allreduce_half_async(data, type_, ReduceOp::kSum); },
         [&] { comm_->allreduce_half(data, type_, ReduceOp::kSum); });
-    return std::make_shared<ThenWork>(std::move(work), [this, bucket, data] {
-      if (type_ == HalfType::kFp16) {
-        compression::decode_fp16(data, bucket);
-      } else {
-        compression::decode_bf16(data, bucket);
-      }
-    });
+    return std::make_shared<ThenWork>(
+        std::move(work), [this, bucket, data] { compression::decode_half(type_, data, bucket); });
   }
 
  private:

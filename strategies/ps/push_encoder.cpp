@@ -68,11 +68,7 @@ PushEncoder::Encoded PushEncoder::encode(std::uint64_t step, KeyRange keys,
     bytes = std::as_bytes(std::span<const std::uint32_t>(out.entries));
   } else {
     out.halves.resize(chunk.size());
-    if (encoding_ == PushEncoding::kFp16) {
-      compression::encode_fp16(chunk, out.halves);
-    } else {
-      compression::encode_bf16(chunk, out.halves);
-    }
+    compression::encode_half(encoding_, chunk, out.halves);  // kFp16 or kBf16 here
     bytes = std::as_bytes(std::span<const std::uint16_t>(out.halves));
   }
   return {encoding_, Buffer{bytes, slot.wire}};

@@ -35,12 +35,7 @@ UnitCompression::Started UnitCompression::start_half(std::span<const float> grad
     state.wire.resize(unit.sliced());
     state.mine.resize(unit.slice);
     // Divided before the sum, as DDP's hooks do, so that N large values cannot overflow fp16.
-    const auto sliced = grads.subspan(unit.begin, unit.sliced());
-    if (type == HalfType::kFp16) {
-      compression::encode_fp16(sliced, state.wire, n);
-    } else {
-      compression::encode_bf16(sliced, state.wire, n);
-    }
+    compression::encode_half(type, grads.subspan(unit.begin, unit.sliced()), state.wire, n);
     started.works.push_back(
         comm_->reduce_scatter_half_async(state.wire, state.mine, type, ReduceOp::kSum));
   }
@@ -49,12 +44,7 @@ UnitCompression::Started UnitCompression::start_half(std::span<const float> grad
         grads.subspan(unit.tail_begin(), unit.tail()), tail, ReduceOp::kAvg));
   }
   started.then = [&state, slice, type] {
-    if (slice.empty()) return;
-    if (type == HalfType::kFp16) {
-      compression::decode_fp16(state.mine, slice);
-    } else {
-      compression::decode_bf16(state.mine, slice);
-    }
+    if (!slice.empty()) compression::decode_half(type, state.mine, slice);
   };
   return started;
 }
