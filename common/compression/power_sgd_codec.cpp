@@ -60,6 +60,33 @@ std::size_t orthonormalize(double* work, std::size_t rows, std::size_t cols, Spl
   return kept;
 }
 
+// The products run in float with kLanes independent partial sums per dot product: a compiler
+// keeps them in vector registers without reassociating anything (each lane's order is fixed)
+// and they are added in a fixed order at the end, so a product is the same bits on every run.
+// (In double, one scalar chain per sum, the products took three times a quickstart MLP step.)
+constexpr std::size_t kLanes = 16;
+
+// sum_j a[j] * b[j], j < n.
+float lane_dot(const float* a, const float* b, std::size_t n) {
+  float acc[kLanes] = {};
+  std::size_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
+  }
+  float tail = 0.0f;
+  for (; j < n; ++j) tail += a[j] * b[j];
+  for (std::size_t width = kLanes / 2; width > 0; width /= 2) {
+    for (std::size_t l = 0; l < width; ++l) acc[l] += acc[l + width];
+  }
+  return acc[0] + tail;
+}
+
+// out (cols x rows, row-major) = a (rows x cols, row-major) transposed.
+void transpose(const float* a, std::size_t rows, std::size_t cols, float* out) {
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < cols; ++c) out[c * rows + i] = a[i * cols + c];
+}
+
 // Row-major float matrix <-> column-major double work space.
 void to_columns(std::span<const float> a, std::size_t rows, std::size_t cols, double* work) {
   for (std::size_t i = 0; i < rows; ++i)
@@ -93,6 +120,7 @@ PowerSgdCodec::PowerSgdCodec(std::size_t rows, std::size_t cols, std::size_t ran
   q_.resize(cols_ * rank_);
   residual_.resize(rows_ * cols_);
   scratch_.resize(std::max(rows_, cols_) * rank_);
+  work_.resize(cols_ * (rank_ + 1));
   reset();
 }
 
@@ -132,19 +160,15 @@ std::span<float> PowerSgdCodec::compute_p(std::span<float> m) {
   to_columns(q_, cols_, rank_, qc);
   orthonormalize(qc, cols_, rank_, &rng_);
   from_columns(qc, cols_, rank_, q_);
-  // P[i][c] = sum_j m[i][j] Q[j][c], from the float Q every rank holds (row-major, rank_
-  // values a row): one pass over each row of m, the rank_ sums side by side, so that the
-  // additions of one column follow each other and the rank_ columns' go in parallel.
-  double* sums = qc;  // rank_ values; the columns are no longer needed
+  // P[i][c] = sum_j m[i][j] Q[j][c], from the float Q every rank holds: a dot product of row i
+  // with column c of Q (laid out contiguously in qt).
+  float* qt = work_.data();
+  transpose(q_.data(), cols_, rank_, qt);
   for (std::size_t i = 0; i < rows_; ++i) {
     const float* row = m.data() + i * cols_;
-    std::fill(sums, sums + rank_, 0.0);
-    for (std::size_t j = 0; j < cols_; ++j) {
-      const double value = row[j];
-      const float* q = q_.data() + j * rank_;
-      for (std::size_t c = 0; c < rank_; ++c) sums[c] += value * q[c];
+    for (std::size_t c = 0; c < rank_; ++c) {
+      p_[i * rank_ + c] = lane_dot(row, qt + c * cols_, cols_);
     }
-    for (std::size_t c = 0; c < rank_; ++c) p_[i * rank_ + c] = static_cast<float>(sums[c]);
   }
   return p_;
 }
@@ -161,42 +185,44 @@ std::span<float> PowerSgdCodec::compute_q(std::span<const float> m) {
   check_matrix(m.size(), "compute_q");
   expect(Phase::kComputeQ, "compute_q");
   // Q[j][c] = sum_i m[i][j] P[i][c]: walk m row by row (as it lies), adding each row times
-  // P[i][c] into column c of the double accumulator.
-  double* acc = scratch_.data();
-  std::fill(acc, acc + cols_ * rank_, 0.0);
+  // P[i][c] into column c of the accumulator (elementwise over j: it vectorises as it stands).
+  float* acc = work_.data();
+  std::fill(acc, acc + cols_ * rank_, 0.0f);
   for (std::size_t i = 0; i < rows_; ++i) {
     const float* row = m.data() + i * cols_;
     for (std::size_t c = 0; c < rank_; ++c) {
-      const double p = p_[i * rank_ + c];
-      double* column = acc + c * cols_;
-      for (std::size_t j = 0; j < cols_; ++j) column[j] += static_cast<double>(row[j]) * p;
+      const float p = p_[i * rank_ + c];
+      float* __restrict column = acc + c * cols_;
+      for (std::size_t j = 0; j < cols_; ++j) column[j] += row[j] * p;
     }
   }
-  from_columns(acc, cols_, rank_, q_);
+  transpose(acc, rank_, cols_, q_.data());
   return q_;
 }
 
 void PowerSgdCodec::decompress(std::span<float> m) {
   check_matrix(m.size(), "decompress");
   expect(Phase::kDecompress, "decompress");
-  // Row i of P Q^T is sum_c P[i][c] * (column c of Q): accumulate it in double, then split m
-  // into the approximation (what is applied) and the residual (what waits for the next step).
-  std::vector<double>& row_sum = scratch_;  // max(rows, cols) * rank >= cols values
+  // Row i of P Q^T is sum_c P[i][c] * (column c of Q), the columns of Q contiguous in qt; then
+  // m splits into the approximation (what is applied) and the residual (what waits for the next
+  // step). Elementwise over j, in the same order on every rank: P and Q are the same bits
+  // everywhere, and so is the approximation.
+  float* qt = work_.data();
+  float* approx = qt + cols_ * rank_;
+  transpose(q_.data(), cols_, rank_, qt);
   for (std::size_t i = 0; i < rows_; ++i) {
-    // Row i of P Q^T: for each j the rank_ products of P's row with Q's row j, contiguous.
     const float* p = p_.data() + i * rank_;
-    for (std::size_t j = 0; j < cols_; ++j) {
-      const float* q = q_.data() + j * rank_;
-      double sum = 0.0;
-      for (std::size_t c = 0; c < rank_; ++c) sum += static_cast<double>(p[c]) * q[c];
-      row_sum[j] = sum;
+    for (std::size_t j = 0; j < cols_; ++j) approx[j] = p[0] * qt[j];
+    for (std::size_t c = 1; c < rank_; ++c) {
+      const float* __restrict column = qt + c * cols_;
+      const float pc = p[c];
+      for (std::size_t j = 0; j < cols_; ++j) approx[j] += pc * column[j];
     }
     float* row = m.data() + i * cols_;
     float* left = residual_.data() + i * cols_;
     for (std::size_t j = 0; j < cols_; ++j) {
-      const float approx = static_cast<float>(row_sum[j]);
-      left[j] = row[j] - approx;
-      row[j] = approx;
+      left[j] = row[j] - approx[j];
+      row[j] = approx[j];
     }
   }
 }

@@ -32,8 +32,8 @@
 // generator, identically on every rank, so a zero gradient cannot lock the rank down forever.
 //
 // Rank: min(rank, n, m), as the hook clamps it. Biases and other 1-D tensors are not for this
-// codec: the caller all-reduces them uncompressed. Arithmetic is accumulated in double; buffers
-// (P, Q, residual, the gradient) are float.
+// codec: the caller all-reduces them uncompressed. The products are float (each sum in a fixed
+// order, so the same bits on every rank for the same inputs); the orthonormalization is double.
 //
 // Phases must run in order (compute_p, orthonormalize_p, compute_q, decompress); out of order is
 // a gradsync::Error (GRADSYNC_CHECK). Not thread-safe; one codec per matrix per rank.
@@ -86,7 +86,8 @@ class PowerSgdCodec {
   std::uint64_t seed_;
   SplitMix64 rng_;
   std::vector<float> p_, q_, residual_;
-  std::vector<double> scratch_;  // column-major work space for products and Gram-Schmidt
+  std::vector<double> scratch_;  // column-major work space for Gram-Schmidt
+  std::vector<float> work_;      // the products' work space: Q's columns, an accumulator
   Phase next_ = Phase::kComputeP;
 };
 
