@@ -136,4 +136,27 @@ void scatter_add_packed(std::span<const float> packed, std::span<float> dense) {
     dense[std::bit_cast<std::uint32_t>(packed[i])] += packed[k + i];
 }
 
+void pack_words(const SparseGradient& sparse, std::span<std::uint32_t> out) {
+  const std::size_t k = sparse.indices.size();
+  GRADSYNC_CHECK(sparse.values.size() == k && out.size() == 2 * k,
+                 "pack_words: " + std::to_string(k) + " entries need " + std::to_string(2 * k) +
+                     " words, given " + std::to_string(out.size()));
+  std::copy(sparse.indices.begin(), sparse.indices.end(), out.begin());
+  std::transform(sparse.values.begin(), sparse.values.end(),
+                 out.begin() + static_cast<std::ptrdiff_t>(k),
+                 [](float v) { return std::bit_cast<std::uint32_t>(v); });
+}
+
+void unpack_words(std::span<const std::uint32_t> words, SparseGradient& out) {
+  if (words.size() % 2 != 0) {
+    throw Error("sparse gradient of " + std::to_string(words.size()) +
+                " words: not k indices and k values");
+  }
+  const std::size_t k = words.size() / 2;
+  out.indices.assign(words.begin(), words.begin() + static_cast<std::ptrdiff_t>(k));
+  out.values.resize(k);
+  std::transform(words.begin() + static_cast<std::ptrdiff_t>(k), words.end(), out.values.begin(),
+                 [](std::uint32_t bits) { return std::bit_cast<float>(bits); });
+}
+
 }  // namespace gradsync::compression

@@ -22,7 +22,9 @@
 // Wire layout: k indices (uint32) and k values (float32), k * 8 bytes (wire_bytes). pack() puts
 // both into one float buffer (indices bit-copied), for communicators that move floats only: such
 // a buffer may be copied (all-gather, send) but never reduced. It takes indices below 0x7F800000,
-// whose bits are finite floats (no NaN a float copy could alter).
+// whose bits are finite floats (no NaN a float copy could alter). pack_words() puts them into
+// 2k 32-bit words instead (the values bit-copied), for allgather_words and the ps push wire, and
+// unpack_words() takes them apart again.
 //
 // Thread safety: a TopKCodec is one bucket's state on one rank; not for concurrent use. The free
 // functions are pure. scatter_add checks every index against the dense buffer (a shard decodes
@@ -81,5 +83,11 @@ inline void scatter_add(const SparseGradient& sparse, std::span<float> dense) {
 // One rank's list as 2k floats: k indices (their bits) then k values; and back, adding.
 void pack(const SparseGradient& sparse, std::span<float> out);
 void scatter_add_packed(std::span<const float> packed, std::span<float> dense);
+
+// The same as 2k words: k indices, then the k values' bits. out.size() must be 2k (checked).
+void pack_words(const SparseGradient& sparse, std::span<std::uint32_t> out);
+// And back into `out` (replacing its contents; its capacity is reused). An odd count of words is
+// a gradsync::Error; the indices are not checked here (scatter_add checks them).
+void unpack_words(std::span<const std::uint32_t> words, SparseGradient& out);
 
 }  // namespace gradsync::compression

@@ -6,7 +6,6 @@
 #include "strategies/allreduce/top_k_reducer.h"
 
 #include <algorithm>
-#include <bit>
 #include <map>
 #include <vector>
 
@@ -63,10 +62,7 @@ class TopKReducer final : public BucketReducer {
     state.codec.select(selected, ratio_, state.sent);
     const std::size_t k = state.sent.indices.size();
     state.mine.resize(2 * k);
-    std::copy(state.sent.indices.begin(), state.sent.indices.end(), state.mine.begin());
-    std::transform(state.sent.values.begin(), state.sent.values.end(),
-                   state.mine.begin() + std::ptrdiff_t(k),
-                   [](float v) { return std::bit_cast<std::uint32_t>(v); });
+    compression::pack_words(state.sent, state.mine);
     state.gathered.resize(state.mine.size() * static_cast<std::size_t>(comm_->size()));
     std::span<const std::uint32_t> in = state.mine;
     std::span<std::uint32_t> out = state.gathered;
@@ -75,13 +71,12 @@ class TopKReducer final : public BucketReducer {
         [&] { comm_->allgather_words(in, out); });
     return std::make_shared<ThenWork>(std::move(work), [this, bucket, k, &state] {
       std::fill(bucket.begin(), bucket.end(), 0.0f);
-      std::vector<float> values(k);
+      SparseGradient received;
       for (int r = 0; r < comm_->size(); ++r) {
-        const std::uint32_t* pairs = state.gathered.data() + std::size_t(r) * 2 * k;
-        std::transform(pairs + k, pairs + 2 * k, values.begin(),
-                       [](std::uint32_t bits) { return std::bit_cast<float>(bits); });
+        compression::unpack_words({state.gathered.data() + std::size_t(r) * 2 * k, 2 * k},
+                                  received);
         // Checks every index: a rank's pairs are only ever trusted as far as the bucket goes.
-        compression::scatter_add({pairs, k}, values, bucket);
+        compression::scatter_add(received, bucket);
       }
       const float n = static_cast<float>(comm_->size());
       for (float& g : bucket) g /= n;

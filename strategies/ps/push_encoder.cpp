@@ -1,7 +1,6 @@
 #include "strategies/ps/push_encoder.h"
 
 #include <atomic>
-#include <cstring>
 
 #include "common/compression/half_codec.h"
 #include "common/error.h"
@@ -63,8 +62,7 @@ PushEncoder::Encoded PushEncoder::encode(std::uint64_t step, KeyRange keys,
     // then k values, bit-copied into one array so they leave as one frame.
     const std::size_t k = slot.sparse.indices.size();
     out.entries.resize(2 * k);
-    std::memcpy(out.entries.data(), slot.sparse.indices.data(), k * sizeof(std::uint32_t));
-    std::memcpy(out.entries.data() + k, slot.sparse.values.data(), k * sizeof(float));
+    compression::pack_words(slot.sparse, out.entries);
     bytes = std::as_bytes(std::span<const std::uint32_t>(out.entries));
   } else {
     out.halves.resize(chunk.size());

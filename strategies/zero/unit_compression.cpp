@@ -1,7 +1,6 @@
 #include "strategies/zero/unit_compression.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "common/compression/half_codec.h"
 #include "common/error.h"
@@ -56,10 +55,7 @@ UnitCompression::Started UnitCompression::start_top_k(std::span<const float> gra
   state.codec->select(grads.subspan(unit.begin, unit.floats()), options_.topk_ratio, state.sent);
   const std::size_t k = state.sent.indices.size();
   state.pairs.resize(2 * k);
-  std::copy(state.sent.indices.begin(), state.sent.indices.end(), state.pairs.begin());
-  std::transform(state.sent.values.begin(), state.sent.values.end(),
-                 state.pairs.begin() + std::ptrdiff_t(k),
-                 [](float v) { return std::bit_cast<std::uint32_t>(v); });
+  compression::pack_words(state.sent, state.pairs);
   state.gathered.resize(state.pairs.size() * static_cast<std::size_t>(layout_.ranks));
   Started started;
   started.works.push_back(comm_->allgather_words_async(state.pairs, state.gathered));
@@ -69,12 +65,13 @@ UnitCompression::Started UnitCompression::start_top_k(std::span<const float> gra
   const std::size_t slice = unit.slice, floats = unit.floats(), ranks = layout_.ranks;
   started.then = [&state, shard, k, mine_begin, tail_begin, slice, floats, ranks] {
     std::fill(shard.begin(), shard.end(), 0.0f);
+    compression::SparseGradient received;
     for (std::size_t r = 0; r < ranks; ++r) {
-      const std::uint32_t* pairs = state.gathered.data() + r * 2 * k;
+      compression::unpack_words({state.gathered.data() + r * 2 * k, 2 * k}, received);
       for (std::size_t i = 0; i < k; ++i) {
-        const std::size_t index = pairs[i];
+        const std::size_t index = received.indices[i];
         GRADSYNC_CHECK(index < floats, "topk: an index past the unit");
-        const float value = std::bit_cast<float>(pairs[k + i]);
+        const float value = received.values[i];
         if (index >= mine_begin && index < mine_begin + slice) {
           shard[index - mine_begin] += value;
         } else if (index >= tail_begin) {
