@@ -66,19 +66,53 @@ std::size_t orthonormalize(double* work, std::size_t rows, std::size_t cols, Spl
 // (In double, one scalar chain per sum, the products took three times a quickstart MLP step.)
 constexpr std::size_t kLanes = 16;
 
-// sum_j a[j] * b[j], j < n.
-float lane_dot(const float* a, const float* b, std::size_t n) {
-  float acc[kLanes] = {};
-  std::size_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
+// The two products whose results are all-reduced, compiled for the widest vectors this CPU has
+// (a rank's own sums: ranks on different CPUs may differ in their last bits here and still
+// agree after the all-reduce). decompress, whose result every rank applies, stays portable.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GRADSYNC_WIDEST_VECTORS __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GRADSYNC_WIDEST_VECTORS
+#endif
+
+// p (rows x rank, row-major) = m (rows x cols, row-major) times qt^T, qt (rank x cols): each a
+// dot product of a row of m with a row of qt, in kLanes partial sums.
+GRADSYNC_WIDEST_VECTORS
+void product_p(const float* m, std::size_t rows, std::size_t cols, const float* qt,
+               std::size_t rank, float* p) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * cols;
+    for (std::size_t c = 0; c < rank; ++c) {
+      const float* b = qt + c * cols;
+      float acc[kLanes] = {};
+      std::size_t j = 0;
+      for (; j + kLanes <= cols; j += kLanes) {
+        for (std::size_t l = 0; l < kLanes; ++l) acc[l] += row[j + l] * b[j + l];
+      }
+      float tail = 0.0f;
+      for (; j < cols; ++j) tail += row[j] * b[j];
+      for (std::size_t width = kLanes / 2; width > 0; width /= 2) {
+        for (std::size_t l = 0; l < width; ++l) acc[l] += acc[l + width];
+      }
+      p[i * rank + c] = acc[0] + tail;
+    }
   }
-  float tail = 0.0f;
-  for (; j < n; ++j) tail += a[j] * b[j];
-  for (std::size_t width = kLanes / 2; width > 0; width /= 2) {
-    for (std::size_t l = 0; l < width; ++l) acc[l] += acc[l + width];
+}
+
+// acc (rank x cols, row-major) = p^T m: each row of m times p[i][c] added into row c of acc
+// (elementwise over the columns).
+GRADSYNC_WIDEST_VECTORS
+void product_q(const float* m, std::size_t rows, std::size_t cols, const float* p,
+               std::size_t rank, float* acc) {
+  std::fill(acc, acc + cols * rank, 0.0f);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* row = m + i * cols;
+    for (std::size_t c = 0; c < rank; ++c) {
+      const float pc = p[i * rank + c];
+      float* __restrict column = acc + c * cols;
+      for (std::size_t j = 0; j < cols; ++j) column[j] += row[j] * pc;
+    }
   }
-  return acc[0] + tail;
 }
 
 // out (cols x rows, row-major) = a (rows x cols, row-major) transposed.
@@ -164,12 +198,7 @@ std::span<float> PowerSgdCodec::compute_p(std::span<float> m) {
   // with column c of Q (laid out contiguously in qt).
   float* qt = work_.data();
   transpose(q_.data(), cols_, rank_, qt);
-  for (std::size_t i = 0; i < rows_; ++i) {
-    const float* row = m.data() + i * cols_;
-    for (std::size_t c = 0; c < rank_; ++c) {
-      p_[i * rank_ + c] = lane_dot(row, qt + c * cols_, cols_);
-    }
-  }
+  product_p(m.data(), rows_, cols_, qt, rank_, p_.data());
   return p_;
 }
 
@@ -184,18 +213,9 @@ void PowerSgdCodec::orthonormalize_p() {
 std::span<float> PowerSgdCodec::compute_q(std::span<const float> m) {
   check_matrix(m.size(), "compute_q");
   expect(Phase::kComputeQ, "compute_q");
-  // Q[j][c] = sum_i m[i][j] P[i][c]: walk m row by row (as it lies), adding each row times
-  // P[i][c] into column c of the accumulator (elementwise over j: it vectorises as it stands).
+  // Q[j][c] = sum_i m[i][j] P[i][c]: m walked row by row, as it lies (product_q).
   float* acc = work_.data();
-  std::fill(acc, acc + cols_ * rank_, 0.0f);
-  for (std::size_t i = 0; i < rows_; ++i) {
-    const float* row = m.data() + i * cols_;
-    for (std::size_t c = 0; c < rank_; ++c) {
-      const float p = p_[i * rank_ + c];
-      float* __restrict column = acc + c * cols_;
-      for (std::size_t j = 0; j < cols_; ++j) column[j] += row[j] * p;
-    }
-  }
+  product_q(m.data(), rows_, cols_, p_.data(), rank_, acc);
   transpose(acc, rank_, cols_, q_.data());
   return q_;
 }
