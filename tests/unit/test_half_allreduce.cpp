@@ -1,127 +1,33 @@
-// allreduce_half, reduce_scatter_half and allgather_words (allreduce/communicator.h) on every CPU
-// backend that runs in threads: tcp, shm, gloo (where the build has it) and the hierarchical
-// communicator on several groupings of ranks into hosts, N ranks as N threads over one
-// InMemoryStore. Values are known in closed form (tests/support/half_collective_checks.h); mpi runs
-// the same checks under mpirun (tests/mpi/test_mpi_half.cpp).
+// allreduce_half and allgather_words (allreduce/communicator.h) on every CPU backend that runs in
+// threads: tcp, shm, gloo (where the build has it) and the hierarchical communicator on several
+// groupings of ranks into hosts, N ranks as N threads over one InMemoryStore
+// (tests/support/half_backends.h). Values are known in closed form
+// (tests/support/half_collective_checks.h); mpi runs the same checks under mpirun
+// (tests/mpi/test_mpi_half.cpp). reduce_scatter_half: test_half_reduce_scatter.cpp.
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "allreduce/collective_kind.h"
-#include "allreduce/gloo/gloo_communicator.h"
 #include "allreduce/half_sum.h"
-#include "allreduce/hierarchical/hierarchical_communicator.h"
-#include "allreduce/hierarchical/host_layout.h"
 #include "allreduce/in_memory_store.h"
-#include "allreduce/shm/shm_communicator.h"
 #include "allreduce/tcp/tcp_ring.h"
 #include "common/compression/half_codec.h"
 #include "common/error.h"
 #include "tests/support/error_checks.h"
+#include "tests/support/half_backends.h"
 #include "tests/support/half_collective_checks.h"
 #include "tests/support/ring_ranks.h"
 
 using namespace gradsync::testing;
+using namespace gradsync::testing::half_backends;
 using namespace std::chrono_literals;
 using gradsync::Communicator;
 using gradsync::HalfType;
 using gradsync::ReduceOp;
-
-namespace {
-
-using Make = std::function<std::unique_ptr<Communicator>(gradsync::Store&, int rank, int size)>;
-
-struct Backend {
-  std::string name;
-  Make make;
-};
-
-constexpr std::size_t kShmChunk = 4096;  // many chunk steps, both sets of slots
-
-gradsync::ShmOptions shm_options(std::chrono::milliseconds timeout, const std::string& prefix,
-                                 int machine_ranks = 0) {
-  gradsync::ShmOptions options;
-  options.timeout = timeout;
-  options.chunk_bytes = kShmChunk;
-  options.run_id = 0x4a1f0000ull;
-  options.store_prefix = prefix;
-  options.machine_ranks = machine_ranks;
-  return options;
-}
-
-// As tests/unit/test_hierarchical_communicator.cpp builds it (make_communicator's levels): shm
-// within each host, a TcpRing among the leaders, hosts from the ids given.
-std::unique_ptr<Communicator> hierarchical(gradsync::Store& store,
-                                           const std::vector<std::string>& ids, int rank,
-                                           std::chrono::milliseconds timeout) {
-  const gradsync::HostLayout layout = gradsync::host_layout(ids, rank);
-  const std::string host = "hier/host" + std::to_string(layout.host);
-  const int all = static_cast<int>(ids.size());
-  gradsync::HierarchyLevels levels;
-  levels.in_host = gradsync::make_shm_communicator(store, layout.local_rank, layout.local_size(),
-                                                   shm_options(timeout, host, all));
-  levels.from_leader =
-      gradsync::make_shm_communicator(store, layout.local_rank, layout.local_size(),
-                                      shm_options(3 * timeout, host + "/after", all));
-  if (layout.leader() && layout.hosts > 1) {
-    gradsync::TcpRingOptions ring = ring_options(2 * timeout);
-    ring.store_prefix = "hier/leaders";
-    levels.between_hosts = gradsync::make_tcp_ring(store, layout.host, layout.hosts, ring);
-  }
-  return gradsync::make_hierarchical_communicator(rank, layout, levels);
-}
-
-// Host ids: blocks of `per_host` ranks (the last host may have fewer: irregular), or ranks
-// alternating between two hosts (irregular from 3 ranks on).
-std::vector<std::string> blocks(int n, int per_host) {
-  std::vector<std::string> ids;
-  for (int r = 0; r < n; ++r) ids.push_back("host" + std::to_string(r / per_host));
-  return ids;
-}
-std::vector<std::string> interleaved(int n) {
-  std::vector<std::string> ids;
-  for (int r = 0; r < n; ++r) ids.push_back(r % 2 == 0 ? "even" : "odd");
-  return ids;
-}
-
-std::vector<Backend> backends(std::chrono::milliseconds timeout = 10s) {
-  std::vector<Backend> all;
-  all.push_back({"tcp", [=](gradsync::Store& store, int r, int n) {
-                   return gradsync::make_tcp_ring(store, r, n, ring_options(timeout));
-                 }});
-  all.push_back({"shm", [=](gradsync::Store& store, int r, int n) {
-                   return gradsync::make_shm_communicator(store, r, n, shm_options(timeout, "shm"));
-                 }});
-  if (gradsync::gloo_compiled_in()) {
-    all.push_back({"gloo", [=](gradsync::Store& store, int r, int n) {
-                     gradsync::GlooOptions options;
-                     options.timeout = timeout;
-                     return gradsync::make_gloo_communicator(store, r, n, options);
-                   }});
-  }
-  all.push_back({"hierarchical, hosts of 2", [=](gradsync::Store& store, int r, int n) {
-                   return hierarchical(store, blocks(n, 2), r, timeout);
-                 }});
-  all.push_back({"hierarchical, interleaved", [=](gradsync::Store& store, int r, int n) {
-                   return hierarchical(store, interleaved(n), r, timeout);
-                 }});
-  return all;
-}
-
-// Runs body(comm) on every rank of a fresh world of n ranks of `backend`.
-void run_world(const Backend& backend, int n, const std::function<void(Communicator&)>& body) {
-  gradsync::InMemoryStore store;
-  run_ranks(n, [&](int r) {
-    const auto comm = backend.make(store, r, n);
-    body(*comm);
-  });
-}
-
-}  // namespace
 
 TEST_CASE("half arithmetic: one fp32 addition, one rounding; avg rounds the divided sum again") {
   using gradsync::compression::bf16_from_float;
@@ -271,169 +177,6 @@ TEST_CASE("allreduce_half: fp16 against bf16 of the same count is a desync too (
                 "but rank 0 sent collective #1 allreduce fp16 avg of 7 fp16 values"));
     }
   });
-}
-
-TEST_CASE(
-    "reduce_scatter_half: exact blocks for 1..6 ranks at odd block lengths, the same bits as "
-    "allreduce_half's") {
-  for (const Backend& backend : backends()) {
-    for (int n = 1; n <= 6; ++n) {
-      CAPTURE(backend.name);
-      CAPTURE(n);
-      run_world(backend, n, [&](Communicator& comm) {
-        // 4099 values a block: several of shm's chunks (2048 values) per block.
-        for (const std::size_t block : {std::size_t(0), std::size_t(1), std::size_t(3),
-                                        std::size_t(1001), std::size_t(4099)}) {
-          check_half_reduce_scatter_exact(comm, block);
-        }
-        check_half_reduce_scatter_async(comm, 777);
-        CHECK(comm.counters().collectives == 5 * 8 + 3);
-      });
-    }
-  }
-}
-
-TEST_CASE(
-    "reduce_scatter_half: sums that round are the allreduce_half's blocks where both add "
-    "alike") {
-  for (const Backend& backend : backends()) {
-    // Every backend at 2 ranks; shm and the hierarchical communicator at every size (shm rounds
-    // each slot sum once, the hierarchical communicator's reduce-scatter is its allreduce_half).
-    const bool any_size = backend.name != "tcp" && backend.name != "gloo";
-    for (const int n : {2, 3, 5}) {
-      if (n > 2 && !any_size) continue;
-      CAPTURE(backend.name);
-      CAPTURE(n);
-      run_world(backend, n, [&](Communicator& comm) {
-        check_half_reduce_scatter_matches_allreduce(comm, 4001);
-      });
-    }
-  }
-}
-
-TEST_CASE("reduce_scatter_half: the byte counters count 2 bytes a value") {
-  for (const Backend& backend : backends()) {
-    for (const int n : {2, 3, 4}) {
-      CAPTURE(backend.name);
-      CAPTURE(n);
-      run_world(backend, n,
-                [&](Communicator& comm) { check_half_reduce_scatter_counts(comm, 60 * 1024); });
-    }
-  }
-  // The reduce-scatter ring moves (N - 1) / N of the input each way: N - 1 blocks of 2 bytes a
-  // value.
-  const int n = 3;
-  const std::size_t block = 1001;
-  gradsync::InMemoryStore store;
-  run_ranks(n, [&](int r) {
-    auto comm = gradsync::make_tcp_ring(store, r, n, ring_options());
-    std::vector<std::uint16_t> in(block * n), out(block);
-    comm->reduce_scatter_half(in, out, HalfType::kFp16, ReduceOp::kAvg);
-    CHECK(comm->counters().bytes_sent == 2 * (n - 1) * block);
-    CHECK(comm->counters().bytes_received == 2 * (n - 1) * block);
-  });
-}
-
-TEST_CASE("reduce_scatter_half: sizes that disagree are refused at the call, nothing issued") {
-  for (const Backend& backend : backends()) {
-    for (const int n : {1, 2, 3}) {
-      CAPTURE(backend.name);
-      CAPTURE(n);
-      run_world(backend, n, [&](Communicator& comm) {
-        check_half_reduce_scatter_refuses_sizes(comm);
-        CHECK(comm.counters().collectives == 1);
-      });
-    }
-  }
-}
-
-TEST_CASE("reduce_scatter_half: a rank in a float reduce-scatter of the same count is a desync") {
-  for (const Backend& backend : backends(5s)) {
-    for (const int n : {2, 3}) {
-      CAPTURE(backend.name);
-      CAPTURE(n);
-      const std::size_t block = 250;
-      const std::string count = std::to_string(block * n);
-      std::vector<std::string> messages(static_cast<std::size_t>(n));
-      gradsync::InMemoryStore store;
-      run_ranks(n, [&](int r) {
-        const auto comm = backend.make(store, r, n);
-        std::vector<float> warmup(10, 1.0f);
-        comm->allreduce(warmup, ReduceOp::kSum);
-        const auto start = Clock::now();
-        const std::vector<float> floats(block * n, 1.0f);
-        const std::vector<std::uint16_t> halves(block * n, 0x3C00);
-        std::vector<float> float_out(block);
-        std::vector<std::uint16_t> half_out(block);
-        messages[std::size_t(r)] = error_of<gradsync::Error>(
-            [&] {
-              if (r == 0) {
-                comm->reduce_scatter(floats, float_out, ReduceOp::kSum);
-              } else {
-                comm->reduce_scatter_half(halves, half_out, HalfType::kFp16, ReduceOp::kSum);
-              }
-            },
-            "rank " + std::to_string(r) + ": the mismatched collective should have failed");
-        CHECK(ms_since(start) < 4000);  // before the timeout
-      });
-      // The hierarchical communicator reduce-scatters through its levels' allreduces: they are
-      // what meet, and what its error names.
-      const bool levels = backend.name.starts_with("hierarchical");
-      const std::string floats_in =
-          (levels ? "allreduce of " : "reduce-scatter of ") + count + " floats";
-      const std::string halves_in =
-          (levels ? "allreduce fp16 of " : "reduce-scatter fp16 of ") + count + " fp16 values";
-      bool named = false;
-      std::string all;
-      for (const std::string& message : messages) {
-        all += message + "\n";
-        named =
-            named || (has(message, "desync") && has(message, floats_in) && has(message, halves_in));
-      }
-      CHECK_MESSAGE(named, all);
-    }
-  }
-}
-
-TEST_CASE(
-    "reduce_scatter_half: the other format, or an allreduce_half of the same count, is a "
-    "desync (tcp, shm, gloo)") {
-  for (const Backend& backend : backends(5s)) {
-    // The hierarchical communicator's reduce-scatter is its levels' allreduce_half of the same
-    // count: a rank there and a rank in allreduce_half both finish, each with its own result.
-    if (backend.name.starts_with("hierarchical")) continue;
-    for (const bool against_allreduce : {false, true}) {
-      CAPTURE(backend.name);
-      CAPTURE(against_allreduce);
-      const int n = 2;
-      std::vector<std::string> messages(n);
-      gradsync::InMemoryStore store;
-      run_ranks(n, [&](int r) {
-        const auto comm = backend.make(store, r, n);
-        std::vector<std::uint16_t> in(14, 0x3C00), out(7);
-        messages[std::size_t(r)] = error_of<gradsync::Error>(
-            [&] {
-              if (r == 0) {
-                comm->reduce_scatter_half(in, out, HalfType::kFp16, ReduceOp::kAvg);
-              } else if (against_allreduce) {
-                comm->allreduce_half(in, HalfType::kFp16, ReduceOp::kAvg);
-              } else {
-                comm->reduce_scatter_half(in, out, HalfType::kBf16, ReduceOp::kAvg);
-              }
-            },
-            "the mismatched collectives should have failed");
-      });
-      const std::string other = against_allreduce ? "allreduce fp16 avg of 14 fp16 values"
-                                                  : "reduce-scatter bf16 avg of 14 bf16 values";
-      bool named = false;
-      for (const std::string& message : messages) {
-        named = named ||
-                (has(message, "desync") &&
-                 has(message, "reduce-scatter fp16 avg of 14 fp16 values") && has(message, other));
-      }
-      CHECK_MESSAGE(named, messages[0] << "\n" << messages[1]);
-    }
-  }
 }
 
 TEST_CASE("allgather_words: every word arrives bit for bit, NaN patterns included") {
