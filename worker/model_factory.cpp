@@ -12,6 +12,7 @@
 #ifdef GRADSYNC_HAVE_CUDA
 #include "model/cuda/cuda_device.h"
 #include "model/cuda/cuda_mlp.h"
+#include "model/cuda/cuda_resnet.h"
 #endif
 
 namespace gradsync {
@@ -21,10 +22,21 @@ namespace {
 void check_gpu_usable(const Config& config) {
   if (config.device != "gpu") return;
 #ifdef GRADSYNC_HAVE_CUDA
-  if (config.model.kind != "mlp") {
+  if (config.model.kind != "mlp" && config.model.kind != "resnet") {
     throw ConfigError(config.name, "device",
-                      "gpu runs model.kind mlp only ('" + config.model.kind +
+                      "gpu runs model.kind mlp or resnet ('" + config.model.kind +
                           "' stays on the CPU: use device: cpu)");
+  }
+  if (config.model.kind == "resnet" && config.model.sync_batchnorm) {
+    throw ConfigError(config.name, "model.sync_batchnorm",
+                      "not supported with device: gpu in this version (per-rank statistics only)");
+  }
+  if (config.model.kind == "resnet" && config.strategy != "single" && config.strategy != "ps") {
+    // The GPU ResNet's running statistics are host memory (Model::buffers()); the GPU paths of
+    // dp, allreduce and zero copy or broadcast device memory only.
+    throw ConfigError(config.name, "strategy",
+                      "resnet on gpu runs under single or ps in this version: " + config.strategy +
+                          " on gpu cannot carry its running statistics (host memory)");
   }
   if (config.strategy == "allreduce" && config.comm.uneven_inputs) {
     // The allreduce strategy's Join path rescales and zeroes gradients in host code.
@@ -42,6 +54,8 @@ void check_gpu_usable(const Config& config) {
 #endif
   if (config.strategy == "dp") check_dp_on_gpus(config.workers);
 }
+
+ResNetShape resnet_shape(const Config& config, const std::vector<int>& widths);
 
 // A model on CUDA device `device`, or the reason it cannot be had, as a one-line ConfigError.
 std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<int>& widths,
@@ -68,6 +82,13 @@ std::unique_ptr<Model> make_gpu_model(const Config& config, const std::vector<in
   // replica's thread): its device becomes the thread's own, so that no CUDA call on it runs
   // with the default device 0 current, creating a context on GPU 0 for a rank on another GPU.
   cuda::set_device(*device);
+  if (config.model.kind == "resnet") {
+    auto resnet = std::make_unique<CudaResNet>(resnet_shape(config, widths), max_batch, *device);
+    resnet->set_augmentation({.enabled = config.data.augment == "crop_flip",
+                              .padding = config.data.crop_padding,
+                              .seed = config.train.seed});
+    return resnet;
+  }
   return std::make_unique<CudaMlp>(widths, max_batch, *device);
 #else
   (void)widths;

@@ -1,0 +1,279 @@
+// The CUDA ResNet against the CPU ResNet: the same parameters, batch and options must give the
+// same loss, gradients, running statistics and evaluation up to float rounding, and report the
+// same gradient ranges. Every GPU case skips (and passes) where no GPU is visible, and fails
+// instead under GRADSYNC_REQUIRE_GPU=1 (scripts/gpu-check.sh); the refusals of make_model run
+// everywhere the build has CUDA.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../support/compare.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "gpu_test_support.h"
+#include "model/cuda/cuda_resnet.h"
+#include "model/resnet/resnet.h"
+#include "worker/model_factory.h"
+
+namespace {
+
+using gradsync::testing::random_dataset;
+using gradsync::testing::tensor_relative_difference;
+using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+
+constexpr int kBatch = 32;
+
+std::vector<float> host_grads(gradsync::CudaResNet& model) {
+  std::vector<float> out(model.param_count());
+  model.copy_grads_to_host(out);
+  return out;
+}
+
+std::vector<float> host_params(gradsync::Model& model) {
+  std::vector<float> out(model.param_count());
+  model.copy_params_to_host(out);
+  return out;
+}
+
+std::vector<float> to_vector(std::span<const float> values) {
+  return {values.begin(), values.end()};
+}
+
+// The worst difference over the layers (W, gamma and beta of a convolution and its norm; W and
+// b of the linear layer): max |gpu - cpu| / max |cpu| within each layer's range.
+double max_layer_difference(gradsync::CudaResNet& gpu, gradsync::ResNet& cpu) {
+  const std::vector<float> g = host_grads(gpu);
+  const std::span<const float> c = cpu.grads();
+  double worst = 0;
+  for (const gradsync::ResNet::Layer& layer : cpu.layers()) {
+    const std::size_t n = layer.end - layer.begin;
+    worst = std::max(worst, tensor_relative_difference(std::span<const float>(g).subspan(layer.begin, n),
+                                                       c.subspan(layer.begin, n)));
+  }
+  return worst;
+}
+
+std::vector<std::int64_t> batch_from(std::int64_t first, int count, std::int64_t size) {
+  std::vector<std::int64_t> batch(static_cast<std::size_t>(count));
+  for (int j = 0; j < count; ++j) batch[static_cast<std::size_t>(j)] = (first + 7 * j) % size;
+  return batch;
+}
+
+std::string config_error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const gradsync::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("cuda resnet: make_model refuses what the GPU ResNet does not support, naming the key") {
+  gradsync::Config config;
+  config.name = "presets/x.yaml";
+  config.device = "gpu";
+  config.model.kind = "resnet";
+  config.model.sync_batchnorm = true;
+  const std::string sync = config_error_of([&] { gradsync::make_model(config, {784, 10}, 8, 0); });
+  MESSAGE("sync_batchnorm -> " << sync);
+  CHECK(sync.find("presets/x.yaml: model.sync_batchnorm:") == 0);
+  CHECK(sync.find('\n') == std::string::npos);
+  config.model.sync_batchnorm = false;
+  for (const char* strategy : {"dp", "allreduce", "zero"}) {
+    config.strategy = strategy;
+    const std::string error =
+        config_error_of([&] { gradsync::make_model(config, {784, 10}, 8, 0); });
+    INFO(std::string(strategy) << " -> " << error);
+    CHECK(error.find("presets/x.yaml: strategy:") == 0);
+    CHECK(error.find("single or ps") != std::string::npos);
+  }
+}
+
+TEST_CASE("cuda resnet: the same seed gives bit-identical parameters, buffers and layout") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::ResNetShape shape{.blocks_per_stage = 2, .stage_width = 8};
+  gradsync::ResNet cpu(shape, 4);
+  gradsync::CudaResNet gpu(shape, 4, 0);
+  cpu.init_params(42);
+  gpu.init_params(42);
+  CHECK(gpu.device() == 0);
+  CHECK(gpu.param_count() == cpu.param_count());
+  CHECK(host_params(gpu) == to_vector(cpu.params()));
+  CHECK(to_vector(gpu.buffers()) == to_vector(cpu.buffers()));
+  REQUIRE(gpu.layers().size() == cpu.layers().size());
+  for (std::size_t i = 0; i < cpu.layers().size(); ++i) {
+    CHECK(gpu.layers()[i].name == cpu.layers()[i].name);
+    CHECK(gpu.layers()[i].begin == cpu.layers()[i].begin);
+    CHECK(gpu.layers()[i].end == cpu.layers()[i].end);
+  }
+  const auto a = gpu.tensors(), b = cpu.tensors();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].offset == b[i].offset);
+    CHECK(a[i].size() == b[i].size());
+  }
+  const float* address = gpu.buffers().data();
+  gpu.init_params(7);
+  CHECK(gpu.buffers().data() == address);  // buffers() stays where it was
+}
+
+TEST_CASE("cuda resnet: CPU and GPU agree on loss, gradients, running statistics and evaluation") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(200, 784, 10, 5);
+  for (const int blocks : {1, 2}) {
+    CAPTURE(blocks);
+    const gradsync::ResNetShape shape{.blocks_per_stage = blocks, .stage_width = 16};
+    gradsync::ResNet cpu(shape, kBatch);
+    gradsync::CudaResNet gpu(shape, kBatch, 0);
+    cpu.init_params(9);
+    gpu.init_params(9);
+    const std::vector<std::int64_t> batch = batch_from(3, kBatch, data.size);
+
+    SUBCASE("one batch: loss within 1e-5, gradients within 1e-4") {
+      const double cpu_loss = cpu.forward_backward(data, batch);
+      const double gpu_loss = gpu.forward_backward(data, batch);
+      CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
+      const double diff = max_layer_difference(gpu, cpu);
+      MESSAGE("blocks " << blocks << ": max relative gradient difference " << diff);
+      CHECK(diff <= 1e-4);
+      CHECK(tensor_relative_difference(to_vector(gpu.buffers()), to_vector(cpu.buffers())) <=
+            1e-5);
+    }
+    SUBCASE("two accumulated micro-batches with grad_scale 1/2") {
+      const std::span<const std::int64_t> first(batch.data(), kBatch / 2);
+      const std::span<const std::int64_t> second(batch.data() + kBatch / 2, kBatch / 2);
+      cpu.forward_backward(data, first, 0.5f, false);
+      cpu.forward_backward(data, second, 0.5f, true);
+      gpu.forward_backward(data, first, 0.5f, false);
+      gpu.forward_backward(data, second, 0.5f, true);
+      const double diff = max_layer_difference(gpu, cpu);
+      MESSAGE("blocks " << blocks << ": accumulated, max relative gradient difference " << diff);
+      CHECK(diff <= 1e-4);
+    }
+    SUBCASE("running statistics after 3 train steps, then evaluation with them") {
+      for (int step = 0; step < 3; ++step) {
+        const std::vector<std::int64_t> b = batch_from(11 * step, kBatch, data.size);
+        const double cpu_loss = cpu.forward_backward(data, b);
+        const double gpu_loss = gpu.forward_backward(data, b);
+        CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
+      }
+      const double stats = tensor_relative_difference(to_vector(gpu.buffers()),
+                                                      to_vector(cpu.buffers()));
+      MESSAGE("blocks " << blocks << ": running statistics differ by " << stats);
+      CHECK(stats <= 1e-5);
+      CHECK(to_vector(cpu.buffers()) != std::vector<float>(cpu.buffers().size(), 0.f));
+      // 200 samples in chunks of 32: the last chunk is short.
+      const gradsync::Evaluation a = cpu.evaluate(data);
+      const gradsync::Evaluation b = gpu.evaluate(data);
+      CHECK(b.samples == a.samples);
+      CHECK(b.loss == doctest::Approx(a.loss).epsilon(1e-5));
+      CHECK(std::abs(b.accuracy - a.accuracy) <= 0.011);  // a near-tie may flip a sample or two
+      CHECK(host_params(gpu) == to_vector(cpu.params()));  // evaluation changes nothing
+    }
+    SUBCASE("augmented batches: the same crops and flips as the CPU's") {
+      const gradsync::Augmentation augmentation{.enabled = true, .padding = 2, .seed = 4};
+      cpu.set_augmentation(augmentation);
+      gpu.set_augmentation(augmentation);
+      cpu.set_epoch(3);
+      gpu.set_epoch(3);
+      const double cpu_loss = cpu.forward_backward(data, batch);
+      const double gpu_loss = gpu.forward_backward(data, batch);
+      CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
+      CHECK(max_layer_difference(gpu, cpu) <= 1e-4);
+    }
+  }
+}
+
+TEST_CASE("cuda resnet: running statistics written into buffers() are what the next forward uses") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  // What a strategy (dp's copy, DDP's broadcast) or a resume does between steps.
+  const gradsync::Dataset data = random_dataset(64, 784, 10, 8);
+  const gradsync::ResNetShape shape{.blocks_per_stage = 1, .stage_width = 8};
+  gradsync::ResNet cpu(shape, 16);
+  gradsync::CudaResNet gpu(shape, 16, 0);
+  cpu.init_params(3);
+  gpu.init_params(3);
+  const gradsync::Evaluation before = gpu.evaluate(data);
+  std::vector<float> written(cpu.buffers().size());
+  for (std::size_t i = 0; i < written.size(); ++i) written[i] = 0.5f + 0.01f * float(i % 17);
+  std::copy(written.begin(), written.end(), cpu.buffers().begin());
+  std::copy(written.begin(), written.end(), gpu.buffers().begin());
+  const gradsync::Evaluation a = cpu.evaluate(data);
+  const gradsync::Evaluation b = gpu.evaluate(data);
+  CHECK(b.loss != before.loss);
+  CHECK(b.loss == doctest::Approx(a.loss).epsilon(1e-5));
+  CHECK(to_vector(gpu.buffers()) == written);  // eval mode moves nothing
+  // A train step starts from the written statistics too.
+  const std::vector<std::int64_t> batch = batch_from(1, 16, data.size);
+  cpu.forward_backward(data, batch);
+  gpu.forward_backward(data, batch);
+  CHECK(tensor_relative_difference(to_vector(gpu.buffers()), to_vector(cpu.buffers())) <= 1e-5);
+}
+
+TEST_CASE("cuda resnet: gradient ranges are the CPU model's, in the same order") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(16, 784, 10, 1);
+  const gradsync::ResNetShape shape{.blocks_per_stage = 2, .stage_width = 8};
+  gradsync::ResNet cpu(shape, 8);
+  gradsync::CudaResNet gpu(shape, 8, 0);
+  cpu.init_params(1);
+  gpu.init_params(1);
+  Ranges cpu_ranges, gpu_ranges;
+  cpu.set_grad_ready_callback([&](std::size_t b, std::size_t e) { cpu_ranges.emplace_back(b, e); });
+  gpu.set_grad_ready_callback([&](std::size_t b, std::size_t e) { gpu_ranges.emplace_back(b, e); });
+  const std::vector<std::int64_t> batch = {0, 3, 5, 7};
+  cpu.forward_backward(data, batch);
+  gpu.forward_backward(data, batch);
+  CHECK(gpu_ranges == cpu_ranges);
+  REQUIRE(gpu_ranges.size() == cpu.layers().size());
+  CHECK(gpu_ranges.front().second == gpu.param_count());
+  CHECK(gpu_ranges.back().first == 0);
+}
+
+TEST_CASE("cuda resnet: prepare calls back nobody and changes no step's result") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(40, 784, 10, 3);
+  const gradsync::ResNetShape shape{.blocks_per_stage = 1, .stage_width = 8};
+  gradsync::CudaResNet cold(shape, 16, 0), warm(shape, 16, 0);
+  cold.init_params(7);
+  warm.init_params(7);
+  int calls = 0;
+  warm.set_grad_ready_callback([&](std::size_t, std::size_t) { ++calls; });
+  warm.prepare(data);
+  CHECK(calls == 0);
+  CHECK(to_vector(warm.buffers()) == to_vector(cold.buffers()));
+  CHECK(host_grads(warm) == std::vector<float>(warm.param_count(), 0.0f));
+  const std::vector<std::int64_t> batch = {9, 1, 30, 33, 2};
+  const double cold_loss = cold.forward_backward(data, batch);
+  const double warm_loss = warm.forward_backward(data, batch);
+  CHECK(calls == static_cast<int>(warm.layers().size()));
+  CHECK(warm_loss == cold_loss);
+  CHECK(host_grads(warm) == host_grads(cold));
+  CHECK(to_vector(warm.buffers()) == to_vector(cold.buffers()));
+}
+
+TEST_CASE("cuda resnet: wrong batches, datasets and a SyncBatchNorm reducer are refused") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(16, 784, 10, 2);
+  const gradsync::ResNetShape shape{.blocks_per_stage = 1, .stage_width = 4};
+  gradsync::CudaResNet gpu(shape, 4, 0);
+  gpu.init_params(1);
+  const std::vector<std::int64_t> too_many = {0, 1, 2, 3, 4};
+  CHECK_THROWS_AS(gpu.forward_backward(data, too_many), gradsync::Error);
+  CHECK_THROWS_AS(gpu.forward_backward(data, std::vector<std::int64_t>{}), gradsync::Error);
+  CHECK_THROWS_AS(gpu.forward_backward(data, std::vector<std::int64_t>{0, 16}), gradsync::Error);
+  const gradsync::Dataset narrow = random_dataset(16, 100, 10, 2);
+  CHECK_THROWS_AS(gpu.forward_backward(narrow, std::vector<std::int64_t>{0, 1}), gradsync::Error);
+  CHECK_THROWS_AS(gpu.evaluate(narrow), gradsync::Error);
+  CHECK_THROWS_AS(gpu.set_batch_stats_reducer([](std::span<float>) {}), gradsync::Error);
+  gpu.set_batch_stats_reducer(nullptr);
+  // Still usable after the refusals.
+  CHECK(std::isfinite(gpu.forward_backward(data, std::vector<std::int64_t>{0, 1, 2})));
+}
