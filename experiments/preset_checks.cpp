@@ -210,15 +210,19 @@ void check_slow_ranks(const Origins& origins, const std::string& source, const C
 // network.hosts of them).
 constexpr int kMaxNamespaceProcesses = 249;
 
-// zero: stages 1 and 2 on host buffers (strategies/zero/zero_strategy.h).
+// zero: stages 1 to 3 on host buffers, stage 3 for the MLP (strategies/zero/zero_strategy.h).
 void check_zero(const Origins& origins, const std::string& source, const Config& config) {
   if (config.strategy != "zero") return;
   const std::string where = origin_of(origins, {"zero.stage", "zero", "strategy"}, source + ":1");
-  if (config.zero.stage == 3) {
+  if (config.zero.stage == 3 && config.model.kind != "mlp") {
+    // Stage 3 runs the model layer by layer on the strategy's storage (model/layer_storage.h).
     throw ConfigError(where, "zero.stage",
-                      "3 shards the parameters, gathered layer by layer before forward and "
-                      "backward, which needs parameter storage the model hands to the strategy: "
-                      "not in this version (use 1 or 2)");
+                      "3 gathers the parameters layer by layer, which model.kind " +
+                          config.model.kind + " does not offer (mlp does; use stage 1 or 2)");
+  }
+  if (config.zero.stage == 3 && config.comm.compression != "none") {
+    throw ConfigError(origin_of(origins, {"comm.compression"}, where), "comm.compression",
+                      "zero stage 3 reduce-scatters each layer in fp32: compression none only");
   }
   if (config.device == "gpu") {
     throw ConfigError(origin_of(origins, {"device"}, where), "device",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "common/error.h"
 #include "common/random.h"
@@ -24,13 +25,15 @@ std::vector<LayerRange> Mlp::layout(const std::vector<int>& widths) {
   return layers;
 }
 
-Mlp::Mlp(std::vector<int> widths, int max_batch)
-    : widths_(std::move(widths)), max_batch_(max_batch) {
+Mlp::Mlp(std::vector<int> widths, int max_batch, bool layer_stored)
+    : widths_(std::move(widths)), max_batch_(max_batch), layer_stored_(layer_stored) {
   layers_ = layout(widths_);
   GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
   const std::size_t offset = layers_.back().end();
-  params_.resize(offset, 0.f);
-  grads_.resize(offset, 0.f);
+  if (!layer_stored_) {
+    params_.resize(offset, 0.f);
+    grads_.resize(offset, 0.f);
+  }
   for (int width : widths_) activations_.emplace_back(width, max_batch_);
   std::size_t largest_weight = 0;
   for (std::size_t l = 1; l < widths_.size(); ++l) {
@@ -42,14 +45,87 @@ Mlp::Mlp(std::vector<int> widths, int max_batch)
   batch_labels_.resize(static_cast<std::size_t>(max_batch_));
 }
 
+void Mlp::draw_layer(const LayerRange& layer, SplitMix64& rng, float* out) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(layer.in));
+  for (std::size_t i = 0; i < layer.end() - layer.weight_offset; ++i) {
+    out[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+  }
+}
+
 void Mlp::init_params(std::uint64_t seed) {
   SplitMix64 rng(seed);
-  for (const LayerRange& layer : layers_) {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(layer.in));
-    for (std::size_t i = layer.weight_offset; i < layer.end(); ++i) {
-      params_[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-    }
+  if (!layer_stored_) {
+    for (const LayerRange& layer : layers_) draw_layer(layer, rng, params_.data() + layer.weight_offset);
+    return;
   }
+  if (storage_ == nullptr) {  // drawn once the storage comes: no full buffer meanwhile
+    pending_seed_ = seed;
+    return;
+  }
+  // One layer at a time, drawn in the flat buffer's order (the same values as above): a
+  // gathered layer's worth of parameters, as the storage holds while a layer runs.
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const LayerRange& layer = layers_[l];
+    StateBuffer drawn(ModelState::kParams, layer.end() - layer.weight_offset);
+    draw_layer(layer, rng, drawn.data());
+    storage_->store_params(l, drawn);
+  }
+}
+
+std::vector<LayerSpan> Mlp::layer_spans() const {
+  std::vector<LayerSpan> spans;
+  for (const LayerRange& layer : layers_) spans.push_back({layer.weight_offset, layer.end()});
+  return spans;
+}
+
+bool Mlp::set_layer_storage(LayerStorage* storage) {
+  GRADSYNC_CHECK(storage != nullptr, "set_layer_storage: null storage");
+  GRADSYNC_CHECK(storage_ == nullptr, "set_layer_storage: the Mlp has a storage already");
+  storage_ = storage;
+  if (!layer_stored_) {
+    // Made with full buffers: the storage takes the values, and the buffers go.
+    layer_stored_ = true;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      storage_->store_params(l, std::span<const float>(params_.data() + layers_[l].weight_offset,
+                                                       layers_[l].end() - layers_[l].weight_offset));
+    }
+    params_.clear();
+    grads_.clear();
+  } else if (pending_seed_) {
+    init_params(*std::exchange(pending_seed_, std::nullopt));
+  }
+  return true;
+}
+
+void Mlp::copy_params_to_host(std::span<float> out) {
+  if (!layer_stored_) return Model::copy_params_to_host(out);
+  GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    const float* w = layer_params(l, LayerPass::kRead);
+    std::copy(w, w + (layers_[l].end() - layers_[l].weight_offset),
+              out.begin() + std::ptrdiff_t(layers_[l].weight_offset));
+    release_layer(l);
+  }
+}
+
+void Mlp::copy_params_from_host(std::span<const float> in) {
+  if (!layer_stored_) return Model::copy_params_from_host(in);
+  GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
+  GRADSYNC_CHECK(storage_ != nullptr, "copy_params_from_host: the Mlp waits for its storage");
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    storage_->store_params(l, in.subspan(layers_[l].weight_offset,
+                                         layers_[l].end() - layers_[l].weight_offset));
+  }
+}
+
+const float* Mlp::layer_params(std::size_t l, LayerPass pass) {
+  if (!layer_stored_) return params_.data() + layers_[l].weight_offset;
+  GRADSYNC_CHECK(storage_ != nullptr, "an Mlp made layer_stored runs only once given its storage");
+  return storage_->acquire_params(l, pass).data();
+}
+
+void Mlp::release_layer(std::size_t l) {
+  if (layer_stored_) storage_->release_params(l);
 }
 
 void Mlp::gather(const Dataset& data, std::span<const std::int64_t> indices) {
@@ -62,15 +138,17 @@ void Mlp::gather(const Dataset& data, std::span<const std::int64_t> indices) {
   }
 }
 
-void Mlp::forward(int batch) {
+void Mlp::forward(int batch, LayerPass pass) {
   const int last = static_cast<int>(layers_.size()) - 1;
   for (int l = 0; l <= last; ++l) {
     auto in = activations_[l].leftCols(batch);
     auto out = activations_[l + 1].leftCols(batch);
     const LayerRange& r = layers_[l];
-    gemm_nn(r.out, batch, r.in, params_.data() + r.weight_offset, r.out, in.data(), r.in,
-            out.data(), r.out);
-    bias_activation(r.out, batch, params_.data() + r.bias_offset, out.data(), r.out, l < last);
+    const float* w = layer_params(std::size_t(l), pass);
+    gemm_nn(r.out, batch, r.in, w, r.out, in.data(), r.in, out.data(), r.out);
+    bias_activation(r.out, batch, w + (r.bias_offset - r.weight_offset), out.data(), r.out,
+                    l < last);
+    release_layer(std::size_t(l));
   }
 }
 
@@ -103,14 +181,29 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
     auto delta = deltas_[l].leftCols(batch);
     auto in = activations_[l].leftCols(batch);
     const LayerRange& r = layers_[l];
-    gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in,
-            grads_.data() + r.weight_offset, r.out, accumulate);
-    bias_gradient(r.out, batch, delta.data(), r.out, grads_.data() + r.bias_offset, accumulate);
-    if (grad_ready_) grad_ready_(r.weight_offset, r.end());
-    if (l == 0) break;  // nobody needs the gradient with respect to the input
+    // Gathered again before backward, as FSDP does, though layer 0's input gradient is not
+    // computed: each layer is gathered twice a step, whatever its place.
+    const float* w = layer_params(std::size_t(l), LayerPass::kBackward);
+    float* g = layer_stored_ ? storage_->layer_grads(std::size_t(l)).data()
+                             : grads_.data() + r.weight_offset;
+    // The storage's layer buffer holds this micro-batch alone: it accumulates the reduced shard.
+    const bool add = accumulate && !layer_stored_;
+    gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in, g, r.out, add);
+    bias_gradient(r.out, batch, delta.data(), r.out, g + (r.bias_offset - r.weight_offset), add);
+    // Reported before the input gradient is computed, so that its reduction overlaps that.
+    if (layer_stored_) {
+      storage_->gradient_final(std::size_t(l), accumulate);
+    } else if (grad_ready_) {
+      grad_ready_(r.weight_offset, r.end());
+    }
+    if (l == 0) {  // nobody needs the gradient with respect to the input
+      release_layer(0);
+      break;
+    }
     auto prev = deltas_[l - 1].leftCols(batch);
-    gemm_tn(r.in, batch, r.out, params_.data() + r.weight_offset, r.out, delta.data(), r.out,
-            prev.data(), r.in, transposed_weight_.data());
+    gemm_tn(r.in, batch, r.out, w, r.out, delta.data(), r.out, prev.data(), r.in,
+            transposed_weight_.data());
+    release_layer(std::size_t(l));
     // ReLU's derivative: pass the gradient where the activation was positive.
     relu_backward(r.in, batch, in.data(), r.in, prev.data(), r.in);
   }
@@ -146,7 +239,7 @@ Evaluation Mlp::evaluate(const Dataset& data) {
     for (int j = 0; j < batch; ++j) eval_indices_[j] = start + j;
     std::span<const std::int64_t> indices(eval_indices_.data(), static_cast<std::size_t>(batch));
     gather(data, indices);
-    forward(batch);
+    forward(batch, LayerPass::kRead);
     const auto [loss, right] = softmax_cross_entropy(data, indices, batch, false);
     loss_sum += loss;
     correct += right;

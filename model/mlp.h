@@ -9,15 +9,24 @@
 // nothing. The parameter and gradient buffers are counted in the process's model-state ledger
 // (common/model_state_memory.h) for the model's lifetime, activations and scratch are not; so
 // an Mlp is move-only. Not thread-safe: one Mlp per replica.
+//
+// Handed a LayerStorage (ZeRO stage 3, model/layer_storage.h), the Mlp holds no parameter or
+// gradient buffer at all: each layer's weights are acquired before its forward and again before
+// its backward and released after, each layer's gradient goes into the storage's layer buffer
+// and is reported final at once (the storage reduces it while the input gradient is computed).
+// Made with `layer_stored`, it never allocates the full buffers (they would be the ledger's
+// peak); init_params then waits for the storage.
 #pragma once
 
 #include <Eigen/Core>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "common/model_state_memory.h"
+#include "common/random.h"
 #include "model/dataset.h"
 #include "model/model.h"
 
@@ -34,7 +43,8 @@ class Mlp final : public Model {
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
   // widths = {input, hidden..., classes}; at least {input, classes}.
-  Mlp(std::vector<int> widths, int max_batch);
+  // layer_stored: no full buffers; set_layer_storage() must follow before any step.
+  Mlp(std::vector<int> widths, int max_batch, bool layer_stored = false);
   // The layers' ranges in the flat buffers for `widths`, checked as the constructor checks
   // them, without allocating a model (whose buffers the model-state ledger would count).
   static std::vector<LayerRange> layout(const std::vector<int>& widths);
@@ -45,7 +55,7 @@ class Mlp final : public Model {
   std::span<float> params() override { return params_; }
   std::span<float> grads() override { return grads_; }
   std::span<const float> params() const { return params_; }
-  std::size_t param_count() const override { return params_.size(); }
+  std::size_t param_count() const override { return layers_.back().end(); }
   const std::vector<LayerRange>& layers() const { return layers_; }
   // Per layer: W, column-major out x in, so row-major in x out; then b, 1-D.
   std::vector<TensorShape> tensors() const override;
@@ -67,6 +77,12 @@ class Mlp final : public Model {
     grad_ready_ = std::move(callback);
   }
 
+  std::vector<LayerSpan> layer_spans() const override;
+  bool set_layer_storage(LayerStorage* storage) override;
+  bool layer_stored() const override { return layer_stored_; }
+  void copy_params_to_host(std::span<float> out) override;
+  void copy_params_from_host(std::span<const float> in) override;
+
   // Test loss and accuracy over the whole dataset (in chunks of max_batch); parameters unchanged.
   Evaluation evaluate(const Dataset& data) override;
 
@@ -80,7 +96,13 @@ class Mlp final : public Model {
   using StateBuffer = TrackedBuffer<float, Eigen::aligned_allocator<float>>;
 
   void gather(const Dataset& data, std::span<const std::int64_t> indices);
-  void forward(int batch);
+  void forward(int batch, LayerPass pass = LayerPass::kForward);
+  // Layer l's weights (W, then b) for `pass`: a view of params_, or acquired from the storage;
+  // release_layer gives the storage's back.
+  const float* layer_params(std::size_t l, LayerPass pass);
+  void release_layer(std::size_t l);
+  // init_params's draw of layer l, in the order of the flat buffer.
+  static void draw_layer(const LayerRange& layer, SplitMix64& rng, float* out);
   // Softmax cross-entropy on the logits of `batch` columns; leaves d(loss)/d(logits) in
   // delta_.back() when `want_grad`, and returns the summed loss and the correct count.
   std::pair<double, std::int64_t> softmax_cross_entropy(const Dataset& data,
@@ -99,6 +121,9 @@ class Mlp final : public Model {
   std::vector<std::int64_t> eval_indices_;
   std::vector<std::int32_t> batch_labels_;  // the labels of the batch's samples, checked
   GradReadyCallback grad_ready_;
+  bool layer_stored_ = false;
+  LayerStorage* storage_ = nullptr;  // set: params_ and grads_ are empty
+  std::optional<std::uint64_t> pending_seed_;  // init_params before the storage came
 };
 
 }  // namespace gradsync

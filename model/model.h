@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "model/dataset.h"
+#include "model/layer_storage.h"
 
 namespace gradsync {
 
@@ -38,6 +39,13 @@ struct TensorShape {
   std::size_t size() const { return rows * cols; }
   std::size_t end() const { return offset + size(); }
   bool matrix() const { return rows > 1 && cols > 1; }
+};
+
+// One layer's range [begin, end) of the flat buffers: what a LayerStorage gathers and reduces
+// as a unit.
+struct LayerSpan {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
 };
 
 class Model {
@@ -103,6 +111,18 @@ class Model {
   // as PyTorch's DistributedSampler.set_epoch): what seeds data augmentation, with train.seed
   // and each sample's index (model/augment.h). Default: ignored (a model that augments nothing).
   virtual void set_epoch(std::int64_t /*epoch*/) {}
+
+  // The layers in forward order, covering the flat buffers, for a model that can run on a
+  // LayerStorage (model/layer_storage.h); empty for one that cannot (the default).
+  virtual std::vector<LayerSpan> layer_spans() const { return {}; }
+  // From now on the parameters and gradients live in `storage`, layer by layer (ZeRO stage 3):
+  // params() and grads() are empty, and every read of the parameters (forward, evaluate,
+  // copy_params_to_host) and every write (init_params, copy_params_from_host) is collective
+  // over the storage's ranks. `storage` must outlive every such call. Returns false, changing
+  // nothing, for a model that cannot (the default).
+  virtual bool set_layer_storage(LayerStorage* /*storage*/) { return false; }
+  // Whether the parameters live in a LayerStorage: every rank must then evaluate alike.
+  virtual bool layer_stored() const { return false; }
 
   // Whether evaluate() measures anything a user reads (a synthetic model has no test set).
   virtual bool evaluates() const { return true; }

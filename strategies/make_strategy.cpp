@@ -77,7 +77,19 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     zero.compression = options.compression;
     zero.broadcast_buffers = options.broadcast_buffers;
     zero.first_step = static_cast<std::int64_t>(process.first_step);
-    return std::make_unique<ZeroStrategy>(process.comm, std::move(zero));
+    zero.layers = process.model->layer_spans();
+    if (zero.stage == 3 && zero.layers.empty()) {
+      throw ConfigError("strategy", "zero.stage",
+                        "stage 3 gathers the parameters layer by layer, which this model does "
+                        "not offer (model.kind mlp on cpu does)");
+    }
+    auto strategy = std::make_unique<ZeroStrategy>(process.comm, std::move(zero));
+    // Stage 3: from here on the model's parameters and gradients live in the strategy's shards.
+    if (LayerStorage* storage = strategy->layer_storage()) {
+      GRADSYNC_CHECK(process.model->set_layer_storage(storage),
+                     "zero stage 3: the model refused the layer storage");
+    }
+    return strategy;
   }
   AllreduceStrategyOptions allreduce;
   allreduce.bucket_bytes = options.bucket_bytes;

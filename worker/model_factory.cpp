@@ -180,7 +180,10 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
         std::chrono::duration<double, std::milli>(config.model.compute_ms));
     model = std::make_unique<SyntheticModel>(config.model.parameters, config.model.layers, compute);
   } else if (config.model.kind == "mlp") {
-    model = std::make_unique<Mlp>(widths, max_batch);
+    // zero stage 3 gives the MLP its layer storage later: no full buffers meanwhile, or they
+    // would be the rank's peak model state.
+    const bool layer_stored = config.strategy == "zero" && config.zero.stage == 3;
+    model = std::make_unique<Mlp>(widths, max_batch, layer_stored);
   } else if (config.model.kind == "resnet") {
     auto resnet = std::make_unique<ResNet>(resnet_shape(config, widths), max_batch);
     resnet->set_augmentation({.enabled = config.data.augment == "crop_flip",

@@ -159,13 +159,16 @@ LoopResult run_worker_loop(Model& model, SyncStrategy& strategy, DistributedSamp
         result.stopped = true;
         break;
       }
-      if (rank != 0) continue;
-      if (sinks.progress) sinks.progress->update(step, epoch, loss);
+      // Rank 0 evaluates; where the parameters are sharded (zero stage 3) evaluation gathers
+      // them, a collective, so every rank runs it and rank 0 keeps what it measured.
+      if (rank != 0 && !model.layer_stored()) continue;
+      if (rank == 0 && sinks.progress) sinks.progress->update(step, epoch, loss);
       const bool last = step + 1 == options.steps;
       if (!options.evaluate) continue;
       if (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0)) {
         const Clock::time_point eval_begin = Clock::now();
         const Evaluation eval = model.evaluate(data.test);
+        if (rank != 0) continue;
         if (sinks.trace && step - first_step < options.trace_steps) {
           sinks.trace->add_span(rank, "evaluate", step, eval_begin, Clock::now());
         }

@@ -93,18 +93,44 @@ struct ZeroStrategy::InFlight {
 ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroStrategyOptions options)
     : comm_(std::move(comm)), options_(std::move(options)) {
   GRADSYNC_CHECK(comm_ != nullptr, "zero needs a communicator");
-  GRADSYNC_CHECK(options_.stage == 1 || options_.stage == 2, "zero: stage 1 or 2");
-  layout_ = shard_layout(options_.tensors, options_.params, comm_->size(), options_.unit_bytes,
-                         comm_->rank());
+  if (options_.stage < 1 || options_.stage > 3) {
+    throw ConfigError("strategy", "zero.stage",
+                      "must be 1, 2 or 3, got " + std::to_string(options_.stage));
+  }
+  if (options_.stage == 3) {
+    GRADSYNC_CHECK(!options_.layers.empty(),
+                   "zero stage 3 needs the model's layers (Model::layer_spans())");
+    if (options_.compression.method != "none") {
+      throw ConfigError("strategy", "comm.compression",
+                        "zero stage 3 reduce-scatters each layer in fp32: compression none only");
+    }
+    // One unit per layer (a unit closes at every tensor of at least one byte): what is
+    // gathered before a layer runs and reduced after its backward.
+    std::vector<TensorShape> layers;
+    for (const LayerSpan& l : options_.layers) layers.push_back({l.begin, l.size(), 1});
+    layout_ = shard_layout(layers, options_.params, comm_->size(), 1, comm_->rank());
+  } else {
+    layout_ = shard_layout(options_.tensors, options_.params, comm_->size(), options_.unit_bytes,
+                           comm_->rank());
+  }
   if (options_.compression.method != "none") {
     compression_ = std::make_unique<UnitCompression>(comm_, layout_, options_.compression);
+  }
+  // Made here, not at init(): stage 3's storage fills the parameter shard before init().
+  optimizer_ = std::make_unique<ShardedOptimizer>(layout_, options_.params, options_.sgd);
+  if (options_.stage == 3) {
+    layer_shards_ = std::make_unique<LayerShards>(comm_, layout_, optimizer_->param_shard,
+                                                  optimizer_->grad_shard);
   }
   steps_ = options_.first_step;
 }
 
+LayerStorage* ZeroStrategy::layer_storage() { return layer_shards_.get(); }
+
 ZeroStrategy::~ZeroStrategy() { settle(); }
 
 void ZeroStrategy::settle() {
+  if (layer_shards_) layer_shards_->settle();
   // Only this rank's reduce-scatters in flight read buffers that are about to go.
   for (const auto& f : in_flight_) {
     for (const auto& work : f->works) {
@@ -127,12 +153,19 @@ void ZeroStrategy::abort(const std::string& reason) {
 Optimizer* ZeroStrategy::optimizer() { return optimizer_.get(); }
 
 void ZeroStrategy::init(std::span<float> params) {
-  GRADSYNC_CHECK(params.size() == options_.params, "zero: the model's parameter count changed");
-  comm_->broadcast(params, 0);
+  if (options_.stage == 3) {
+    // The shards were filled through the storage (rank 0's values, layer by layer).
+    GRADSYNC_CHECK(params.empty(),
+                   "zero stage 3: the model must run on layer_storage(), holding no full buffer");
+  } else {
+    GRADSYNC_CHECK(params.size() == options_.params,
+                   "zero: the model's parameter count changed");
+    comm_->broadcast(params, 0);
+    optimizer_->gather(params, optimizer_->param_shard);
+  }
   if (!buffers_.empty()) comm_->broadcast(buffers_, 0);  // module state, as DDP's at start
-  optimizer_ = std::make_unique<ShardedOptimizer>(layout_, options_.params, options_.sgd);
-  optimizer_->gather(params, optimizer_->param_shard);
   counted_ = comm_->counters();
+  if (layer_shards_) layer_shards_->take_read_counters();
 }
 
 void ZeroStrategy::reduce_scatter_unit(std::span<const float> grads, std::size_t u, bool blocking) {
@@ -188,7 +221,40 @@ void ZeroStrategy::gradient_ready(std::span<float> grads, std::size_t begin, std
   }
 }
 
+void ZeroStrategy::synchronize_sharded_params() {
+  Stopwatch exposed;
+  layer_shards_->finish_gradients();
+  spans_ = layer_shards_->take_spans();
+  const double reduce_s = exposed.seconds();
+  Stopwatch update;
+  optimizer_->step_shards();  // no gather: the next forward gathers each layer as it runs
+  const double update_s = update.seconds();
+  if (options_.broadcast_buffers && !buffers_.empty()) comm_->broadcast(buffers_, 0);
+  finish_stats(reduce_s, update_s);
+}
+
+void ZeroStrategy::finish_stats(double communicate_s, double update_s) {
+  stats_ = StepStats{};
+  stats_.communicate_s = communicate_s;
+  stats_.compute_s = update_s;
+  const CommCounters now = comm_->counters();
+  stats_.bytes_sent = now.bytes_sent - counted_.bytes_sent;
+  stats_.bytes_received = now.bytes_received - counted_.bytes_received;
+  stats_.collectives = now.collectives - counted_.collectives;
+  if (layer_shards_) {
+    // An evaluation's gathers (or a read of the full parameters) since the last step are not
+    // this step's traffic.
+    const CommCounters read = layer_shards_->take_read_counters();
+    stats_.bytes_sent -= read.bytes_sent;
+    stats_.bytes_received -= read.bytes_received;
+    stats_.collectives -= read.collectives;
+  }
+  counted_ = now;
+  ++steps_;
+}
+
 void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) {
+  if (layer_shards_) return synchronize_sharded_params();
   Stopwatch exposed;
   if (!step_started_) {
     next_unit_ = 0;
@@ -246,21 +312,16 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
   // Each rank normalised with its own batch statistics; rank 0's running ones go to all.
   if (options_.broadcast_buffers && !buffers_.empty()) comm_->broadcast(buffers_, 0);
 
-  stats_ = StepStats{};
-  stats_.communicate_s = reduce_s + gather.seconds();
-  stats_.compute_s = update_s;
-  const CommCounters now = comm_->counters();
-  stats_.bytes_sent = now.bytes_sent - counted_.bytes_sent;
-  stats_.bytes_received = now.bytes_received - counted_.bytes_received;
-  stats_.collectives = now.collectives - counted_.collectives;
-  counted_ = now;
-  ++steps_;
+  finish_stats(reduce_s + gather.seconds(), update_s);
 }
 
 std::optional<SyncStrategy::OwnParts> ZeroStrategy::own_checkpoint_parts(
-    std::span<const float> params) const {
+    std::span<const float> /*params*/) const {
   GRADSYNC_CHECK(optimizer_ != nullptr, "zero: a checkpoint before init()");
   const std::vector<float> momentum = optimizer_->shard_momentum();
+  // The parameter shard: after a step it holds what the all-gather copied into every rank's
+  // buffer (stages 1 and 2), and at stage 3 it is all there is.
+  const std::span<const float> shard = optimizer_->param_shard.span();
   OwnParts own;
   const auto add = [&](bool mine, std::size_t begin, std::size_t n, std::size_t at) {
     const int index = own.parts++;
@@ -270,8 +331,7 @@ std::optional<SyncStrategy::OwnParts> ZeroStrategy::own_checkpoint_parts(
     part.begin = begin;
     part.end = begin + n;
     part.optimizer_steps = optimizer_->steps_taken();
-    part.params.assign(params.begin() + std::ptrdiff_t(begin),
-                       params.begin() + std::ptrdiff_t(begin + n));
+    part.params.assign(shard.begin() + std::ptrdiff_t(at), shard.begin() + std::ptrdiff_t(at + n));
     part.momentum.assign(momentum.begin() + std::ptrdiff_t(at),
                          momentum.begin() + std::ptrdiff_t(at + n));
     own.mine.emplace_back(index, std::move(part));

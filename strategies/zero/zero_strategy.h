@@ -1,4 +1,4 @@
-// `zero`: sharded data parallelism, ZeRO (Rajbhandari et al., SC 2020) stages 1 and 2 on any
+// `zero`: sharded data parallelism, ZeRO (Rajbhandari et al., SC 2020) stages 1 to 3 on any
 // Communicator. The buffer is split into units, each unit into N slices, rank r owning slice r
 // of every unit (strategies/zero/shard_layout.h); each rank keeps the optimizer state (SGD's
 // momentum) of its slices only: 1/N of it.
@@ -10,6 +10,13 @@
 //                 overlapping the rest of backward, as DDP's buckets are
 //   synchronize:  the SGD step on this rank's slices (momentum and weight decay as every other
 //                 strategy), then every unit's parameters all-gathered into the model's buffer
+//   stage 3:      FSDP's full shard: the units are the model's layers and the model runs on
+//                 layer_storage() (strategies/zero/layer_shards.h), holding no full buffer;
+//                 each layer gathered before its forward and again before its backward (the
+//                 next one prefetched), its gradient reduce-scattered as soon as backward made
+//                 it and then freed, every micro-batch (the shard accumulates them);
+//                 synchronize steps the shards and gathers nothing: 1.5x the bytes of stages
+//                 1 and 2, two all-gathers and one reduce-scatter of every layer
 //
 // Reduce-scatter plus all-gather move the bytes of one all-reduce, 2(N-1)/N of each unit's
 // slices, read from and written to the model's own buffers (the under-N-float tail of a unit is
@@ -17,8 +24,9 @@
 // the all-gather copies the owner's values. The sums are the backend's reduce-scatter's, so the
 // trajectory follows `single` on the global batch up to float summation order.
 //
-// Memory: the model still holds full parameter and gradient buffers (stage 2's freeing of each
-// reduced unit's gradient, and stage 3, need storage the strategy owns). What zero allocates is
+// Memory: at stages 1 and 2 the model still holds full parameter and gradient buffers; at
+// stage 3 only the gathered layers and in-flight layer gradients exist beside the shards. What
+// zero allocates is
 // counted in the process's ModelStateMemory (common/model_state_memory.h): the shards of the
 // parameters and gradients, and the momentum of the slices (Sgd counts it).
 //
@@ -37,17 +45,19 @@
 #include "model/optimizer/sgd_options.h"
 #include "strategies/allreduce/bucket_reducer.h"
 #include "strategies/sync_strategy.h"
+#include "strategies/zero/layer_shards.h"
 #include "strategies/zero/shard_layout.h"
 #include "strategies/zero/unit_compression.h"
 
 namespace gradsync {
 
 struct ZeroStrategyOptions {
-  int stage = 1;                       // zero.stage: 1 or 2
+  int stage = 1;                       // zero.stage: 1, 2 or 3
   std::size_t unit_bytes = 25u << 20;  // comm.bucket_mb: the units' size, as DDP's buckets
   SgdOptions sgd;
   std::vector<TensorShape> tensors;  // the model's (Model::tensors())
   std::size_t params = 0;            // the model's param_count()
+  std::vector<LayerSpan> layers;     // stage 3: the model's (Model::layer_spans()), the units
   // comm.compression: fp16, bf16 or topk on the gradients' reduce-scatter (unit_compression.h);
   // none: fp32.
   CompressionOptions compression;
@@ -76,6 +86,9 @@ class ZeroStrategy final : public SyncStrategy {
   std::optional<OwnParts> own_checkpoint_parts(std::span<const float> params) const override;
 
   const ShardLayout& layout() const { return layout_; }
+  // Stage 3: the storage to hand the model (Model::set_layer_storage) before init(); null at
+  // stages 1 and 2. It lives as long as the strategy.
+  LayerStorage* layer_storage();
 
  private:
   class ShardedOptimizer;
@@ -84,12 +97,15 @@ class ZeroStrategy final : public SyncStrategy {
   // Starts unit u's reduce-scatter from `grads` (blocking: on this thread, at once).
   void reduce_scatter_unit(std::span<const float> grads, std::size_t u, bool blocking);
   void settle();
+  void synchronize_sharded_params();
+  void finish_stats(double communicate_s, double update_s);
 
   std::shared_ptr<Communicator> comm_;
   ZeroStrategyOptions options_;
   ShardLayout layout_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<UnitCompression> compression_;  // null: none
+  std::unique_ptr<LayerShards> layer_shards_;     // stage 3
   std::int64_t steps_ = 0;                        // optimizer steps, counted from first_step
   std::vector<std::unique_ptr<InFlight>> in_flight_;
   std::size_t next_unit_ = 0;   // stage 2: the next unit backward will complete

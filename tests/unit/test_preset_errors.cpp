@@ -421,10 +421,12 @@ TEST_CASE("preset: zero's stage and what zero runs on") {
   CHECK_NOTHROW(load(zero + "zero: {stage: 2}\n"));
   CHECK(error_of(zero + "zero: {stage: 4}\n").starts_with("presets/x.yaml:4: zero.stage: "));
   CHECK(error_of(zero + "zero: {stage: 0}\n").starts_with("presets/x.yaml:4: zero.stage: "));
-  CHECK(error_of(zero + "zero: {stage: 3}\n") ==
-        "presets/x.yaml:4: zero.stage: 3 shards the parameters, gathered layer by layer before "
-        "forward and backward, which needs parameter storage the model hands to the strategy: "
-        "not in this version (use 1 or 2)");
+  CHECK_NOTHROW(load(zero + "zero: {stage: 3}\n"));  // the MLP runs on the layer storage
+  CHECK(error_of(zero + "zero: {stage: 3}\nmodel: {kind: synthetic}\n") ==
+        "presets/x.yaml:4: zero.stage: 3 gathers the parameters layer by layer, which "
+        "model.kind synthetic does not offer (mlp does; use stage 1 or 2)");
+  CHECK(error_of(zero + "zero: {stage: 3}\ncomm: {compression: fp16}\n")
+            .starts_with("presets/x.yaml:5: comm.compression: zero stage 3 reduce-scatters"));
   CHECK(error_of(zero + "device: gpu\n") ==
         "presets/x.yaml:4: device: zero shards buffers in host memory in this version: use "
         "device: cpu");

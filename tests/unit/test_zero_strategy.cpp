@@ -1,12 +1,14 @@
-// The zero strategy (ZeRO stages 1 and 2): N ranks as N threads, each with its own model,
+// The zero strategy (ZeRO stages 1 to 3): N ranks as N threads, each with its own model,
 // sampler and communicator of the backend under test, against `single` on the global batch;
 // and the shard layout it rests on.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <thread>
 
 #include "allreduce/in_memory_store.h"
 #include "allreduce/make_communicator.h"
+#include "common/model_state_memory.h"
 #include "model/mlp.h"
 #include "model/sampler.h"
 #include "strategies/zero/shard_layout.h"
@@ -14,6 +16,7 @@
 #include "tests/support/compare.h"
 #include "tests/support/digesting_strategy.h"
 #include "tests/support/training.h"
+#include "tests/support/zero_training.h"
 #include "worker/worker_loop.h"
 
 namespace {
@@ -21,63 +24,10 @@ namespace {
 using gradsync::LoopResult;
 
 const std::vector<int> kWidths = {32, 64, 32, 10};
-const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};
+const gradsync::SgdOptions kSgd{0.05, 0.9, 1e-4};  // ZeroRun's
 
-struct ZeroRun {
-  int stage = 1;
-  std::string backend = "tcp";
-  std::size_t unit_bytes = 4096;
-  gradsync::CompressionOptions compression;
-  std::vector<std::vector<std::uint64_t>>* digests = nullptr;
-};
-
-std::vector<LoopResult> train_zero(int ranks, const ZeroRun& run, std::int64_t steps) {
-  gradsync::InMemoryStore store;
-  std::vector<LoopResult> results(static_cast<std::size_t>(ranks));
-  std::vector<std::string> errors(static_cast<std::size_t>(ranks));
-  if (run.digests) run.digests->assign(static_cast<std::size_t>(ranks), {});
-  {
-    std::vector<std::jthread> threads;
-    for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          gradsync::CommunicatorOptions communicator;
-          communicator.backend = run.backend;
-          communicator.tcp.timeout = std::chrono::milliseconds(20000);
-          auto comm = gradsync::make_communicator(store, r, ranks, communicator);
-          const int batch = 64 / ranks;
-          gradsync::Mlp model(kWidths, batch);
-          model.init_params(1 + static_cast<std::uint64_t>(r) * 100);  // init's broadcast evens
-          gradsync::ZeroStrategyOptions options;
-          options.stage = run.stage;
-          options.unit_bytes = run.unit_bytes;
-          options.sgd = kSgd;
-          options.tensors = model.tensors();
-          options.params = model.param_count();
-          options.compression = run.compression;
-          gradsync::ZeroStrategy strategy(comm, options);
-          gradsync::DistributedSampler sampler(gradsync::testing::synthetic_data().train.size, r,
-                                               ranks, batch, 1);
-          gradsync::LoopOptions loop;
-          loop.steps = steps;
-          loop.keep_params = true;
-          const auto& data = gradsync::testing::synthetic_data();
-          if (run.digests) {
-            gradsync::testing::DigestingStrategy digesting(strategy, (*run.digests)[r]);
-            results[r] = gradsync::run_worker_loop(model, digesting, sampler, data, loop, {});
-          } else {
-            results[r] = gradsync::run_worker_loop(model, strategy, sampler, data, loop, {});
-          }
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-  }
-  for (int r = 0; r < ranks; ++r)
-    REQUIRE_MESSAGE(errors[r].empty(), "rank " << r << ": " << errors[r]);
-  return results;
-}
+using gradsync::testing::train_zero;
+using gradsync::testing::ZeroRun;
 
 const std::vector<gradsync::LayerRange>& layers() {
   static const gradsync::Mlp model(kWidths, 1);
@@ -217,4 +167,136 @@ TEST_CASE("zero: fp16 halves the reduce-scatter's bytes; the all-gather stays fp
   // N = 2: every unit's slices are even (no tail): reduce-scatter 2 bytes a value, all-gather 4.
   CHECK(static_cast<double>(half.front().totals.bytes_sent) ==
         doctest::Approx(0.75 * static_cast<double>(plain.front().totals.bytes_sent)));
+}
+
+// Stage 3 (FSDP's full shard): the MLP on the strategy's layer storage; its traffic (two
+// all-gathers and one reduce-scatter of every layer, 1.5x stages 1 and 2), accumulation, and its
+// measured model state at N = 1 (one rank in the process: the ledger is that rank's).
+namespace {
+
+const std::vector<gradsync::LayerRange>& layers_of(const std::vector<int>& widths) {
+  static std::map<std::vector<int>, std::vector<gradsync::LayerRange>> cache;
+  auto [it, fresh] = cache.try_emplace(widths);
+  if (fresh) it->second = gradsync::Mlp::layout(widths);
+  return it->second;
+}
+
+// Every rank ends with the same parameters, bit for bit (each layer is gathered from its
+// owners' slices), and rank 0's within `bound` of `reference`.
+void check_follows(const std::vector<gradsync::LoopResult>& results,
+                   const std::vector<float>& reference, const std::vector<int>& widths,
+                   double bound, const std::string& what) {
+  for (std::size_t r = 1; r < results.size(); ++r) {
+    CHECK(results[r].final_params == results.front().final_params);
+  }
+  const double diff = gradsync::testing::max_relative_difference(results.front().final_params,
+                                                                 reference, layers_of(widths));
+  MESSAGE(what << ": max relative difference " << diff);
+  CHECK(diff <= bound);
+}
+
+}  // namespace
+
+TEST_CASE("zero stage 3 follows `single` on the global batch for 50 steps") {
+  const auto single =
+      gradsync::testing::train_single({64, 32}, 64, 50, gradsync::SgdOptions{0.05, 0.9, 1e-4});
+  for (const std::string backend : {"tcp", "shm", "gloo"}) {
+    const auto built = gradsync::compiled_backends();
+    if (std::find(built.begin(), built.end(), backend) == built.end()) continue;
+    for (int ranks : {2, 4}) {
+      CAPTURE(backend);
+      CAPTURE(ranks);
+      ZeroRun run;
+      run.stage = 3;
+      run.backend = backend;
+      run.eval_every = 20;  // evaluation gathers on every rank, between steps
+      check_follows(train_zero(ranks, run, 50), single, run.widths, 1e-5,
+                    "zero stage 3 over " + backend + " with " + std::to_string(ranks) + " ranks");
+    }
+  }
+}
+
+TEST_CASE("zero stage 3 with train.accumulation_steps: the shard adds the micro-batches") {
+  const auto single =
+      gradsync::testing::train_single({64, 32}, 64, 30, gradsync::SgdOptions{0.05, 0.9, 1e-4});
+  for (int ranks : {1, 2}) {
+    CAPTURE(ranks);
+    ZeroRun run;
+    run.stage = 3;
+    run.accumulation = 2;
+    check_follows(train_zero(ranks, run, 30), single, run.widths, 1e-5,
+                  "zero stage 3, 2 micro-batches, " + std::to_string(ranks) + " ranks");
+  }
+}
+
+TEST_CASE("zero stage 3 moves 1.5x the bytes of stage 1: two all-gathers and a reduce-scatter") {
+  // Every layer a multiple of 4 floats (32·64+64, 64·32+32, 32·12+12): no tails at N = 2 or 4,
+  // so every count below is exact.
+  const std::vector<int> widths = {32, 64, 32, 12};
+  std::size_t params = 0;
+  for (const auto& layer : gradsync::Mlp::layout(widths)) params = layer.end();
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    const std::int64_t steps = 6;
+    ZeroRun run;
+    run.widths = widths;
+    run.stage = 1;
+    const auto one = train_zero(ranks, run, steps);
+    run.stage = 3;
+    run.eval_every = 2;  // evaluations gather too, and are no step's traffic
+    const auto three = train_zero(ranks, run, steps);
+    // Stage 1: (N-1)/N of the buffer reduce-scattered and as much all-gathered, the bytes of
+    // one ring all-reduce; stage 3: one reduce-scatter and two all-gathers of every layer.
+    const std::uint64_t slice_bytes = std::uint64_t(ranks - 1) * params / ranks * 4;
+    for (int r = 0; r < ranks; ++r) {
+      CAPTURE(r);
+      CHECK(one[r].totals.bytes_sent == std::uint64_t(steps) * 2 * slice_bytes);
+      CHECK(three[r].totals.bytes_sent == std::uint64_t(steps) * 3 * slice_bytes);
+      CHECK(2 * three[r].totals.bytes_sent == 3 * one[r].totals.bytes_sent);
+      CHECK(three[r].totals.bytes_received == three[r].totals.bytes_sent);
+    }
+  }
+}
+
+TEST_CASE("zero stage 3 at N = 1: the measured peak is the shards and a window of layers") {
+  const std::vector<int> widths = {32, 64, 64, 64, 10};
+  std::vector<std::uint64_t> n;  // each layer's floats
+  for (const auto& layer : gradsync::Mlp::layout(widths)) n.push_back(layer.end() - layer.weight_offset);
+  // At every moment of backward at most layer l and its prefetched l - 1 gathered, and l's
+  // gradient beside l + 1's still in flight.
+  std::uint64_t window = 0, total = 0;
+  for (std::size_t l = 0; l < n.size(); ++l) {
+    const std::uint64_t before = l > 0 ? n[l - 1] : 0, after = l + 1 < n.size() ? n[l + 1] : 0;
+    window = std::max(window, before + 2 * n[l] + after);
+    total += n[l];
+  }
+  auto& ledger = gradsync::ModelStateMemory::instance();
+  const std::uint64_t start = ledger.current_total();
+  ledger.reset_peaks();
+  ZeroRun run;
+  run.widths = widths;
+  run.stage = 3;
+  train_zero(1, run, 5);
+  // Params, gradients and momentum shards (the whole model at N = 1), and the window.
+  const std::uint64_t formula = (3 * total + window) * 4;
+  const std::uint64_t peak = ledger.peak_total() - start;
+  MESSAGE("stage 3, N = 1: peak " << peak << " bytes, formula " << formula);
+  CHECK(static_cast<double>(peak) == doctest::Approx(static_cast<double>(formula)).epsilon(0.05));
+  CHECK(ledger.current_total() == start);  // everything freed with the run
+}
+
+TEST_CASE("zero stage 3 refused: a model without layer storage") {
+  ZeroRun run;
+  gradsync::ZeroStrategyOptions options;
+  options.stage = 3;
+  options.params = 10;
+  options.tensors = {{0, 10, 1}};
+  gradsync::InMemoryStore store;
+  auto comm = gradsync::make_communicator(store, 0, 1, gradsync::CommunicatorOptions{});
+  CHECK_THROWS_WITH_AS(gradsync::ZeroStrategy(comm, options),
+                       doctest::Contains("Model::layer_spans"), gradsync::Error);
+  options.stage = 4;
+  options.layers = {{0, 10}};
+  CHECK_THROWS_WITH_AS(gradsync::ZeroStrategy(comm, options), doctest::Contains("zero.stage"),
+                       gradsync::ConfigError);
 }

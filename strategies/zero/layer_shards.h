@@ -1,0 +1,83 @@
+// LayerShards: ZeRO stage 3's parameter and gradient storage (model/layer_storage.h), FSDP's
+// full shard over a ShardLayout whose units are the model's layers. Each rank holds only its
+// slice (and the under-N-float tail) of every layer's parameters and gradient, in the shard
+// buffers the strategy's optimizer steps; a layer's full parameters exist only while it runs:
+//
+//   acquire_params(l):  wait for l's gather (prefetched by the previous acquire) or gather it
+//                       now, then start the next layer's gather (forward and reads: l + 1,
+//                       backward: l - 1) so that it overlaps l's compute
+//   release_params(l):  free l's gathered values
+//   layer_grads(l):     a fresh layer-sized gradient buffer
+//   gradient_final(l):  finish the previous layer's reduce-scatter (freeing its full gradient),
+//                       start l's into the gradient shard (added to it for micro-batch > 0)
+//
+// So at most two gathered layers (the running one and its prefetch) and two full layer
+// gradients (the one in flight and the one being computed) exist at once: the formula's
+// window, max over l of n(l-1) + 2 n(l) + n(l+1) floats, beside the shards.
+//
+// Every collective is issued from the training thread in the same order on every rank (the
+// model's passes are the same everywhere); the backend runs them in issue order. Gathers read
+// the parameter shard, which the optimizer only writes between steps, when nothing is in
+// flight. One per rank; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "allreduce/communicator.h"
+#include "common/stopwatch.h"
+#include "common/model_state_memory.h"
+#include "common/trace_span.h"
+#include "model/layer_storage.h"
+#include "strategies/zero/shard_layout.h"
+
+namespace gradsync {
+
+class LayerShards final : public LayerStorage {
+ public:
+  // `layout`'s units are the layers, last layer first; the shards are the strategy's (slices
+  // and tails at each unit's shard_offset) and outlive this object.
+  LayerShards(std::shared_ptr<Communicator> comm, const ShardLayout& layout,
+              std::span<float> param_shard, std::span<float> grad_shard);
+  ~LayerShards() override;
+
+  std::span<const float> acquire_params(std::size_t layer, LayerPass pass) override;
+  void release_params(std::size_t layer) override;
+  void store_params(std::size_t layer, std::span<const float> values) override;
+  std::span<float> layer_grads(std::size_t layer) override;
+  void gradient_final(std::size_t layer, bool accumulate) override;
+
+  // Waits for the step's last reduce-scatter: the gradient shard is then complete. Throws if a
+  // gather is still in flight (a pass left unfinished).
+  void finish_gradients();
+  // Waits, swallowing failures, for whatever is in flight (destruction, abort).
+  void settle() noexcept;
+  // The collectives since the last call, for the step's trace; and the bytes sent and received
+  // by reads (evaluation, copy_params_to_host) since the last call, which are no step's.
+  std::vector<TraceSpan> take_spans();
+  CommCounters take_read_counters();
+
+ private:
+  struct Gathered;
+  struct Reducing;
+
+  const ShardUnit& unit(std::size_t layer) const;
+  std::unique_ptr<Gathered> start_gather(std::size_t layer);
+  void finish_gather(Gathered& g);
+  void finish_reduce();
+
+  std::shared_ptr<Communicator> comm_;
+  const ShardLayout& layout_;
+  std::span<float> param_shard_, grad_shard_;
+  std::unique_ptr<Gathered> current_, prefetched_;
+  std::unique_ptr<Reducing> computing_, reducing_;
+  std::vector<TraceSpan> spans_;
+  // A read pass: the counters where it began, and what reads moved since take_read_counters.
+  std::optional<CommCounters> read_from_;
+  CommCounters read_;
+};
+
+}  // namespace gradsync
