@@ -16,6 +16,9 @@
 //   ... compute ...
 //   storage->gradient_final(l, accumulate);             // micro-batch > 0 of a step: add
 //
+// A storage that holds the gradients only (holds_params() false: ZeRO stage 2) leaves the
+// parameters with the model; only the gradient half applies.
+//
 // Layers are the model's Model::layer_spans(), each a range of the flat layout every other
 // strategy and every checkpoint sees. Every call that gathers or reduces is collective: every
 // rank must make the same calls in the same order (forward, backward, evaluation, reading the
@@ -38,6 +41,10 @@ enum class LayerPass { kForward, kBackward, kRead };
 class LayerStorage {
  public:
   virtual ~LayerStorage() = default;
+
+  // False: the storage takes the gradients only (ZeRO stage 2); the model keeps its full
+  // parameters and never calls the parameter half below.
+  virtual bool holds_params() const { return true; }
 
   // Layer `layer`'s full parameters, in the flat layout's order; may block on a gather.
   virtual std::span<const float> acquire_params(std::size_t layer, LayerPass pass) = 0;

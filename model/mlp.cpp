@@ -25,15 +25,15 @@ std::vector<LayerRange> Mlp::layout(const std::vector<int>& widths) {
   return layers;
 }
 
-Mlp::Mlp(std::vector<int> widths, int max_batch, bool layer_stored)
-    : widths_(std::move(widths)), max_batch_(max_batch), layer_stored_(layer_stored) {
+Mlp::Mlp(std::vector<int> widths, int max_batch, MlpBuffers buffers)
+    : widths_(std::move(widths)), max_batch_(max_batch), made_(buffers) {
   layers_ = layout(widths_);
   GRADSYNC_CHECK(max_batch_ >= 1, "max_batch must be positive");
   const std::size_t offset = layers_.back().end();
-  if (!layer_stored_) {
-    params_.resize(offset, 0.f);
-    grads_.resize(offset, 0.f);
-  }
+  params_stored_ = buffers == MlpBuffers::kNone;
+  grads_stored_ = buffers != MlpBuffers::kFull;
+  if (!params_stored_) params_.resize(offset, 0.f);
+  if (!grads_stored_) grads_.resize(offset, 0.f);
   for (int width : widths_) activations_.emplace_back(width, max_batch_);
   std::size_t largest_weight = 0;
   for (std::size_t l = 1; l < widths_.size(); ++l) {
@@ -54,7 +54,7 @@ void Mlp::draw_layer(const LayerRange& layer, SplitMix64& rng, float* out) {
 
 void Mlp::init_params(std::uint64_t seed) {
   SplitMix64 rng(seed);
-  if (!layer_stored_) {
+  if (!params_stored_) {
     for (const LayerRange& layer : layers_) draw_layer(layer, rng, params_.data() + layer.weight_offset);
     return;
   }
@@ -81,16 +81,20 @@ std::vector<LayerSpan> Mlp::layer_spans() const {
 bool Mlp::set_layer_storage(LayerStorage* storage) {
   GRADSYNC_CHECK(storage != nullptr, "set_layer_storage: null storage");
   GRADSYNC_CHECK(storage_ == nullptr, "set_layer_storage: the Mlp has a storage already");
+  GRADSYNC_CHECK(storage->holds_params() || made_ != MlpBuffers::kNone,
+                 "set_layer_storage: an Mlp made without parameters needs a storage for them");
   storage_ = storage;
-  if (!layer_stored_) {
-    // Made with full buffers: the storage takes the values, and the buffers go.
-    layer_stored_ = true;
+  grads_stored_ = true;
+  grads_.clear();  // made kFull: the gradients go from now on
+  if (!storage->holds_params()) return true;
+  if (!params_stored_) {
+    // Made with full parameters: the storage takes the values, and the buffer goes.
+    params_stored_ = true;
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       storage_->store_params(l, std::span<const float>(params_.data() + layers_[l].weight_offset,
                                                        layers_[l].end() - layers_[l].weight_offset));
     }
     params_.clear();
-    grads_.clear();
   } else if (pending_seed_) {
     init_params(*std::exchange(pending_seed_, std::nullopt));
   }
@@ -98,7 +102,7 @@ bool Mlp::set_layer_storage(LayerStorage* storage) {
 }
 
 void Mlp::copy_params_to_host(std::span<float> out) {
-  if (!layer_stored_) return Model::copy_params_to_host(out);
+  if (!params_stored_) return Model::copy_params_to_host(out);
   GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const float* w = layer_params(l, LayerPass::kRead);
@@ -109,7 +113,7 @@ void Mlp::copy_params_to_host(std::span<float> out) {
 }
 
 void Mlp::copy_params_from_host(std::span<const float> in) {
-  if (!layer_stored_) return Model::copy_params_from_host(in);
+  if (!params_stored_) return Model::copy_params_from_host(in);
   GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
   GRADSYNC_CHECK(storage_ != nullptr, "copy_params_from_host: the Mlp waits for its storage");
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -119,13 +123,13 @@ void Mlp::copy_params_from_host(std::span<const float> in) {
 }
 
 const float* Mlp::layer_params(std::size_t l, LayerPass pass) {
-  if (!layer_stored_) return params_.data() + layers_[l].weight_offset;
+  if (!params_stored_) return params_.data() + layers_[l].weight_offset;
   GRADSYNC_CHECK(storage_ != nullptr, "an Mlp made layer_stored runs only once given its storage");
   return storage_->acquire_params(l, pass).data();
 }
 
 void Mlp::release_layer(std::size_t l) {
-  if (layer_stored_) storage_->release_params(l);
+  if (params_stored_) storage_->release_params(l);
 }
 
 void Mlp::gather(const Dataset& data, std::span<const std::int64_t> indices) {
@@ -184,14 +188,16 @@ double Mlp::forward_backward(const Dataset& data, std::span<const std::int64_t> 
     // Gathered again before backward, as FSDP does, though layer 0's input gradient is not
     // computed: each layer is gathered twice a step, whatever its place.
     const float* w = layer_params(std::size_t(l), LayerPass::kBackward);
-    float* g = layer_stored_ ? storage_->layer_grads(std::size_t(l)).data()
+    GRADSYNC_CHECK(!grads_stored_ || storage_ != nullptr,
+                   "an Mlp made without gradients trains only once given its storage");
+    float* g = grads_stored_ ? storage_->layer_grads(std::size_t(l)).data()
                              : grads_.data() + r.weight_offset;
     // The storage's layer buffer holds this micro-batch alone: it accumulates the reduced shard.
-    const bool add = accumulate && !layer_stored_;
+    const bool add = accumulate && !grads_stored_;
     gemm_nt(r.out, r.in, batch, delta.data(), r.out, in.data(), r.in, g, r.out, add);
     bias_gradient(r.out, batch, delta.data(), r.out, g + (r.bias_offset - r.weight_offset), add);
     // Reported before the input gradient is computed, so that its reduction overlaps that.
-    if (layer_stored_) {
+    if (grads_stored_) {
       storage_->gradient_final(std::size_t(l), accumulate);
     } else if (grad_ready_) {
       grad_ready_(r.weight_offset, r.end());

@@ -14,8 +14,9 @@
 // gradient buffer at all: each layer's weights are acquired before its forward and again before
 // its backward and released after, each layer's gradient goes into the storage's layer buffer
 // and is reported final at once (the storage reduces it while the input gradient is computed).
-// Made with `layer_stored`, it never allocates the full buffers (they would be the ledger's
-// peak); init_params then waits for the storage.
+// Given one that holds gradients only (stage 2), it keeps its parameters and hands each layer's
+// gradient over alike. Made with MlpBuffers other than kFull, it never allocates the buffers
+// the storage will hold (they would be the ledger's peak); init_params then waits for it.
 #pragma once
 
 #include <Eigen/Core>
@@ -38,13 +39,17 @@ struct LayerRange {
   std::size_t end() const { return bias_offset + static_cast<std::size_t>(out); }
 };
 
+// What an Mlp allocates: both full buffers; the parameters only (its gradients will go to a
+// LayerStorage that holds gradients only: ZeRO stage 2); nothing (ZeRO stage 3).
+enum class MlpBuffers { kFull, kParamsOnly, kNone };
+
 class Mlp final : public Model {
  public:
   using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 
   // widths = {input, hidden..., classes}; at least {input, classes}.
-  // layer_stored: no full buffers; set_layer_storage() must follow before any step.
-  Mlp(std::vector<int> widths, int max_batch, bool layer_stored = false);
+  // Other than kFull, set_layer_storage() must follow before any step.
+  Mlp(std::vector<int> widths, int max_batch, MlpBuffers buffers = MlpBuffers::kFull);
   // The layers' ranges in the flat buffers for `widths`, checked as the constructor checks
   // them, without allocating a model (whose buffers the model-state ledger would count).
   static std::vector<LayerRange> layout(const std::vector<int>& widths);
@@ -79,7 +84,7 @@ class Mlp final : public Model {
 
   std::vector<LayerSpan> layer_spans() const override;
   bool set_layer_storage(LayerStorage* storage) override;
-  bool layer_stored() const override { return layer_stored_; }
+  bool layer_stored() const override { return params_stored_; }
   void copy_params_to_host(std::span<float> out) override;
   void copy_params_from_host(std::span<const float> in) override;
 
@@ -121,8 +126,10 @@ class Mlp final : public Model {
   std::vector<std::int64_t> eval_indices_;
   std::vector<std::int32_t> batch_labels_;  // the labels of the batch's samples, checked
   GradReadyCallback grad_ready_;
-  bool layer_stored_ = false;
-  LayerStorage* storage_ = nullptr;  // set: params_ and grads_ are empty
+  MlpBuffers made_ = MlpBuffers::kFull;
+  bool params_stored_ = false;       // the storage holds the parameters: params_ is empty
+  bool grads_stored_ = false;        // the storage takes the gradients: grads_ is empty
+  LayerStorage* storage_ = nullptr;
   std::optional<std::uint64_t> pending_seed_;  // init_params before the storage came
 };
 

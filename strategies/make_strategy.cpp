@@ -77,14 +77,16 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
     zero.compression = options.compression;
     zero.broadcast_buffers = options.broadcast_buffers;
     zero.first_step = static_cast<std::int64_t>(process.first_step);
-    zero.layers = process.model->layer_spans();
+    // Stages 2 and 3 run the model on the strategy's layer storage where it offers one.
+    if (zero.stage >= 2) zero.layers = process.model->layer_spans();
     if (zero.stage == 3 && zero.layers.empty()) {
       throw ConfigError("strategy", "zero.stage",
                         "stage 3 gathers the parameters layer by layer, which this model does "
                         "not offer (model.kind mlp on cpu does)");
     }
     auto strategy = std::make_unique<ZeroStrategy>(process.comm, std::move(zero));
-    // Stage 3: from here on the model's parameters and gradients live in the strategy's shards.
+    // From here on the model's gradients (stage 2) or parameters and gradients (stage 3) live
+    // in the strategy's shards.
     if (LayerStorage* storage = strategy->layer_storage()) {
       GRADSYNC_CHECK(process.model->set_layer_storage(storage),
                      "zero stage 3: the model refused the layer storage");

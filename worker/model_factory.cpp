@@ -180,10 +180,14 @@ std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& 
         std::chrono::duration<double, std::milli>(config.model.compute_ms));
     model = std::make_unique<SyntheticModel>(config.model.parameters, config.model.layers, compute);
   } else if (config.model.kind == "mlp") {
-    // zero stage 3 gives the MLP its layer storage later: no full buffers meanwhile, or they
-    // would be the rank's peak model state.
-    const bool layer_stored = config.strategy == "zero" && config.zero.stage == 3;
-    model = std::make_unique<Mlp>(widths, max_batch, layer_stored);
+    // zero stages 2 (fp32) and 3 give the MLP its layer storage later: no buffer it will hold
+    // meanwhile, or that buffer would be the rank's peak model state.
+    MlpBuffers buffers = MlpBuffers::kFull;
+    if (config.strategy == "zero" && config.zero.stage == 3) buffers = MlpBuffers::kNone;
+    if (config.strategy == "zero" && config.zero.stage == 2 && config.comm.compression == "none") {
+      buffers = MlpBuffers::kParamsOnly;
+    }
+    model = std::make_unique<Mlp>(widths, max_batch, buffers);
   } else if (config.model.kind == "resnet") {
     auto resnet = std::make_unique<ResNet>(resnet_shape(config, widths), max_batch);
     resnet->set_augmentation({.enabled = config.data.augment == "crop_flip",

@@ -25,8 +25,13 @@ struct LayerShards::Reducing {
 };
 
 LayerShards::LayerShards(std::shared_ptr<Communicator> comm, const ShardLayout& layout,
-                         std::span<float> param_shard, std::span<float> grad_shard)
-    : comm_(std::move(comm)), layout_(layout), param_shard_(param_shard), grad_shard_(grad_shard) {
+                         std::span<float> param_shard, std::span<float> grad_shard,
+                         bool holds_params)
+    : comm_(std::move(comm)),
+      layout_(layout),
+      param_shard_(param_shard),
+      grad_shard_(grad_shard),
+      holds_params_(holds_params) {
   GRADSYNC_CHECK(param_shard_.size() == layout_.shard_floats &&
                      grad_shard_.size() == layout_.shard_floats,
                  "layer shards: the shards must be the layout's size");
@@ -69,6 +74,7 @@ void LayerShards::finish_gather(Gathered& g) {
 }
 
 std::span<const float> LayerShards::acquire_params(std::size_t layer, LayerPass pass) {
+  GRADSYNC_CHECK(holds_params_, "layer shards: stage 2's storage holds no parameters");
   GRADSYNC_CHECK(current_ == nullptr, "layer shards: one layer acquired at a time");
   // A read pass begins at layer 0 and ends at the last layer's release; its bytes are counted
   // apart (a training step never acquires with kRead).
@@ -105,6 +111,7 @@ void LayerShards::release_params(std::size_t layer) {
 }
 
 void LayerShards::store_params(std::size_t layer, std::span<const float> values) {
+  GRADSYNC_CHECK(holds_params_, "layer shards: stage 2's storage holds no parameters");
   const ShardUnit& u = unit(layer);
   GRADSYNC_CHECK(values.size() == u.floats(), "layer shards: a layer's values, all of them");
   // Rank 0's values on every rank, as stages 1 and 2 broadcast the whole buffer at init.

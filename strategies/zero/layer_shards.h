@@ -1,4 +1,4 @@
-// LayerShards: ZeRO stage 3's parameter and gradient storage (model/layer_storage.h), FSDP's
+// LayerShards: ZeRO stage 3's parameter and gradient storage, and stage 2's gradient storage (model/layer_storage.h), FSDP's
 // full shard over a ShardLayout whose units are the model's layers. Each rank holds only its
 // slice (and the under-N-float tail) of every layer's parameters and gradient, in the shard
 // buffers the strategy's optimizer steps; a layer's full parameters exist only while it runs:
@@ -40,10 +40,12 @@ class LayerShards final : public LayerStorage {
  public:
   // `layout`'s units are the layers, last layer first; the shards are the strategy's (slices
   // and tails at each unit's shard_offset) and outlive this object.
+  // holds_params false: stage 2, the gradient half only (the model keeps its parameters).
   LayerShards(std::shared_ptr<Communicator> comm, const ShardLayout& layout,
-              std::span<float> param_shard, std::span<float> grad_shard);
+              std::span<float> param_shard, std::span<float> grad_shard, bool holds_params);
   ~LayerShards() override;
 
+  bool holds_params() const override { return holds_params_; }
   std::span<const float> acquire_params(std::size_t layer, LayerPass pass) override;
   void release_params(std::size_t layer) override;
   void store_params(std::size_t layer, std::span<const float> values) override;
@@ -72,6 +74,7 @@ class LayerShards final : public LayerStorage {
   std::shared_ptr<Communicator> comm_;
   const ShardLayout& layout_;
   std::span<float> param_shard_, grad_shard_;
+  bool holds_params_ = true;
   std::unique_ptr<Gathered> current_, prefetched_;
   std::unique_ptr<Reducing> computing_, reducing_;
   std::vector<TraceSpan> spans_;

@@ -104,6 +104,12 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroStrategyOptio
       throw ConfigError("strategy", "comm.compression",
                         "zero stage 3 reduce-scatters each layer in fp32: compression none only");
     }
+  }
+  // Stage 2 on the layer storage too where the model offers it and the reduce-scatter is
+  // fp32 (a compression codes the units of the model's own buffer: unit_compression.h).
+  const bool layered = options_.stage == 3 || (options_.stage == 2 && !options_.layers.empty() &&
+                                                options_.compression.method == "none");
+  if (layered) {
     // One unit per layer (a unit closes at every tensor of at least one byte): what is
     // gathered before a layer runs and reduced after its backward.
     std::vector<TensorShape> layers;
@@ -118,9 +124,9 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<Communicator> comm, ZeroStrategyOptio
   }
   // Made here, not at init(): stage 3's storage fills the parameter shard before init().
   optimizer_ = std::make_unique<ShardedOptimizer>(layout_, options_.params, options_.sgd);
-  if (options_.stage == 3) {
+  if (layered) {
     layer_shards_ = std::make_unique<LayerShards>(comm_, layout_, optimizer_->param_shard,
-                                                  optimizer_->grad_shard);
+                                                  optimizer_->grad_shard, options_.stage == 3);
   }
   steps_ = options_.first_step;
 }
@@ -206,7 +212,8 @@ void ZeroStrategy::reduce_scatter_unit(std::span<const float> grads, std::size_t
 }
 
 void ZeroStrategy::gradient_ready(std::span<float> grads, std::size_t begin, std::size_t end) {
-  if (options_.stage < 2) return;  // stage 1 reduces once backward is done
+  // Stage 1 reduces once backward is done; the layer storage has its gradients already.
+  if (options_.stage < 2 || layer_shards_) return;
   if (!step_started_) {
     step_started_ = true;
     next_unit_ = 0;
@@ -221,16 +228,21 @@ void ZeroStrategy::gradient_ready(std::span<float> grads, std::size_t begin, std
   }
 }
 
-void ZeroStrategy::synchronize_sharded_params() {
+void ZeroStrategy::synchronize_layers(std::span<float> grads, std::span<float> params) {
+  GRADSYNC_CHECK(grads.empty(),
+                 "zero: the model must hand its gradients to layer_storage(), not its own buffer");
   Stopwatch exposed;
   layer_shards_->finish_gradients();
   spans_ = layer_shards_->take_spans();
   const double reduce_s = exposed.seconds();
   Stopwatch update;
-  optimizer_->step_shards();  // no gather: the next forward gathers each layer as it runs
+  optimizer_->step_shards();
   const double update_s = update.seconds();
+  // Stage 2: the model's full parameters gathered as at stage 1; stage 3 gathers nothing here,
+  // the next forward gathers each layer as it runs.
+  const double gather_s = options_.stage == 2 ? gather_params(params) : 0.0;
   if (options_.broadcast_buffers && !buffers_.empty()) comm_->broadcast(buffers_, 0);
-  finish_stats(reduce_s, update_s);
+  finish_stats(reduce_s + gather_s, update_s);
 }
 
 void ZeroStrategy::finish_stats(double communicate_s, double update_s) {
@@ -254,7 +266,7 @@ void ZeroStrategy::finish_stats(double communicate_s, double update_s) {
 }
 
 void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) {
-  if (layer_shards_) return synchronize_sharded_params();
+  if (layer_shards_) return synchronize_layers(grads, params);
   Stopwatch exposed;
   if (!step_started_) {
     next_unit_ = 0;
@@ -290,6 +302,14 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
   optimizer_->step_shards();
   const double update_s = update.seconds();
 
+  const double gather_s = gather_params(params);
+  // Each rank normalised with its own batch statistics; rank 0's running ones go to all.
+  if (options_.broadcast_buffers && !buffers_.empty()) comm_->broadcast(buffers_, 0);
+
+  finish_stats(reduce_s + gather_s, update_s);
+}
+
+double ZeroStrategy::gather_params(std::span<float> params) {
   // Every unit's slices gathered straight into the model's buffer; the tails, which every rank
   // stepped alike, copied back.
   Stopwatch gather;
@@ -308,11 +328,7 @@ void ZeroStrategy::synchronize(std::span<float> grads, std::span<float> params) 
     span.index = static_cast<int>(u);
     spans_.push_back(span);
   }
-
-  // Each rank normalised with its own batch statistics; rank 0's running ones go to all.
-  if (options_.broadcast_buffers && !buffers_.empty()) comm_->broadcast(buffers_, 0);
-
-  finish_stats(reduce_s + gather.seconds(), update_s);
+  return gather.seconds();
 }
 
 std::optional<SyncStrategy::OwnParts> ZeroStrategy::own_checkpoint_parts(

@@ -7,7 +7,10 @@
 //                 copies its slices into its parameter shard
 //   stage 1:      after backward, every unit's gradient reduce-scattered (averaged) in turn
 //   stage 2:      each unit's gradient reduce-scattered the moment backward has filled it,
-//                 overlapping the rest of backward, as DDP's buckets are
+//                 overlapping the rest of backward, as DDP's buckets are; where the model
+//                 hands its gradients to layer_storage() (the MLP, fp32), the units are its
+//                 layers and each layer's full gradient is freed once reduced, so the model
+//                 holds no gradient buffer: only the layers in flight and the shard exist
 //   synchronize:  the SGD step on this rank's slices (momentum and weight decay as every other
 //                 strategy), then every unit's parameters all-gathered into the model's buffer
 //   stage 3:      FSDP's full shard: the units are the model's layers and the model runs on
@@ -24,8 +27,9 @@
 // the all-gather copies the owner's values. The sums are the backend's reduce-scatter's, so the
 // trajectory follows `single` on the global batch up to float summation order.
 //
-// Memory: at stages 1 and 2 the model still holds full parameter and gradient buffers; at
-// stage 3 only the gathered layers and in-flight layer gradients exist beside the shards. What
+// Memory: at stage 1 the model holds full parameter and gradient buffers; at stage 2 on the
+// layer storage full parameters and at most two layer gradients (the one in flight, the one
+// being computed); at stage 3 only the gathered layers and layer gradients beside the shards. What
 // zero allocates is
 // counted in the process's ModelStateMemory (common/model_state_memory.h): the shards of the
 // parameters and gradients, and the momentum of the slices (Sgd counts it).
@@ -57,7 +61,9 @@ struct ZeroStrategyOptions {
   SgdOptions sgd;
   std::vector<TensorShape> tensors;  // the model's (Model::tensors())
   std::size_t params = 0;            // the model's param_count()
-  std::vector<LayerSpan> layers;     // stage 3: the model's (Model::layer_spans()), the units
+  // The model's (Model::layer_spans()), set where the model will run on layer_storage(): at
+  // stage 3 (required) and at stage 2 with compression none, the units are then its layers.
+  std::vector<LayerSpan> layers;
   // comm.compression: fp16, bf16 or topk on the gradients' reduce-scatter (unit_compression.h);
   // none: fp32.
   CompressionOptions compression;
@@ -86,8 +92,8 @@ class ZeroStrategy final : public SyncStrategy {
   std::optional<OwnParts> own_checkpoint_parts(std::span<const float> params) const override;
 
   const ShardLayout& layout() const { return layout_; }
-  // Stage 3: the storage to hand the model (Model::set_layer_storage) before init(); null at
-  // stages 1 and 2. It lives as long as the strategy.
+  // The storage to hand the model (Model::set_layer_storage) before init(): stage 3's, and
+  // stage 2's given `layers` and no compression; null otherwise. Lives as the strategy does.
   LayerStorage* layer_storage();
 
  private:
@@ -97,7 +103,8 @@ class ZeroStrategy final : public SyncStrategy {
   // Starts unit u's reduce-scatter from `grads` (blocking: on this thread, at once).
   void reduce_scatter_unit(std::span<const float> grads, std::size_t u, bool blocking);
   void settle();
-  void synchronize_sharded_params();
+  void synchronize_layers(std::span<float> grads, std::span<float> params);
+  double gather_params(std::span<float> params);  // seconds
   void finish_stats(double communicate_s, double update_s);
 
   std::shared_ptr<Communicator> comm_;

@@ -1,6 +1,6 @@
 // What the zero tests share: N ranks as N threads, each with its own MLP, sampler and
 // communicator of the backend under test, trained by the zero strategy at a given stage.
-// Stage 3 hands the model the strategy's layer storage, as make_strategy does.
+// Stages 2 and 3 hand the model the strategy's layer storage, as make_strategy does.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -50,7 +50,13 @@ inline std::vector<LoopResult> train_zero(int ranks, const ZeroRun& run, std::in
           communicator.tcp.timeout = std::chrono::milliseconds(20000);
           auto comm = make_communicator(store, r, ranks, communicator);
           const int batch = run.global_batch / ranks / run.accumulation;
-          Mlp model(run.widths, batch, run.stage == 3);
+          // What the strategy's storage will hold, the model does not allocate (as
+          // worker/model_factory.cpp makes it).
+          const bool fp32 = run.compression.method == "none";
+          Mlp model(run.widths, batch,
+                    run.stage == 3             ? MlpBuffers::kNone
+                    : run.stage == 2 && fp32   ? MlpBuffers::kParamsOnly
+                                               : MlpBuffers::kFull);
           model.init_params(1 + static_cast<std::uint64_t>(r) * 100);  // init's broadcast evens
           ZeroStrategyOptions options;
           options.stage = run.stage;
@@ -58,10 +64,12 @@ inline std::vector<LoopResult> train_zero(int ranks, const ZeroRun& run, std::in
           options.sgd = run.sgd;
           options.tensors = model.tensors();
           options.params = model.param_count();
-          options.layers = model.layer_spans();
+          if (run.stage >= 2) options.layers = model.layer_spans();
           options.compression = run.compression;
           ZeroStrategy strategy(comm, options);
-          if (run.stage == 3) REQUIRE(model.set_layer_storage(strategy.layer_storage()));
+          if (LayerStorage* storage = strategy.layer_storage()) {
+            REQUIRE(model.set_layer_storage(storage));
+          }
           DistributedSampler sampler(synthetic_data().train.size, r, ranks, batch, 1);
           LoopOptions loop;
           loop.steps = steps;

@@ -104,8 +104,10 @@ TEST_CASE("zero: a step moves one all-reduce's bytes, 2(N-1)/N of every unit") {
     const std::int64_t steps = 10;
     const auto results = train_zero(ranks, run, steps);
     const gradsync::Mlp model(kWidths, 1);
-    const auto layout =
-        gradsync::shard_layout(model.tensors(), model.param_count(), ranks, 4096, 0);
+    // Stage 2 on the MLP's layer storage: one unit per layer.
+    std::vector<gradsync::TensorShape> per_layer;
+    for (const auto& l : model.layer_spans()) per_layer.push_back({l.begin, l.size(), 1});
+    const auto layout = gradsync::shard_layout(per_layer, model.param_count(), ranks, 1, 0);
     // Each unit: the reduce-scatter sends N-1 slices, the all-gather N-1 slices, from every
     // rank; a tail (under N floats) is all-reduced besides.
     std::uint64_t slices = 0, tails = 0;
@@ -216,16 +218,20 @@ TEST_CASE("zero stage 3 follows `single` on the global batch for 50 steps") {
   }
 }
 
-TEST_CASE("zero stage 3 with train.accumulation_steps: the shard adds the micro-batches") {
+TEST_CASE("zero stages 2 and 3 with train.accumulation_steps: the shard adds the micro-batches") {
   const auto single =
       gradsync::testing::train_single({64, 32}, 64, 30, gradsync::SgdOptions{0.05, 0.9, 1e-4});
-  for (int ranks : {1, 2}) {
-    CAPTURE(ranks);
-    ZeroRun run;
-    run.stage = 3;
-    run.accumulation = 2;
-    check_follows(train_zero(ranks, run, 30), single, run.widths, 1e-5,
-                  "zero stage 3, 2 micro-batches, " + std::to_string(ranks) + " ranks");
+  for (int stage : {2, 3}) {
+    for (int ranks : {1, 2}) {
+      CAPTURE(stage);
+      CAPTURE(ranks);
+      ZeroRun run;
+      run.stage = stage;
+      run.accumulation = 2;
+      check_follows(train_zero(ranks, run, 30), single, run.widths, 1e-5,
+                    "zero stage " + std::to_string(stage) + ", 2 micro-batches, " +
+                        std::to_string(ranks) + " ranks");
+    }
   }
 }
 
@@ -258,31 +264,44 @@ TEST_CASE("zero stage 3 moves 1.5x the bytes of stage 1: two all-gathers and a r
   }
 }
 
-TEST_CASE("zero stage 3 at N = 1: the measured peak is the shards and a window of layers") {
-  const std::vector<int> widths = {32, 64, 64, 64, 10};
-  std::vector<std::uint64_t> n;  // each layer's floats
-  for (const auto& layer : gradsync::Mlp::layout(widths)) n.push_back(layer.end() - layer.weight_offset);
-  // At every moment of backward at most layer l and its prefetched l - 1 gathered, and l's
-  // gradient beside l + 1's still in flight.
-  std::uint64_t window = 0, total = 0;
+// What each stage holds at its peak, in floats, for layers of n[l] floats at N ranks: the
+// formula of experiments/cost_model.h's zero_layer_peak_bytes, written out again here.
+std::uint64_t peak_floats(int stage, const std::vector<std::uint64_t>& n, std::uint64_t ranks) {
+  std::uint64_t total = 0, grads = 0, window = 0;
   for (std::size_t l = 0; l < n.size(); ++l) {
     const std::uint64_t before = l > 0 ? n[l - 1] : 0, after = l + 1 < n.size() ? n[l + 1] : 0;
-    window = std::max(window, before + 2 * n[l] + after);
     total += n[l];
+    grads = std::max(grads, n[l] + after);                     // computing l, l + 1 in flight
+    window = std::max(window, before + 2 * n[l] + after);      // and l, l - 1 gathered
+  }
+  const std::uint64_t shards = 3 * (total / ranks);  // parameters, gradients, momentum
+  if (stage == 1) return 2 * total + shards;  // the model's full buffers
+  if (stage == 2) return total + grads + shards;
+  return window + shards;
+}
+
+TEST_CASE("zero at N = 1: each stage's measured peak is its formula") {
+  const std::vector<int> widths = {32, 64, 64, 64, 10};
+  std::vector<std::uint64_t> n;  // each layer's floats
+  for (const auto& layer : gradsync::Mlp::layout(widths)) {
+    n.push_back(layer.end() - layer.weight_offset);
   }
   auto& ledger = gradsync::ModelStateMemory::instance();
-  const std::uint64_t start = ledger.current_total();
-  ledger.reset_peaks();
-  ZeroRun run;
-  run.widths = widths;
-  run.stage = 3;
-  train_zero(1, run, 5);
-  // Params, gradients and momentum shards (the whole model at N = 1), and the window.
-  const std::uint64_t formula = (3 * total + window) * 4;
-  const std::uint64_t peak = ledger.peak_total() - start;
-  MESSAGE("stage 3, N = 1: peak " << peak << " bytes, formula " << formula);
-  CHECK(static_cast<double>(peak) == doctest::Approx(static_cast<double>(formula)).epsilon(0.05));
-  CHECK(ledger.current_total() == start);  // everything freed with the run
+  for (int stage : {1, 2, 3}) {
+    CAPTURE(stage);
+    const std::uint64_t start = ledger.current_total();
+    ledger.reset_peaks();
+    ZeroRun run;
+    run.widths = widths;
+    run.stage = stage;
+    train_zero(1, run, 5);
+    const std::uint64_t formula = peak_floats(stage, n, 1) * 4;
+    const std::uint64_t peak = ledger.peak_total() - start;
+    MESSAGE("stage " << stage << ", N = 1: peak " << peak << " bytes, formula " << formula);
+    CHECK(static_cast<double>(peak) ==
+          doctest::Approx(static_cast<double>(formula)).epsilon(0.05));
+    CHECK(ledger.current_total() == start);  // everything freed with the run
+  }
 }
 
 TEST_CASE("zero stage 3 refused: a model without layer storage") {
