@@ -161,11 +161,27 @@ ZeroMemory zero_paper_bytes(int stage, int ranks, double params) {
   return {stage >= 3 ? shard : full, stage >= 2 ? shard : full, stage >= 1 ? shard : full};
 }
 
-ZeroMemory zero_gradsync_bytes(int stage, int ranks, double params) {
-  validate_zero(stage, ranks, params, 2);
+ZeroMemory zero_gradsync_bytes(int stage, int ranks, double params,
+                               const std::vector<double>& layers) {
+  validate_zero(stage, ranks, params, 3);
   const double full = 4 * params, shard = full / ranks;
   if (stage == 0) return {full, full, full};
-  return {full + shard, full + shard, shard};
+  if (stage == 1) return {full + shard, full + shard, shard};
+  const std::vector<double> n = layers.empty() ? std::vector<double>{params} : layers;
+  // The moment of the peak: backward at the layer whose window is largest (stage 2 counts the
+  // gradients only; the model keeps all its parameters).
+  double gathered = 0, grads = 0, worst = -1;
+  for (std::size_t l = 0; l < n.size(); ++l) {
+    const double before = l > 0 ? n[l - 1] : 0, after = l + 1 < n.size() ? n[l + 1] : 0;
+    const double window = (stage == 3 ? before + n[l] : 0) + n[l] + after;
+    if (window > worst) {
+      worst = window;
+      gathered = before + n[l];
+      grads = n[l] + after;
+    }
+  }
+  if (stage == 2) return {full + shard, shard + 4 * grads, shard};
+  return {shard + 4 * gathered, shard + 4 * grads, shard};
 }
 
 double zero_step_bytes(int stage, int ranks, double params) {

@@ -114,9 +114,15 @@ HostBytes hierarchical_host_bytes(int hosts, int ranks_per_host, double model_by
 //   stage 1              the momentum sharded: 4P/N
 //   stage 2              the gradients too: each reduced unit's full gradient freed, 4P/N kept
 //   stage 3              the parameters too: 4P/N, plus the layers gathered at the moment
-// gradsync's zero as built (strategies/zero/zero_strategy.h) keeps the model's full parameter
-// and gradient buffers at stages 1 and 2, and its own shards of both beside them (4P/N each):
-// `gradsync_*` below is that, what the ledger measures (common/model_state_memory.h).
+// gradsync's zero as built (strategies/zero/zero_strategy.h) keeps its own shards of the
+// parameters and gradients (4P/N each) beside the momentum's, and beside them: at stage 1 the
+// model's full parameter and gradient buffers; at stage 2 (the MLP in fp32, on the layer
+// storage) the full parameters and two layer gradients, the one being computed and the one
+// being reduced (max over l of n(l) + n(l+1)); at stage 3 a window of layers, l and its
+// prefetched l - 1 gathered beside l's gradient and l + 1's (max over l of n(l-1) + 2 n(l) +
+// n(l+1)). `gradsync_*` below is that, what the ledger measures (common/model_state_memory.h),
+// for `layers` the layers' parameter counts in forward order (Model::layer_spans(); empty: the
+// model as one layer).
 // Bytes sent per rank and step: 2(N-1)/N 4P for stages 0 to 2 (reduce-scatter + all-gather),
 // 3(N-1)/N 4P for stage 3 (the parameters gathered again for backward).
 struct ZeroMemory {
@@ -125,7 +131,8 @@ struct ZeroMemory {
 };
 // stage 0: allreduce. Throws ConfigError for a stage outside 0..3, ranks < 1 or params < 0.
 ZeroMemory zero_paper_bytes(int stage, int ranks, double params);
-ZeroMemory zero_gradsync_bytes(int stage, int ranks, double params);  // stages 0..2
+ZeroMemory zero_gradsync_bytes(int stage, int ranks, double params,
+                               const std::vector<double>& layers = {});
 double zero_step_bytes(int stage, int ranks, double params);
 
 // One measured run, for calibration.

@@ -2,7 +2,8 @@
 // then prints, per run, the peak model-state bytes a rank held, measured where the buffers were
 // allocated (common/model_state_memory.h), beside what the cost model (experiments/cost_model.h)
 // says for this build and for the paper's stage, and the bytes each rank sent per step beside
-// one all-reduce's.
+// one all-reduce's (stage 3 moves 1.5x: every layer gathered for forward and again for
+// backward, its gradient reduce-scattered).
 //
 // The lesson in one line: sharding the optimizer state (stage 1) costs no extra traffic, a
 // reduce-scatter and an all-gather move what one all-reduce moves; what a rank keeps falls with

@@ -440,7 +440,15 @@ TEST_CASE("cost: ZeRO's model state per rank and bytes per step") {
   CHECK(zero_step_bytes(3, 4, p) == doctest::Approx(9000));  // 1.5x
   CHECK(zero_step_bytes(2, 1, p) == 0);
   CHECK_THROWS_AS(zero_paper_bytes(4, 2, p), ConfigError);
-  CHECK_THROWS_AS(zero_gradsync_bytes(3, 2, p), ConfigError);
+  // Stages 2 and 3 on the layer storage, four layers of 250: two layer gradients beside the
+  // full parameters; two gathered layers and two layer gradients beside the shards.
+  const std::vector<double> layers(4, 250);
+  CHECK(zero_gradsync_bytes(2, 4, p, layers).total() ==
+        doctest::Approx(4000 + 1000 + 1000 + 2 * 1000 + 1000));
+  CHECK(zero_gradsync_bytes(3, 4, p, layers).params == doctest::Approx(1000 + 2 * 1000));
+  CHECK(zero_gradsync_bytes(3, 4, p, layers).total() == doctest::Approx(3000 + 4 * 1000));
+  CHECK(zero_gradsync_bytes(3, 2, p, {100, 800, 100}).grads == doctest::Approx(2000 + 4 * 900));
+  CHECK_THROWS_AS(zero_gradsync_bytes(4, 2, p), ConfigError);
   CHECK_THROWS_AS(zero_step_bytes(1, 0, p), ConfigError);
 }
 
