@@ -215,7 +215,8 @@ const KeySpec kRows[] = {
      GRADSYNC_FIELD(comm.compression_start_step)},
     {"zero.stage", Type::kInteger, between(1, 3),
      "zero: ZeRO stage (1: optimizer state sharded; 2: also gradients, reduce-scattered during "
-     "backward; 3: also parameters)",
+     "backward and freed; 3: also parameters, each layer gathered before its forward and "
+     "backward: mlp on cpu, 1.5x the bytes)",
      GRADSYNC_FIELD(zero.stage)},
     {"ps.servers", Type::kInteger, between(1, 256), "ps: server shards, each owning a key range",
      GRADSYNC_FIELD(ps.servers)},
