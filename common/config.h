@@ -97,8 +97,9 @@ struct CommConfig {
 };
 
 // `zero` (strategies/zero/zero_strategy.h): ZeRO's stage. 1 shards the optimizer state, 2 also
-// reduce-scatters each unit's gradient during backward; 3 (parameters sharded too) is refused
-// in this version.
+// reduce-scatters each unit's gradient during backward (and on the MLP frees each layer's once
+// reduced); 3 shards the parameters too, each layer gathered before its forward and backward
+// (the MLP on the CPU).
 struct ZeroConfig {
   int stage = 1;
 };
