@@ -1,15 +1,36 @@
 #include "strategies/zero/layer_shards.h"
 
 #include <algorithm>
+#include <new>
 
 #include "common/error.h"
 
 namespace gradsync {
+namespace {
+
+// 64-byte aligned storage, as the Mlp's own buffers are aligned to the widest vector packet: the
+// kernels then split every range into the same head, body and tail on every run, so equal
+// inputs give bit-equal results wherever the heap put the layer.
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, kAlign); }
+  friend bool operator==(const Aligned64&, const Aligned64&) { return true; }
+};
+
+using LayerBuffer = TrackedBuffer<float, Aligned64<float>>;
+
+}  // namespace
 
 // A layer's parameters gathered (or being gathered) into a buffer of its own.
 struct LayerShards::Gathered {
   std::size_t layer = 0;
-  TrackedBuffer<float> values{ModelState::kParams};
+  LayerBuffer values{ModelState::kParams};
   std::shared_ptr<Work> work;  // null: complete (a layer under N floats is all tail)
   Clock::time_point issued;
 };
@@ -17,7 +38,7 @@ struct LayerShards::Gathered {
 // A layer's full gradient, then its reduce-scatter (and tail all-reduce) in flight.
 struct LayerShards::Reducing {
   std::size_t layer = 0;
-  TrackedBuffer<float> grads{ModelState::kGrads};
+  LayerBuffer grads{ModelState::kGrads};
   // accumulate: the reduced slice lands here and is added to the shard once it has arrived.
   TrackedBuffer<float> staged{ModelState::kGrads};
   std::vector<std::shared_ptr<Work>> works;
