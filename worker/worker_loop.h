@@ -9,9 +9,13 @@
 //     for each of k micro-batches:      // k = accumulation_steps; no communication between
 //       loss = model.forward_backward(sampler's batch, scale 1/k, accumulate after the first)
 //                                       // the last one reports ranges to strategy.gradient_ready
+//                                       // (a model on a layer storage reports every layer of
+//                                       // every micro-batch to the storage instead)
 //     strategy.synchronize(model.grads(), model.params())
 //     record the step (metrics.csv row, trace spans, progress line on rank 0)
 //     rank 0 evaluates on the test set every `eval_every` steps and after the last step
+//     (every rank runs the evaluation where the model's parameters live in a layer storage,
+//     zero stage 3: its gathers are collective; rank 0 keeps the result)
 //     the checkpointer (rank 0 of single / dp / allreduce, every zero rank; worker 0 of ps its
 //     running statistics) writes one when it is due
 //
