@@ -8,22 +8,31 @@
 namespace gradsync {
 namespace {
 
-// 64-byte aligned storage, as the Mlp's own buffers are aligned to the widest vector packet: the
-// kernels then split every range into the same head, body and tail on every run, so equal
-// inputs give bit-equal results wherever the heap put the layer.
-template <typename T>
-struct Aligned64 {
-  using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
-  Aligned64() = default;
-  template <typename U>
-  Aligned64(const Aligned64<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, kAlign); }
-  friend bool operator==(const Aligned64&, const Aligned64&) { return true; }
-};
+// A layer-sized buffer, counted in the ledger while it lives. 64-byte aligned, as the Mlp's own
+// buffers are aligned to the widest vector packet: the kernels then split every range into the
+// same head, body and tail on every run, so equal inputs give bit-equal results wherever the
+// heap put the layer. Left uninitialised: every use writes it whole first (a gather, the
+// model's gradient), and a fill would cost a pass over a layer each time one is made.
+class LayerBuffer {
+ public:
+  explicit LayerBuffer(ModelState kind) : counted_(kind, 0) {}
+  void allocate(std::size_t n) {
+    data_.reset(static_cast<float*>(::operator new(n * sizeof(float), kAlign)));
+    size_ = n;
+    counted_.set(n * sizeof(float));
+  }
+  std::span<float> span() { return {data_.get(), size_}; }
+  float* data() { return data_.get(); }
 
-using LayerBuffer = TrackedBuffer<float, Aligned64<float>>;
+ private:
+  static constexpr std::align_val_t kAlign{64};
+  struct Free {
+    void operator()(float* p) const noexcept { ::operator delete(p, kAlign); }
+  };
+  std::unique_ptr<float, Free> data_;
+  std::size_t size_ = 0;
+  TrackedBytes counted_;
+};
 
 }  // namespace
 
@@ -70,7 +79,7 @@ std::unique_ptr<LayerShards::Gathered> LayerShards::start_gather(std::size_t lay
   auto g = std::make_unique<Gathered>();
   g->layer = layer;
   g->issued = Clock::now();
-  g->values.resize(u.floats());
+  g->values.allocate(u.floats());
   const float* mine = param_shard_.data() + u.shard_offset;
   // The slices, every rank's in rank order, are the layer's first N·slice floats; the tail,
   // which every rank holds alike, follows.
@@ -78,7 +87,7 @@ std::unique_ptr<LayerShards::Gathered> LayerShards::start_gather(std::size_t lay
     g->work = comm_->allgather_async(std::span<const float>(mine, u.slice),
                                      g->values.span().subspan(0, u.sliced()));
   }
-  std::copy_n(mine + u.slice, u.tail(), g->values.begin() + std::ptrdiff_t(u.sliced()));
+  std::copy_n(mine + u.slice, u.tail(), g->values.data() + u.sliced());
   return g;
 }
 
@@ -149,7 +158,7 @@ std::span<float> LayerShards::layer_grads(std::size_t layer) {
   GRADSYNC_CHECK(computing_ == nullptr, "layer shards: one layer's gradient at a time");
   computing_ = std::make_unique<Reducing>();
   computing_->layer = layer;
-  computing_->grads.resize(unit(layer).floats());
+  computing_->grads.allocate(unit(layer).floats());
   return computing_->grads.span();
 }
 
