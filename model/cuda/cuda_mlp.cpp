@@ -78,29 +78,15 @@ void CudaMlp::init_params(std::uint64_t seed) {
 }
 
 void CudaMlp::copy_params_to_host(std::span<float> out) {
-  GRADSYNC_CHECK(out.size() == param_count(), "copy_params_to_host: size != param_count()");
-  cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  GRADSYNC_CUDA_CHECK(
-      cudaMemcpy(out.data(), params_.data(), params_.bytes(), cudaMemcpyDeviceToHost));
+  params_.copy_to_host(out, stream_.get(), "copy_params_to_host");
 }
 
 void CudaMlp::copy_params_from_host(std::span<const float> in) {
-  GRADSYNC_CHECK(in.size() == param_count(), "copy_params_from_host: size != param_count()");
-  cuda::DeviceGuard on(device_);
-  // On the model's stream, then waited for: a plain cudaMemcpy from pageable memory may return
-  // before its DMA lands, and the non-blocking streams that read params_ next would not wait.
-  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), params_.bytes(),
-                                      cudaMemcpyHostToDevice, stream_.get()));
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  params_.copy_from_host(in, stream_.get(), "copy_params_from_host");
 }
 
 void CudaMlp::copy_grads_to_host(std::span<float> out) {
-  GRADSYNC_CHECK(out.size() == param_count(), "copy_grads_to_host: size != param_count()");
-  cuda::DeviceGuard on(device_);
-  GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  GRADSYNC_CUDA_CHECK(
-      cudaMemcpy(out.data(), grads_.data(), grads_.bytes(), cudaMemcpyDeviceToHost));
+  grads_.copy_to_host(out, stream_.get(), "copy_grads_to_host");
 }
 
 void CudaMlp::gemm(cublasOperation_t a_op, cublasOperation_t b_op, int m, int n, int k,

@@ -16,8 +16,10 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <utility>
 
+#include "common/error.h"
 #include "model/cuda/cuda_check.h"
 #include "model/cuda/cuda_device.h"
 
@@ -57,6 +59,24 @@ class DeviceBuffer {
   std::span<T> span() const { return {data_, count_}; }
   void zero(cudaStream_t stream) {
     if (count_ > 0) GRADSYNC_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream));
+  }
+  // The whole buffer into `out` (host memory, size() values) once `stream`'s work so far is done.
+  // `what` names the call in the error for a wrong size.
+  void copy_to_host(std::span<T> out, cudaStream_t stream, const char* what) const {
+    GRADSYNC_CHECK(out.size() == count_, std::string(what) + ": size != param_count()");
+    DeviceGuard on(device_);
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(out.data(), data_, bytes(), cudaMemcpyDeviceToHost));
+  }
+  // `in` (host memory, size() values) into the whole buffer, on `stream`, then waited for: a plain
+  // cudaMemcpy from pageable memory may return before its DMA lands, and the non-blocking
+  // streams that read the buffer next would not wait.
+  void copy_from_host(std::span<const T> in, cudaStream_t stream, const char* what) {
+    GRADSYNC_CHECK(in.size() == count_, std::string(what) + ": size != param_count()");
+    DeviceGuard on(device_);
+    GRADSYNC_CUDA_CHECK(
+        cudaMemcpyAsync(data_, in.data(), bytes(), cudaMemcpyHostToDevice, stream));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
  private:
