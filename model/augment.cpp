@@ -56,4 +56,24 @@ void apply_crop_flip(std::span<const float> src, std::span<float> dst, ImageShap
   }
 }
 
+void gather_training_image(std::span<const float> sample, std::span<float> image, ImageShape shape,
+                           const Augmentation& augmentation, std::int64_t epoch,
+                           std::int64_t index, std::span<float> scratch) {
+  const int c = shape.channels, hw = shape.pixels();
+  const bool augment = augmentation.enabled;
+  float* hwc = augment ? scratch.data() : image.data();
+  if (c == 1) {
+    std::copy(sample.begin(), sample.begin() + shape.size(), hwc);
+  } else {
+    for (int p = 0; p < hw; ++p) {
+      for (int ch = 0; ch < c; ++ch) hwc[p * c + ch] = sample[std::size_t(ch * hw + p)];
+    }
+  }
+  if (augment) {
+    const CropFlip t = crop_flip_for(augment_key(augmentation.seed, epoch, index),
+                                     augmentation.padding);
+    apply_crop_flip(scratch.first(std::size_t(shape.size())), image, shape, t);
+  }
+}
+
 }  // namespace gradsync

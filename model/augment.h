@@ -59,4 +59,12 @@ CropFlip crop_flip_for(std::uint64_t key, int padding);
 void apply_crop_flip(std::span<const float> src, std::span<float> dst, ImageShape shape,
                      CropFlip t);
 
+// One training image as the ResNet reads it: `sample`, stored (C, H, W), written into `image`
+// as (H, W, C) (the same for one channel), transformed by `augmentation` for (epoch, index) on
+// the way when augmentation.enabled, through `scratch` (shape.size() floats). What the CPU and the GPU
+// ResNet both do to each sample of a training batch, so they see the same images.
+void gather_training_image(std::span<const float> sample, std::span<float> image, ImageShape shape,
+                           const Augmentation& augmentation, std::int64_t epoch,
+                           std::int64_t index, std::span<float> scratch);
+
 }  // namespace gradsync

@@ -211,28 +211,15 @@ void CudaResNet::upload_batch(const Dataset& data, std::span<const std::int64_t>
   // The staging buffers are about to be overwritten: the previous upload from them must have
   // landed (evaluate() uploads chunk after chunk without reading anything back in between).
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
-  const int c = shape_.channels, hw = shape_.height * shape_.width;
-  augment = augment && augmentation_.enabled;
+  const int c = shape_.channels;
+  Augmentation augmentation = augmentation_;
+  augmentation.enabled = augment && augmentation_.enabled;
   const ImageShape image_shape{.height = shape_.height, .width = shape_.width, .channels = c};
   const auto dim = static_cast<std::size_t>(data.dim);
   for (std::size_t j = 0; j < indices.size(); ++j) {
-    const float* sample = data.sample(indices[j]).data();
-    float* image = staged_input_.data() + j * dim;
-    // ResNet::gather's steps: (C, H, W) as stored to (H, W, C), through the scratch image when
-    // it is augmented on the way, by (augmentation seed, epoch, dataset index).
-    float* hwc = augment ? augment_scratch_.data() : image;
-    if (c == 1) {
-      std::memcpy(hwc, sample, sizeof(float) * dim);
-    } else {
-      for (int p = 0; p < hw; ++p) {
-        for (int ch = 0; ch < c; ++ch) hwc[p * c + ch] = sample[ch * hw + p];
-      }
-    }
-    if (augment) {
-      const CropFlip t =
-          crop_flip_for(augment_key(augmentation_.seed, epoch_, indices[j]), augmentation_.padding);
-      apply_crop_flip(augment_scratch_, {image, dim}, image_shape, t);
-    }
+    // ResNet::gather's steps, so the GPU trains on the CPU's images.
+    gather_training_image(data.sample(indices[j]), {staged_input_.data() + j * dim, dim},
+                          image_shape, augmentation, epoch_, indices[j], augment_scratch_);
     const int label = data.labels[static_cast<std::size_t>(indices[j])];
     GRADSYNC_CHECK(label >= 0 && label < shape_.classes, "label outside the model's classes");
     staged_labels_.data()[j] = label;

@@ -158,28 +158,14 @@ void ResNet::init_params(std::uint64_t seed) {
 void ResNet::gather(const Dataset& data, std::span<const std::int64_t> indices, bool augment) {
   const int c = shape_.channels, hw = shape_.height * shape_.width;
   GRADSYNC_CHECK(data.dim == c * hw, "dataset width does not match the resnet's C x H x W");
-  augment = augment && augmentation_.enabled;
+  Augmentation augmentation = augmentation_;
+  augmentation.enabled = augment && augmentation_.enabled;
   const ImageShape image_shape{.height = shape_.height, .width = shape_.width, .channels = c};
   const auto dim = static_cast<std::size_t>(data.dim);
   augment_scratch_.resize(dim);
   for (std::size_t j = 0; j < indices.size(); ++j) {
-    const float* sample = data.sample(indices[j]).data();
-    float* image = input_.data() + j * dim;
-    // (C, H, W) as stored, to (H, W, C) as the convolutions read it (the same for one channel);
-    // through the scratch image when it is augmented on the way.
-    float* hwc = augment ? augment_scratch_.data() : image;
-    if (c == 1) {
-      std::memcpy(hwc, sample, sizeof(float) * dim);
-    } else {
-      for (int p = 0; p < hw; ++p) {
-        for (int ch = 0; ch < c; ++ch) hwc[p * c + ch] = sample[ch * hw + p];
-      }
-    }
-    if (augment) {
-      const CropFlip t =
-          crop_flip_for(augment_key(augmentation_.seed, epoch_, indices[j]), augmentation_.padding);
-      apply_crop_flip(augment_scratch_, {image, dim}, image_shape, t);
-    }
+    gather_training_image(data.sample(indices[j]), {input_.data() + j * dim, dim}, image_shape,
+                          augmentation, epoch_, indices[j], augment_scratch_);
   }
 }
 
