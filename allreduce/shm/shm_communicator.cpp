@@ -323,13 +323,22 @@ class ShmCommunicator final : public Communicator {
     for (std::size_t off = 0; off < n; off += chunk_floats_) {
       const std::size_t len = std::min(chunk_floats_, n - off);
       const int set = next_set();
-      std::memcpy(slot(set, rank_), in.data() + off, len * sizeof(float));
+      // Only this rank sums its own slice [b, e), so that part need not go through the segment:
+      // it is read straight from `in`, and its sum written straight to `out` too. Every other
+      // part goes in once and comes out once, as before; the sums are the same bits.
+      const auto [b, e] = slice(len, rank_);
+      float* mine = slot(set, rank_);
+      std::memcpy(mine, in.data() + off, b * sizeof(float));
+      std::memcpy(mine + e, in.data() + off + e, (len - e) * sizeof(float));
       sync(work);
       for (int r = 0; r < size_; ++r) slots[static_cast<std::size_t>(r)] = slot(set, r);
-      const auto [b, e] = slice(len, rank_);
+      slots[static_cast<std::size_t>(rank_)] = in.data() + off;
       sum_slots(result(set), slots, b, e, average ? float(size_) : 0.0f);
+      // In place, `in` is `out`: its slice is overwritten only now, after the sum has read it.
+      std::memcpy(out.data() + off + b, result(set) + b, (e - b) * sizeof(float));
       sync(work);
-      std::memcpy(out.data() + off, result(set), len * sizeof(float));
+      std::memcpy(out.data() + off, result(set), b * sizeof(float));
+      std::memcpy(out.data() + off + e, result(set) + e, (len - e) * sizeof(float));
       bytes_sent_ += (len + (e - b)) * sizeof(float);
       bytes_received_ += (len + (e - b) * static_cast<std::size_t>(size_ - 1)) * sizeof(float);
     }
