@@ -3,13 +3,15 @@
 // processes of a node without the kernel's TCP stack.
 //
 // Allreduce, chunk by chunk (`chunk_bytes` of the buffer at a time, two chunks in flight):
-//   1. each rank copies its chunk into its own slot of the segment           (one copy in)
+//   1. each rank copies its chunk into its own slot of the segment, all but its own slice
 //   2. barrier
-//   3. rank r sums slice r of the chunk over every slot, in rank order, into the result area
-//      (each element summed once, by one rank: every rank ends with the same bits)
+//   3. rank r sums slice r of the chunk over every slot, in rank order (its own values read
+//      from its input), into the result area and its output (each element summed once, by
+//      one rank: every rank ends with the same bits)
 //   4. barrier
-//   5. each rank copies the whole result out                                  (one copy out)
-// Every rank thus moves the buffer in once and out once, and sums 1/N of it. The slots and
+//   5. each rank copies the rest of the result out
+// Every rank thus moves (N-1)/N of the buffer in and out once, and sums 1/N of it: its own
+// slice is read by no other rank, so it never passes through the segment. The slots and
 // result area come in two sets used alternately, so step 1 of chunk c + 1 never waits for the
 // copies out of chunk c: a set is reused only after every rank has passed the next chunk's
 // first barrier. Broadcast, allgather and reduce-scatter take one barrier per chunk.
