@@ -295,3 +295,38 @@ TEST_CASE("tcp ring: reduce-scatter of non-integers agrees across ranks' blocks 
     if (n == 2) CHECK(total == 0);
   }
 }
+
+TEST_CASE("tcp ring: at two ranks every element is a + b on both ranks, in place or not") {
+  // Two addends: the same bits in either order, so both ranks, in place and out of place, must
+  // hold exactly a + b. Non-integers, so that an element forwarded before or after the wrong
+  // addition would show; 64-byte chunks so that many chunks of both steps interleave.
+  for (const std::size_t chunk : {std::size_t(64), std::size_t(1) << 20}) {
+    CAPTURE(chunk);
+    for (const std::size_t length : {std::size_t(1), std::size_t(1000003)}) {
+      CAPTURE(length);
+      const auto value = [](int r, std::size_t i) { return 0.1f * float(r + 1) / float(i + 3); };
+      gradsync::InMemoryStore store;
+      std::vector<std::size_t> wrong(2, 0);
+      run_ranks(2, [&](int r) {
+        auto options = ring_options();
+        options.chunk_bytes = chunk;
+        auto comm = gradsync::make_tcp_ring(store, r, 2, options);
+        std::vector<float> in(length), out(length);
+        for (std::size_t i = 0; i < length; ++i) in[i] = value(r, i);
+        comm->allreduce_into(in, out, ReduceOp::kSum);
+        std::vector<float> in_place = in;
+        comm->allreduce(in_place, ReduceOp::kSum);
+        std::vector<float> average = in;
+        comm->allreduce(average, ReduceOp::kAvg);
+        for (std::size_t i = 0; i < length; ++i) {
+          const float sum = value(0, i) + value(1, i);
+          wrong[std::size_t(r)] += (out[i] != sum) + (in_place[i] != sum) +
+                                   (average[i] != sum / 2.0f) + (in[i] != value(r, i));
+        }
+        CHECK(comm->counters().bytes_sent == 3 * length * sizeof(float));
+      });
+      CHECK(wrong[0] == 0);
+      CHECK(wrong[1] == 0);
+    }
+  }
+}
