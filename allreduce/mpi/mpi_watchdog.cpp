@@ -23,6 +23,7 @@ MpiWatchdog::~MpiWatchdog() {
 }
 
 void MpiWatchdog::watch(Clock::time_point began, Clock::time_point deadline) {
+  bool sooner;
   {
     std::lock_guard held(mutex_);
     watching_ = true;
@@ -30,8 +31,11 @@ void MpiWatchdog::watch(Clock::time_point began, Clock::time_point deadline) {
     error_ = nullptr;
     deadline_ = deadline;
     next_beat_ = began + heartbeat_;
+    // Woken only when this collective needs it sooner than it wakes anyway: a wake-up per
+    // collective would cost every collective a context switch, on cores the ranks share.
+    sooner = closed_ || std::min(next_beat_, deadline_) < wake_at_;
   }
-  changed_.notify_all();
+  if (sooner) changed_.notify_all();
 }
 
 std::exception_ptr MpiWatchdog::unwatch() {
@@ -55,47 +59,57 @@ void MpiWatchdog::close() {
 void MpiWatchdog::loop() {
   std::unique_lock held(mutex_);
   while (!stopping_) {
-    if (!watching_ || ending_) {
-      changed_.wait(held);
-      continue;
-    }
     const auto now = Clock::now();
-    std::optional<Ending> ending;
-    if (closed_) {
-      ending = Ending::kClosing;
-    } else if (now >= deadline_) {
-      ending = Ending::kTimedOut;
-    }
-    if (ending) {
-      // Claimed under the mutex: an unwatch() from now on waits for end() to return.
-      ending_ = true;
-      held.unlock();
-      std::exception_ptr error;
-      try {
-        error = end_(*ending);
-      } catch (...) {
-        error = std::current_exception();
+    if (watching_ && !ending_) {
+      std::optional<Ending> ending;
+      if (closed_) {
+        ending = Ending::kClosing;
+      } else if (now >= deadline_) {
+        ending = Ending::kTimedOut;
       }
-      held.lock();
-      error_ = error;
-      ended_ = true;
-      changed_.notify_all();
-      continue;
-    }
-    if (now >= next_beat_) {
-      next_beat_ = now + heartbeat_;
-      // Unlocked: a Store round trip must not hold up watch() or unwatch(). A beat that comes
-      // just after its collective ended publishes progress that is still true.
-      held.unlock();
-      try {
-        beat_();
-      } catch (...) {
-        // Best effort, as every progress report: the timeout still names who is missing.
+      if (ending) {
+        // Claimed under the mutex: an unwatch() from now on waits for end() to return.
+        ending_ = true;
+        held.unlock();
+        std::exception_ptr error;
+        try {
+          error = end_(*ending);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        held.lock();
+        error_ = error;
+        ended_ = true;
+        changed_.notify_all();
+        continue;
       }
-      held.lock();
-      continue;
+      if (now >= next_beat_) {
+        next_beat_ = now + heartbeat_;
+        // Unlocked: a Store round trip must not hold up watch() or unwatch(). A beat that comes
+        // just after its collective ended publishes progress that is still true.
+        held.unlock();
+        try {
+          beat_();
+        } catch (...) {
+          // Best effort, as every progress report: the timeout still names who is missing.
+        }
+        held.lock();
+        continue;
+      }
+      wake_at_ = std::min(next_beat_, deadline_);
+    } else if (ending_) {
+      wake_at_ = Clock::time_point::max();  // until unwatch(), then the next watch()
+    } else {
+      // Nothing watched: look again a heartbeat from now. A collective watched meanwhile
+      // needs nothing before its first heartbeat (unless its deadline is sooner, and then
+      // watch() wakes this thread), so most collectives begin and end without waking it.
+      wake_at_ = now + heartbeat_;
     }
-    changed_.wait_until(held, std::min(next_beat_, deadline_));
+    if (wake_at_ == Clock::time_point::max()) {
+      changed_.wait(held);
+    } else {
+      changed_.wait_until(held, wake_at_);
+    }
   }
 }
 

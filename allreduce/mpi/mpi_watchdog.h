@@ -65,6 +65,7 @@ class MpiWatchdog {
   bool closed_ = false;
   bool stopping_ = false;
   Clock::time_point deadline_, next_beat_;
+  Clock::time_point wake_at_ = Clock::time_point::max();  // when the thread next looks, unasked
   std::exception_ptr error_;
   std::thread thread_;  // last: starts after every member above exists
 };
