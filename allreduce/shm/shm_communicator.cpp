@@ -1,6 +1,5 @@
 #include "allreduce/shm/shm_communicator.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +12,9 @@
 #include "allreduce/collective_checks.h"
 #include "allreduce/collective_kind.h"
 #include "allreduce/half_sum.h"
+#include "allreduce/shm/shm_barrier.h"
+#include "allreduce/shm/shm_layout.h"
 #include "allreduce/shm/shm_segment.h"
-#include "allreduce/shm/shm_wait.h"
 #include "allreduce/tcp/work_queue.h"
 #include "common/error.h"
 #include "common/host_id.h"
@@ -22,62 +22,12 @@
 namespace gradsync {
 namespace {
 
+using shm::Descriptor;
+using shm::Header;
+using shm::RankCell;
+using shm::ShmLayout;
 using std::chrono::milliseconds;
 using tcp::RingWork;
-
-constexpr std::uint64_t kMagic = 0x3130306d73737267ull;  // "grssm001"
-constexpr std::size_t kPage = 4096;
-constexpr std::size_t kReasonBytes = 1024;
-// A sleeping waiter wakes at least this often to look at its deadline and the awaited process.
-constexpr milliseconds kSleepSlice{10};
-// How long a waiter spins before it sleeps, when every rank can have a core of its own.
-constexpr std::chrono::microseconds kSpinFor{2000};
-
-// What a rank says it is doing, for the desync check: written before the collective's first
-// barrier, read by the others after it. Two, by sequence parity: a rank may already describe
-// its next collective while a slower one still reads this one.
-struct Descriptor {
-  std::uint64_t seq = 0;
-  std::uint64_t count = 0;
-  std::uint32_t op = 0;
-  std::int32_t root = 0;
-  bool operator==(const Descriptor&) const = default;
-};
-
-struct alignas(128) RankCell {
-  std::atomic<std::uint32_t> phase;     // barriers passed: the futex word others sleep on
-  std::atomic<std::uint32_t> sleepers;  // ranks asleep on `phase`: wake only when there are
-  std::atomic<std::int32_t> pid;
-  std::atomic<std::uint64_t> started;  // last collective sequence number begun, and finished
-  std::atomic<std::uint64_t> finished;
-  Descriptor current[2];
-};
-
-struct Header {
-  std::uint64_t magic;
-  std::uint32_t ranks;
-  std::uint64_t chunk_bytes;
-  // 0: running; 1: a rank is writing its reason; 2: the reason is there.
-  std::atomic<std::uint32_t> aborted;
-  std::int32_t aborted_by;     // the rank that recorded the reason
-  std::int32_t culprit;        // the rank the reason blames (waited for, dead, in desync)
-  std::uint32_t header_bytes;  // sizeof(Header) and sizeof(RankCell) of the build that made
-  std::uint32_t cell_bytes;    // the segment: two builds must agree on the layout
-  char reason[kReasonBytes];
-};
-
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
-std::size_t cells_offset() { return round_up(sizeof(Header), kPage); }
-std::size_t data_offset(int ranks) {
-  return round_up(cells_offset() + sizeof(RankCell) * static_cast<std::size_t>(ranks), kPage);
-}
-std::size_t segment_bytes(int ranks, std::size_t chunk) {
-  return data_offset(ranks) + 2 * (static_cast<std::size_t>(ranks) + 1) * chunk;
-}
-
-// Wrap-safe "counter a has reached b".
-bool reached(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) >= 0; }
 
 // out[i] = (((s[0][i] + s[1][i]) + s[2][i]) + ...), divided by `divisor` when it is not 0:
 // the same order for every element, whichever rank sums it. Blocks of 1024 floats keep the
@@ -109,16 +59,18 @@ class ShmCommunicator final : public Communicator {
         options_(options),
         chunk_floats_(std::max<std::size_t>(options.chunk_bytes / sizeof(float), 64) / 64 * 64),
         grace_(std::min(options.timeout, milliseconds(1000))),
-        spin_((options.machine_ranks > 0 ? options.machine_ranks : size) <=
-              static_cast<int>(std::thread::hardware_concurrency())),
+        // Spin before sleeping only when every rank can have a core.
+        barrier_(rank, size, options.timeout,
+                 (options.machine_ranks > 0 ? options.machine_ranks : size) <=
+                     static_cast<int>(std::thread::hardware_concurrency())),
         queue_(rank, options.timeout, grace_) {
     if (size_ > 1) attach(store);
   }
 
-  // A collective still waiting (its peers gone after a failure elsewhere) sees closing_ within
+  // A collective still waiting (its peers gone after a failure elsewhere) sees the close within
   // one sleep slice and fails: the queue's thread is joined without waiting out the timeout.
   ~ShmCommunicator() override {
-    closing_ = true;
+    barrier_.close();
     queue_.stop();
   }
 
@@ -199,8 +151,8 @@ class ShmCommunicator final : public Communicator {
   }
 
   void abort(const std::string& reason) override {
-    if (size_ > 1) mark_aborted(reason, rank_);
-    closing_ = true;
+    if (size_ > 1) barrier_.mark_aborted(reason, rank_);
+    barrier_.close();
     queue_.stop();
   }
 
@@ -209,7 +161,7 @@ class ShmCommunicator final : public Communicator {
 
   void attach(Store& store) {
     const std::string prefix = options_.store_prefix + "/";
-    const std::size_t bytes = segment_bytes(size_, chunk_floats_ * sizeof(float));
+    const std::size_t bytes = ShmLayout::bytes(size_, chunk_floats_);
     const std::string host = this_host_id();
     store.set(prefix + "host/" + std::to_string(rank_), host);
     for (int r = 0; r < size_; ++r) {
@@ -222,20 +174,22 @@ class ShmCommunicator final : public Communicator {
     }
     if (rank_ == 0) {
       segment_ = ShmSegment::create(shm_segment_name(options_.run_id), bytes);
+      layout_ = ShmLayout(segment_.data(), size_, chunk_floats_);
       auto* header = new (segment_.data()) Header{};
       header->ranks = static_cast<std::uint32_t>(size_);
       header->chunk_bytes = chunk_floats_ * sizeof(float);
       header->header_bytes = sizeof(Header);
       header->cell_bytes = sizeof(RankCell);
-      for (int r = 0; r < size_; ++r) new (cell_address(r)) RankCell{};
+      for (int r = 0; r < size_; ++r) new (layout_.cell_address(r)) RankCell{};
       std::atomic_thread_fence(std::memory_order_release);
-      header->magic = kMagic;
+      header->magic = shm::kMagic;
       store.set(prefix + "name", segment_.name());
     } else {
       const std::string name = store.get(prefix + "name", options_.timeout);
       segment_ = ShmSegment::open(name, bytes);
-      const Header& h = header();
-      if (h.magic != kMagic || h.ranks != std::uint32_t(size_) ||
+      layout_ = ShmLayout(segment_.data(), size_, chunk_floats_);
+      const Header& h = layout_.header();
+      if (h.magic != shm::kMagic || h.ranks != std::uint32_t(size_) ||
           h.chunk_bytes != chunk_floats_ * sizeof(float) || h.header_bytes != sizeof(Header) ||
           h.cell_bytes != sizeof(RankCell)) {
         throw Error("shared memory " + name + ": made for " + std::to_string(h.ranks) +
@@ -244,7 +198,8 @@ class ShmCommunicator final : public Communicator {
                     std::to_string(chunk_floats_ * sizeof(float)) + " (mixed builds or options?)");
       }
     }
-    cell(rank_).pid.store(static_cast<std::int32_t>(::getpid()));
+    barrier_.attach(layout_);
+    layout_.cell(rank_).pid.store(static_cast<std::int32_t>(::getpid()));
     store.set(prefix + "mapped/" + std::to_string(rank_), "1");
     if (rank_ == 0) {
       std::vector<std::string> keys;
@@ -257,24 +212,9 @@ class ShmCommunicator final : public Communicator {
 
   // ---- layout ---------------------------------------------------------------------------------
 
-  Header& header() const { return *reinterpret_cast<Header*>(segment_.data()); }
-  std::byte* cell_address(int r) const {
-    return segment_.data() + cells_offset() + sizeof(RankCell) * static_cast<std::size_t>(r);
-  }
-  RankCell& cell(int r) const { return *reinterpret_cast<RankCell*>(cell_address(r)); }
-  // Set s (0 or 1): slots 0..N-1 (one per rank), then the result area.
-  float* area(int set, int index) const {
-    const std::size_t area_floats = chunk_floats_;
-    const std::size_t n = static_cast<std::size_t>(set) * (static_cast<std::size_t>(size_) + 1) +
-                          static_cast<std::size_t>(index);
-    return reinterpret_cast<float*>(segment_.data() + data_offset(size_)) + n * area_floats;
-  }
-  float* slot(int set, int r) const { return area(set, r); }
-  // The same slot holding 16-bit values: twice as many as floats.
-  std::uint16_t* half_slot(int set, int r) const {
-    return reinterpret_cast<std::uint16_t*>(area(set, r));
-  }
-  float* result(int set) const { return area(set, size_); }
+  float* slot(int set, int r) const { return layout_.slot(set, r); }
+  std::uint16_t* half_slot(int set, int r) const { return layout_.half_slot(set, r); }
+  float* result(int set) const { return layout_.result(set); }
   int next_set() { return static_cast<int>(chunks_++ & 1u); }
 
   // ---- collectives ----------------------------------------------------------------------------
@@ -297,19 +237,14 @@ class ShmCommunicator final : public Communicator {
             sync(work);
           }
           ++collectives_;
-          if (size_ > 1) cell(rank_).finished.store(work.seq());
+          if (size_ > 1) barrier_.finish(work.seq());
         },
         issuing_blocking_call());
   }
 
   // Says which collective this rank is in; the first sync() of it checks the others agree.
-  void begin(RingWork& work) {
-    RankCell& me = cell(rank_);
-    me.current[work.seq() & 1] = current_;
-    me.started.store(work.seq());
-    checked_ = false;
-    work_started_ = Clock::now();
-  }
+  void begin(RingWork&) { barrier_.begin(current_); }
+  void sync(RingWork&) { barrier_.sync(); }
 
   void run_allreduce(RingWork& work, std::span<const float> in, std::span<float> out,
                      bool average) {
@@ -481,151 +416,16 @@ class ShmCommunicator final : public Communicator {
     return {cut(r), cut(r + 1)};
   }
 
-  // ---- barriers -------------------------------------------------------------------------------
-
-  // Raises this rank's phase, then waits until every rank's has reached it. The first of a
-  // collective also checks that every rank is in the same one.
-  void sync(RingWork& work) {
-    RankCell& me = cell(rank_);
-    const std::uint32_t target = me.phase.fetch_add(1, std::memory_order_seq_cst) + 1;
-    if (me.sleepers.load(std::memory_order_seq_cst) > 0) shm::futex_wake_all(&me.phase);
-    const Clock::time_point deadline = work_started_ + options_.timeout;
-    for (int k = 0; k < size_; ++k) {
-      if (k != rank_) wait_for(work, k, target, deadline);
-    }
-    if (!checked_) {
-      checked_ = true;
-      check_same_collective(work);
-    }
-  }
-
-  void wait_for(RingWork& work, int k, std::uint32_t target, Clock::time_point deadline) {
-    RankCell& them = cell(k);
-    // Spin while the peer is likely to come soon: a chunk's copies take 0.1-1 ms, and a futex
-    // sleep costs tens to hundreds of microseconds to wake from, at each of two barriers a
-    // chunk (measured: a 4000-pause spin halved or worse the bandwidth of 1 MiB allreduces).
-    const Clock::time_point spin_until = Clock::now() + (spin_ ? kSpinFor : Clock::duration{});
-    Clock::time_point next_liveness = Clock::now() + std::chrono::milliseconds(50);
-    unsigned spins = 0;
-    while (!reached(them.phase.load(std::memory_order_acquire), target)) {
-      if (header().aborted.load(std::memory_order_acquire) != 0) fail_aborted(work);
-      if (closing_)
-        throw Error(describe(current_) + " interrupted: the communicator was destroyed");
-      if ((++spins & 255u) != 0 || Clock::now() < spin_until) {
-        shm::cpu_relax();
-        // A peer that shares this core (other work on the machine, more ranks than cores)
-        // gets it at once instead of after our time slice: measured at 1 MiB, N = 2 beside one
-        // busy process, 3-5 GB/s with the yield against 0.7-1.9 without; idle, no slower.
-        if ((spins & 31u) == 0) sched_yield();
-        continue;
-      }
-      them.sleepers.fetch_add(1, std::memory_order_seq_cst);
-      const std::uint32_t seen = them.phase.load(std::memory_order_seq_cst);
-      const Clock::time_point now = Clock::now();
-      if (!reached(seen, target) && header().aborted.load() == 0 && now < deadline) {
-        shm::futex_wait(&them.phase, seen, std::min<Clock::duration>(kSleepSlice, deadline - now));
-      }
-      them.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-      if (reached(them.phase.load(std::memory_order_acquire), target)) break;
-      const Clock::time_point after = Clock::now();
-      if (after >= deadline) fail_timed_out(work, k);
-      if (after >= next_liveness) {
-        // pid 0: that rank has not finished attaching; the deadline decides for it.
-        const int pid = them.pid.load();
-        if (pid != 0 && !shm::process_alive(pid)) fail_dead(work, k);
-        next_liveness = after + std::chrono::milliseconds(50);
-      }
-    }
-  }
-
-  void check_same_collective(RingWork& work) {
-    const Descriptor mine = cell(rank_).current[work.seq() & 1];
-    for (int k = 0; k < size_; ++k) {
-      const Descriptor theirs = cell(k).current[work.seq() & 1];
-      if (k == rank_ || theirs == mine) continue;
-      const std::string what = describe(mine);
-      fail(work, PeerError(k, pid_text(k), what,
-                           "desync: rank " + std::to_string(rank_) + " is in " + what +
-                               " but rank " + std::to_string(k) + " is in " + describe(theirs)));
-    }
-  }
-
-  // ---- failures -------------------------------------------------------------------------------
-
-  static std::string describe(const Descriptor& d) {
-    return "collective #" + std::to_string(d.seq) + " " +
-           describe_collective(static_cast<CollectiveKind>(d.op), d.count, d.root);
-  }
-  std::string pid_text(int k) const { return "shm, pid " + std::to_string(cell(k).pid.load()); }
-
-  [[noreturn]] void fail_timed_out(RingWork& work, int k) {
-    const RankCell& them = cell(k);
-    fail(work,
-         TimeoutError(k, pid_text(k), describe(current_),
-                      "did not reach it within " + seconds_text(options_.timeout) +
-                          " (its last collective started #" + std::to_string(them.started.load()) +
-                          ", finished #" + std::to_string(them.finished.load()) + ")"));
-  }
-
-  [[noreturn]] void fail_dead(RingWork& work, int k) {
-    fail(work, PeerError(k, pid_text(k), describe(current_),
-                         "its process exited (killed?) before reaching the collective"));
-  }
-
-  [[noreturn]] void fail_aborted(RingWork& work) {
-    const Header& h = header();
-    // The reason follows the flag at once; a moment's spin covers the window between them.
-    for (int i = 0; i < 100000 && h.aborted.load(std::memory_order_acquire) != 2; ++i) {
-      shm::cpu_relax();
-    }
-    const std::string reason = h.aborted.load() == 2
-                                   ? std::string(h.reason, strnlen(h.reason, kReasonBytes))
-                                   : std::string("another rank aborted");
-    (void)work;
-    if (h.aborted.load() != 2) {
-      throw PeerError("another rank", -1, "shm", describe(current_), reason);
-    }
-    const int by = h.culprit >= 0 ? h.culprit : h.aborted_by;
-    throw PeerError(by, pid_text(by), describe(current_), reason);
-  }
-
-  // This rank's verdict: recorded in the segment so the other ranks fail with it at once
-  // (instead of each waiting out its own timeout), then thrown.
-  template <typename E>
-  [[noreturn]] void fail(RingWork& work, const E& error) {
-    (void)work;
-    mark_aborted(error.what(), error.rank());
-    throw error;
-  }
-
-  // `culprit`: the rank the reason blames; the others' errors name it.
-  void mark_aborted(const std::string& reason, int culprit) {
-    if (!segment_.data()) return;
-    Header& h = header();
-    std::uint32_t expected = 0;
-    if (h.aborted.compare_exchange_strong(expected, 1)) {
-      h.aborted_by = rank_;
-      h.culprit = culprit;
-      const std::size_t n = std::min(reason.size(), kReasonBytes - 1);
-      std::memcpy(h.reason, reason.data(), n);
-      h.reason[n] = '\0';
-      h.aborted.store(2, std::memory_order_release);
-    }
-    for (int r = 0; r < size_; ++r) shm::futex_wake_all(&cell(r).phase);
-  }
-
   const int rank_;
   const int size_;
   const ShmOptions options_;
   const std::size_t chunk_floats_;
   const milliseconds grace_;
-  const bool spin_;  // spin before sleeping only when every rank can have a core
+  shm::ShmBarrier barrier_;
   ShmSegment segment_;
+  ShmLayout layout_;
   std::uint64_t chunks_ = 0;  // chunk steps so far: which set of slots is next
   Descriptor current_;
-  bool checked_ = false;
-  std::atomic<bool> closing_{false};
-  Clock::time_point work_started_;
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
   tcp::WorkQueue queue_;  // last: its thread stops before the members above go
 };
