@@ -71,9 +71,9 @@ std::string describe(const std::string& backend, const std::string& gpu_transpor
     version = mpi_library_version();
 #endif
     return "gradsync MpiCommunicator: " + version +
-           ", MPI_Allreduce (MPI_Bcast, MPI_Allgather) on the communicator's thread under "
+           ", MPI_Allreduce (MPI_Bcast, MPI_Allgather) on the calling thread under "
            "MPI_THREAD_MULTIPLE, a watchdog keeping its deadline (MPI_Iallreduce polled under "
-           "SERIALIZED), each after its 32-byte desync-check allgather";
+           "SERIALIZED), each after its 32-byte desync-check allgather (--desync-check on)";
   }
   return gpu_transport;
 }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Bus bandwidth of gradsync's CPU backends over loopback TCP against the libraries themselves,
+# called directly by the plain peers of bench/peers/ (no gradsync in them): `tcp` against the
+# better of Gloo's ring (gloo_allreduce_plain) and Open MPI over TCP (mpirun --mca btl self,tcp
+# running mpi_allreduce_plain: MPI_Allreduce), and the `gloo` and `mpi` backends against the
+# plain program of their own library, which is what the wrapper costs. Ranks are processes of
+# this host. Each backend runs in a bench of its own (`--backend tcp`, then `gloo`, then `mpi`),
+# as each plain peer does, so that no backend's rows sit between another's sizes. Rounds
+# alternate all five sides so that drift in the machine's speed hits them alike.
+#   scripts/bench-backends-vs-libraries.sh [--ranks N[,N...]] [--rounds R] [--desync-check on|off]
+#                                          (defaults: 2,4, 5 and on)
+# Prints, per world size and message size, each side's median busbw (GB/s, out of place / in
+# place) and the medians of each round's ratios: tcp / best library, gloo / gloo-plain, mpi /
+# mpi-plain (1.00: the same speed). The binaries: $GRADSYNC (default build/bin/gradsync) and,
+# beside it, gloo_allreduce_plain and mpi_allreduce_plain.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+gradsync=${GRADSYNC:-build/bin/gradsync}
+bin=$(dirname "$gradsync")
+ranks=2,4
+rounds=5
+desync=on
+while (($#)); do
+  case "$1" in
+    --ranks) ranks=$2 ;;
+    --rounds) rounds=$2 ;;
+    --desync-check) desync=$2 ;;
+    *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+[[ $desync == on || $desync == off ]] || { echo "error: --desync-check takes on or off, not '$desync'" >&2; exit 2; }
+for tool in "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"; do
+  [[ -x $tool ]] || { echo "error: $tool is not built (make, or cmake --build build)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "error: mpirun not found: install Debian's openmpi-bin" >&2; exit 2; }
+root=()
+[[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+sizes=(-b 1M -e 64M -f 4)
+
+# One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
+rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13, r}'; }
+
+echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; desync check $desync"
+IFS=, read -ra world_sizes <<<"$ranks"
+for n in "${world_sizes[@]}"; do
+  for ((r = 1; r <= rounds; r++)); do
+    for backend in tcp gloo mpi; do
+      # Ranks as processes; mpi's are started by mpirun, its default.
+      how=(--ranks-as processes)
+      [[ $backend == mpi ]] && how=()
+      "$gradsync" bench allreduce --backend "$backend" -n "$n" "${sizes[@]}" "${how[@]}" \
+        --desync-check "$desync" >"$out/last" 2>&1 ||
+        { cat "$out/last" >&2; echo "error: gradsync bench --backend $backend -n $n failed" >&2; exit 1; }
+      rows "$backend" "$r" "$backend" <"$out/last" >>"$out/n$n"
+    done
+    "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}" >"$out/last" 2>&1 ||
+      { cat "$out/last" >&2; echo "error: gloo_allreduce_plain -n $n failed" >&2; exit 1; }
+    rows gloo-plain "$r" gloo-plain <"$out/last" >>"$out/n$n"
+    mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp --mca btl_tcp_if_include lo \
+      -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}" >"$out/last" 2>&1 ||
+      { cat "$out/last" >&2; echo "error: mpirun -np $n mpi_allreduce_plain failed" >&2; exit 1; }
+    rows mpi-plain "$r" mpi-plain <"$out/last" >>"$out/n$n"
+  done
+  echo
+  echo "N = $n: busbw medians over $rounds rounds (GB/s, out of place / in place), medians of each round's ratio"
+  echo
+  /usr/bin/python3 - "$out/n$n" <<'PY'
+import statistics, sys
+SIDES = ["tcp", "gloo", "mpi", "gloo-plain", "mpi-plain"]
+rows = {}  # size -> side -> round -> (oop, ip)
+for line in open(sys.argv[1]):
+    side, size, oop, ip, rnd = line.split()
+    rows.setdefault(int(size), {}).setdefault(side, {})[int(rnd)] = (float(oop), float(ip))
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+def ratio(s, a, bs, form):
+    """Median over rounds of a / max(b for b in bs), rounds where every side ran."""
+    out = []
+    for r, va in s.get(a, {}).items():
+        best = [s[b][r][form] for b in bs if r in s.get(b, {})]
+        if len(best) == len(bs) and max(best) > 0:
+            out.append(va[form] / max(best))
+    return median(out)
+
+def pair(x, y):
+    return f"{x:.2f} / {y:.2f}"
+
+print("| size | " + " | ".join(SIDES) + " | tcp / best | gloo / gloo-plain | mpi / mpi-plain |")
+print("|---:|" + "---|" * (len(SIDES) + 3))
+for size in sorted(rows):
+    s = rows[size]
+    cells = [pair(*(median([v[f] for v in s.get(side, {}).values()]) for f in (0, 1)))
+             for side in SIDES]
+    ratios = [pair(*(ratio(s, a, bs, f) for f in (0, 1)))
+              for a, bs in (("tcp", ["gloo-plain", "mpi-plain"]), ("gloo", ["gloo-plain"]),
+                            ("mpi", ["mpi-plain"]))]
+    label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+    print(f"| {label} | " + " | ".join(cells + ratios) + " |")
+PY
+done
