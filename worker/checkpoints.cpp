@@ -1,14 +1,11 @@
 #include "worker/checkpoints.h"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
-#include <regex>
-#include <sstream>
 
 #include "common/checkpoint_buffers.h"
 #include "common/checkpoint_file.h"
@@ -18,89 +15,6 @@
 
 namespace gradsync {
 namespace fs = std::filesystem;
-namespace {
-
-const std::regex kPartName(R"(part-(\d+)-of-(\d+)\.ckpt)");
-const std::regex kStepName(R"(step-(\d+))");
-
-// A number from a file name; a name that no writer makes (too many digits) is named in the error.
-std::uint64_t parse_number(const std::string& digits, const fs::path& file) {
-  try {
-    return std::stoull(digits);
-  } catch (const std::exception&) {
-    throw DataError(file.string(), "not a checkpoint name gradsync writes");
-  }
-}
-
-// The part files of a step folder, by index, and how many there should be (0 when the names
-// disagree on it, which no writer does).
-struct PartListing {
-  std::map<int, fs::path> parts;
-  int expected = -1;
-  bool consistent = true;
-  bool complete() const {
-    if (!consistent || expected <= 0 || static_cast<int>(parts.size()) != expected) return false;
-    return parts.rbegin()->first == expected - 1;
-  }
-  // What resolving or loading an incomplete `folder` says.
-  DataError incomplete(const std::string& folder) const {
-    return DataError(folder, "incomplete checkpoint: " + std::to_string(parts.size()) + " of " +
-                                 std::to_string(std::max(expected, 1)) +
-                                 " part files (part-<k>-of-<K>.ckpt) present");
-  }
-};
-
-PartListing list_parts(const fs::path& folder) {
-  PartListing listing;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, m, kPartName)) continue;
-    const int part =
-        static_cast<int>(std::min<std::uint64_t>(parse_number(m[1], entry.path()), 1 << 20));
-    const int of =
-        static_cast<int>(std::min<std::uint64_t>(parse_number(m[2], entry.path()), 1 << 20));
-    if (listing.expected != -1 && listing.expected != of) listing.consistent = false;
-    listing.expected = of;
-    listing.parts[part] = entry.path();
-  }
-  return listing;
-}
-
-bool is_step_folder(const fs::path& path) {
-  return std::regex_match(path.filename().string(), kStepName);
-}
-
-// The step-<N> folders directly in `folder`, by step (none when it cannot be read).
-std::map<std::uint64_t, fs::path> step_folders(const fs::path& folder) {
-  std::map<std::uint64_t, fs::path> steps;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(folder, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && std::regex_match(name, m, kStepName)) {
-      steps[parse_number(m[1], entry.path())] = entry.path();
-    }
-  }
-  return steps;
-}
-
-// The newest complete step folder in `folder`, if any holds step folders at all.
-std::optional<fs::path> newest_complete(const fs::path& folder, bool& any_step_folder) {
-  const std::map<std::uint64_t, fs::path> steps = step_folders(folder);
-  any_step_folder = !steps.empty();
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    if (list_parts(it->second).complete()) return it->second;
-  }
-  return std::nullopt;
-}
-
-ConfigError no_checkpoint(const std::string& path, const std::string& why) {
-  return ConfigError("checkpoint", "checkpoint.resume", path + ": " + why);
-}
-
-}  // namespace
 
 std::string model_description(const Config& config, const std::vector<int>& widths) {
   if (config.model.kind == "synthetic") {
@@ -113,58 +27,6 @@ std::string model_description(const Config& config, const std::vector<int>& widt
     text += std::to_string(widths[i]);
   }
   return text;
-}
-
-std::string checkpoint_root(const Config& config, const std::string& run_dir) {
-  // A named folder is shared by every run of the preset (and every sweep point): each run
-  // writes below its own name, so two runs never write the same step folder.
-  if (!config.checkpoint.dir.empty())
-    return (fs::path(config.checkpoint.dir) / config.name).string();
-  return (fs::path(run_dir) / "checkpoints").string();
-}
-
-void claim_checkpoint_root(const Config& config) {
-  if (config.checkpoint.dir.empty() || config.checkpoint.every <= 0) return;  // a fresh run folder
-  const fs::path root = checkpoint_root(config, "");
-  const std::uint64_t resumed =
-      config.checkpoint.resume.empty() ? 0 : checkpoint_step(config.checkpoint.resume);
-  const std::map<std::uint64_t, fs::path> steps = step_folders(root);
-  if (const auto later = steps.upper_bound(resumed); later != steps.end()) {
-    throw ConfigError(config.name, "checkpoint.dir",
-                      root.string() + " already holds " + later->second.filename().string() +
-                          (config.checkpoint.resume.empty() ? ", from an earlier run"
-                                                            : ", after the step being resumed") +
-                          ": this run would overwrite it. Resume from the newest (--resume " +
-                          root.string() + ") or choose another checkpoint.dir");
-  }
-}
-
-std::string resolve_checkpoint(const std::string& path, const std::string& run) {
-  // "step-00000050/" (as shell completion writes it) names the same folder as "step-00000050".
-  fs::path p = fs::path(path).lexically_normal();
-  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(p, ec)) throw no_checkpoint(path, "no such folder");
-  if (is_step_folder(p)) {
-    const PartListing listing = list_parts(p);
-    if (!listing.complete()) throw listing.incomplete(path);
-    return p.string();
-  }
-  bool any_step_folder = false;
-  if (const auto newest = newest_complete(p, any_step_folder)) return newest->string();
-  if (any_step_folder) throw no_checkpoint(path, "no complete checkpoint in its step-* folders");
-  if (fs::is_directory(p / "checkpoints", ec))
-    return resolve_checkpoint((p / "checkpoints").string(), run);
-  if (!run.empty() && fs::is_directory(p / run, ec))
-    return resolve_checkpoint((p / run).string(), run);
-  throw no_checkpoint(path, "no checkpoint here (no step-* folder, no checkpoints/, no " +
-                                (run.empty() ? std::string("run folder") : run + "/") + ")");
-}
-
-std::uint64_t checkpoint_step(const std::string& step_folder) {
-  const PartListing listing = list_parts(step_folder);
-  GRADSYNC_CHECK(!listing.parts.empty(), "checkpoint_step of a folder without parts");
-  return read_checkpoint_part(listing.parts.begin()->second.string(), true).step;
 }
 
 TrainingState load_training_state(const std::string& step_folder, const std::string& description,
@@ -332,91 +194,6 @@ void agree_on_resumed_step(Store& store, int rank, std::uint64_t step, const std
                         ") but rank 0 from " + store.get(folder_key, timeout) + " (step " +
                         rank0_step +
                         "): name one step folder, so that every rank reads the same one");
-}
-
-namespace {
-
-// The shortest text that reads back as the same double: 0.05 stays "0.05", and two learning
-// rates that differ anywhere differ in the file.
-std::string exact(double value) {
-  char text[32];
-  const auto [end, error] = std::to_chars(text, text + sizeof text, value);
-  return error == std::errc() ? std::string(text, end) : std::to_string(value);
-}
-
-}  // namespace
-
-std::string training_settings(const Config& config) {
-  std::ostringstream out;
-  out << "strategy " << config.strategy << "\n"
-      << "workers " << config.workers << "\n"
-      << "data.kind " << config.data.kind << "\n"
-      << "train.batch " << config.train.batch << "\n"
-      << "train.accumulation_steps " << config.train.accumulation_steps << "\n"
-      << "train.lr " << exact(config.train.lr) << "\n"
-      << "train.momentum " << exact(config.train.momentum) << "\n"
-      << "train.weight_decay " << exact(config.train.weight_decay) << "\n"
-      << "train.seed " << config.train.seed << "\n";
-  // Listed only when set, so a checkpoint of a constant-rate run reads the same as before.
-  if (config.train.lr_schedule != "constant" || config.train.warmup_steps > 0) {
-    out << "train.lr_schedule " << config.train.lr_schedule << "\n"
-        << "train.warmup_steps " << config.train.warmup_steps << "\n";
-  }
-  // Cosine anneals to 0 at the run's last step: another length is another schedule.
-  if (config.train.lr_schedule == "cosine") {
-    out << "train.steps " << config.train.steps << "\n"
-        << "train.epochs " << config.train.epochs << "\n";
-  }
-  if (config.strategy == "ps") {
-    out << "ps.servers " << config.ps.servers << "\n"
-        << "ps.mode " << config.ps.mode << "\n";
-  }
-  // Batch norm's statistics over the global batch or each rank's: another trajectory.
-  if (config.model.kind == "resnet") {
-    out << "model.sync_batchnorm " << (config.model.sync_batchnorm ? "true" : "false") << "\n";
-  }
-  return out.str();
-}
-
-std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config) {
-  std::ifstream file(fs::path(step_folder) / kCheckpointSettingsFile);
-  if (!file) return {};
-  // "key value" lines, in order; a line without a space is not ours and is skipped: the note
-  // is a courtesy, not a check.
-  auto read = [](std::istream& in) {
-    std::vector<std::pair<std::string, std::string>> settings;
-    for (std::string line; std::getline(in, line);) {
-      const auto space = line.find(' ');
-      if (space == std::string::npos) continue;
-      settings.emplace_back(line.substr(0, space), line.substr(space + 1));
-    }
-    return settings;
-  };
-  std::istringstream current(training_settings(config));
-  const auto now_list = read(current);
-  const std::map<std::string, std::string> now(now_list.begin(), now_list.end());
-  std::vector<std::string> changed;
-  std::map<std::string, std::string> before;
-  for (const auto& [key, then] : read(file)) {
-    before.emplace(key, then);
-    const auto it = now.find(key);
-    const std::string value = it == now.end() ? "(not used)" : it->second;
-    if (value != then) changed.push_back(key + " " + then + " -> " + value);
-  }
-  // Settings listed only when set (a learning-rate schedule) that the checkpoint's run lacked.
-  for (const auto& [key, value] : now_list) {
-    if (!before.contains(key)) changed.push_back(key + " (not used) -> " + value);
-  }
-  return changed;
-}
-
-void note_changed_settings(const Config& config, const std::string& step_folder) {
-  const std::vector<std::string> changed = changed_settings(step_folder, config);
-  if (changed.empty()) return;
-  std::string line =
-      "gradsync: run " + config.name + " resumes " + step_folder + " with other settings: ";
-  for (std::size_t i = 0; i < changed.size(); ++i) line += (i ? ", " : "") + changed[i];
-  std::cerr << line << " (it goes on with the new ones)\n";
 }
 
 Checkpointer::Checkpointer(std::string root, std::int64_t every, std::int64_t last_step,

@@ -36,6 +36,8 @@
 #include "common/config.h"
 #include "model/model.h"
 #include "strategies/sync_strategy.h"
+#include "worker/checkpoint_folders.h"   // where checkpoints are, which one --resume names
+#include "worker/checkpoint_settings.h"  // the settings kept beside them
 
 namespace gradsync {
 
@@ -55,24 +57,6 @@ struct TrainingState {
 // layers"; `widths` as in RunPlan. Resuming checks it and the parameter count.
 std::string model_description(const Config& config, const std::vector<int>& widths);
 
-// Where this run writes its checkpoints: <checkpoint.dir>/<run name>, else <run_dir>/checkpoints.
-std::string checkpoint_root(const Config& config, const std::string& run_dir);
-
-// Before a run starts (the launcher): throws ConfigError when a named checkpoint.dir already
-// holds this run's step folders that it would overwrite: any, for a fresh run; any after the
-// resumed step, for a resumed one. (The default root is in a new run folder: nothing to check.)
-void claim_checkpoint_root(const Config& config);
-
-// The step folder `path` names for run `run`, which may be: a step folder itself; a folder of
-// step folders (the newest complete one: a crash may have left the newest incomplete); a run
-// folder (its checkpoints/); or a preset's results folder (<run>/checkpoints/). Throws
-// ConfigError (key checkpoint.resume) when there is none, DataError for an incomplete step
-// folder named directly.
-std::string resolve_checkpoint(const std::string& path, const std::string& run);
-
-// The step a resolved checkpoint continues from (reads only the parts' headers).
-std::uint64_t checkpoint_step(const std::string& step_folder);
-
 // Reads the parts of `step_folder` that cover [begin, end) and returns that range, and the
 // buffers file if there is one. Throws DataError naming the part (or buffers file) that is
 // unreadable, of another model (description or `total` differs), or disagrees with the others
@@ -83,24 +67,6 @@ TrainingState load_training_state(const std::string& step_folder, const std::str
 // Throws ConfigError for what cannot be checkpointed: ps in async or ssp mode (its shards share
 // no step at which the model is one consistent state).
 void validate_checkpointing(const Config& config);
-
-// What shapes a run's trajectory besides the model, as "key value" lines (strategy, workers,
-// data kind, batch, lr, momentum, weight decay, seed, accumulation; ps servers and mode).
-// Written beside a checkpoint's parts (kCheckpointSettingsFile), so that a resumed run can say
-// what it changed. A checkpoint resumes under other settings (another strategy, worker count or lr
-// is a use, not a mistake); the note only makes sure it is not a surprise.
-std::string training_settings(const Config& config);
-
-// The settings that differ between the checkpoint in `step_folder` and `config`, each as
-// "train.lr 0.1 -> 0.05", in the file's order; empty when none differ or the folder has no
-// settings file (checkpoints written before it existed).
-std::vector<std::string> changed_settings(const std::string& step_folder, const Config& config);
-
-// When the checkpoint in `step_folder` was trained under settings other than config's, says so
-// on stderr in one line:
-// "gradsync: run dp-2 resumes .../step-00000050 with other settings: train.lr 0.1 -> 0.05
-// (it goes on with the new ones)".
-void note_changed_settings(const Config& config, const std::string& step_folder);
 
 // Throws DataError (naming state.buffers_file) when the checkpoint's running statistics do not
 // fit `model`: none for a model that keeps some, or another count. A model without buffers
