@@ -2,6 +2,7 @@
 once, and the summary line is the `N passed, N failed` that CI reads."""
 import glob
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -24,6 +25,18 @@ class Checks:
     def finish(self):
         print(f"{self.passed} passed, {len(self.failures)} failed")
         sys.exit(1 if self.failures else 0)
+
+
+def run_mpi_peer_script(script, gradsync, *args):
+    """Runs a bench script that measures gradsync against a library under mpirun, the way its
+    figure is made (GRADSYNC set, a plain PATH), returning (exit code, stdout + stderr); exits
+    77 (skipped) when mpirun is not installed."""
+    if shutil.which("mpirun") is None:
+        print("mpirun not installed: skipped")
+        sys.exit(77)
+    done = subprocess.run(["bash", script, *args], capture_output=True, text=True, timeout=280,
+                          env={"GRADSYNC": gradsync, "PATH": "/usr/bin:/bin"})
+    return done.returncode, done.stdout + done.stderr
 
 
 def children_of(pid):

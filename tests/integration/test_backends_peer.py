@@ -7,22 +7,14 @@ plain library, each wrapper against its own. No speed is asserted: the figure is
 Skips (77) without mpirun.
 """
 import re
-import shutil
-import subprocess
 import sys
 
-from checks import Checks
+from checks import Checks, run_mpi_peer_script
 
 gradsync, script = sys.argv[1], sys.argv[2]
-if shutil.which("mpirun") is None:
-    print("mpirun not installed: skipped")
-    sys.exit(77)
-
+code, out = run_mpi_peer_script(script, gradsync, "--ranks", "2", "--rounds", "1")
 check = Checks()
-done = subprocess.run(["bash", script, "--ranks", "2", "--rounds", "1"], capture_output=True,
-                      text=True, timeout=280, env={"GRADSYNC": gradsync, "PATH": "/usr/bin:/bin"})
-out = done.stdout + done.stderr
-check(done.returncode == 0, f"the script exited {done.returncode}: {out[-3000:]}")
+check(code == 0, f"the script exited {code}: {out[-3000:]}")
 pair = r"([\d.]+) / ([\d.]+)"
 rows = re.findall(r"^\| (\d+) MiB \| " + r" \| ".join([pair] * 8) + r" \|$", out, re.M)
 check([int(r[0]) for r in rows] == [1, 4, 16, 64], f"a row per size, 1 to 64 MiB: {out[-2000:]}")

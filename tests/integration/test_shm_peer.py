@@ -6,22 +6,14 @@ copy yardstick is there, and that the ratios printed are the busbws' own. No spe
 the figure is the script's. Skips (77) without mpirun.
 """
 import re
-import shutil
-import subprocess
 import sys
 
-from checks import Checks
+from checks import Checks, run_mpi_peer_script
 
 gradsync, script = sys.argv[1], sys.argv[2]
-if shutil.which("mpirun") is None:
-    print("mpirun not installed: skipped")
-    sys.exit(77)
-
+code, out = run_mpi_peer_script(script, gradsync, "--ranks", "2", "--rounds", "1")
 check = Checks()
-done = subprocess.run(["bash", script, "--ranks", "2", "--rounds", "1"], capture_output=True,
-                      text=True, timeout=280, env={"GRADSYNC": gradsync, "PATH": "/usr/bin:/bin"})
-out = done.stdout + done.stderr
-check(done.returncode == 0, f"the script exited {done.returncode}: {out[-3000:]}")
+check(code == 0, f"the script exited {code}: {out[-3000:]}")
 copies = re.findall(r"# memory copy +(\d+) B: +([\d.]+) GB/s", out)
 check(len(copies) == 6 and all(float(c[1]) > 0 for c in copies),
       f"a memory copy figure per size: {copies}")
