@@ -40,10 +40,14 @@
 #                                    [--strategy S[,S...]] [--compression C[,C...]]
 #                                    [--hidden H[,H...]] [--batch B] [--steps S]
 #                                    [--start-step K] [--bucket-mb M] [--pairs P]
-#                                    [--gradsync BINARY]
+#                                    [--desync-check on|off] [--gradsync BINARY]
 # Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --strategy
 # allreduce, --compression none, --hidden 256,256, --batch 64, --steps 2000, --start-step 10,
-# --bucket-mb 1 (backends.yaml's), --pairs 3.
+# --bucket-mb 1 (backends.yaml's), --pairs 3, --desync-check on.
+# --desync-check off sets comm.desync_check: false, which leaves out gloo's and mpi's header
+# round before each collective (tcp's header rides in its stream either way): DDP runs without
+# one unless TORCH_DISTRIBUTED_DEBUG asks, so off compares like with like, and on says what
+# gradsync's default check costs.
 # The gradsync binary: --gradsync, else $GRADSYNC, else build/bin/gradsync.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +64,7 @@ batch=64
 steps=2000
 bucket_mb=1
 pairs=3
+desync=on
 lr=0.05
 momentum=0.9
 while (($#)); do
@@ -78,6 +83,7 @@ while (($#)); do
     --steps) steps=$2 ;;
     --bucket-mb) bucket_mb=$2 ;;
     --pairs) pairs=$2 ;;
+    --desync-check) desync=$2 ;;
     --gradsync) gradsync=$2 ;;
     *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
@@ -117,6 +123,10 @@ for s in "${strategy_list[@]}"; do
 done
 if [[ ! $hidden =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
   echo "error: --hidden '$hidden': comma-separated layer widths, as 256,256" >&2
+  exit 2
+fi
+if [[ $desync != on && $desync != off ]]; then
+  echo "error: --desync-check takes on or off, not '$desync'" >&2
   exit 2
 fi
 if [[ ! $start_step =~ ^[0-9]+$ ]] || ((start_step < 2)); then
@@ -187,6 +197,7 @@ run_gradsync() {
       --set train.steps="$steps" --set train.eval_every="$steps" --set train.batch="$batch" \
       --set train.lr="$lr" --set train.momentum="$momentum" --set comm.bucket_mb="$bucket_mb" \
       --set model.hidden="$hidden" --set output.progress=off "${strategy_sets[@]}" "${sets[@]}" \
+      --set comm.desync_check="$([[ $desync == on ]] && echo true || echo false)" \
       >"$out.log" 2>&1; then
     echo "error: gradsync run $run failed:" >&2
     cat "$out.log" >&2
@@ -227,7 +238,7 @@ print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["bl
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "MLP 784-${hidden//,/-}-10, batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "MLP 784-${hidden//,/-}-10, batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, desync check $desync, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 summary=()
 IFS=, read -r -a rank_list <<<"$ranks"
 for n in "${rank_list[@]}"; do
