@@ -122,10 +122,13 @@ std::optional<ShardFailure> ShardSessions::check_silence(
     if (w.presence != Presence::kConnected || now - w.last_seen <= timeout_) continue;
     const std::string what = "worker " + std::to_string(r) + " (last seen " +
                              seconds_text(now - w.last_seen) + " ago) stopped sending";
-    const bool live_left = std::any_of(workers_.begin(), workers_.end(), [&](const Session& o) {
-      return &o != &w && o.presence == Presence::kConnected;
+    // Dropping needs another worker that still trains, or one that finished its training (in
+    // async mode the others may be done before this one's silence runs out): with only the
+    // dropped left, nobody would have trained the run to its end.
+    const bool run_goes_on = std::any_of(workers_.begin(), workers_.end(), [&](const Session& o) {
+      return &o != &w && (o.presence == Presence::kConnected || o.presence == Presence::kLeft);
     });
-    if (!continue_without_dead_workers_ || !live_left) {
+    if (!continue_without_dead_workers_ || !run_goes_on) {
       return ShardFailure{rank, w.address, out_.name() + " step " + std::to_string(step_of(rank)),
                           what + ": ending the run", true};
     }

@@ -207,6 +207,40 @@ TEST_CASE("ps shard: a silent worker ends a sync run, async may drop it and go o
          lonely.failure()->problem == "worker(s) 1 did not say HELLO within 0.5 s"));
 }
 
+// Async workers finish on their own: one that falls silent after the others said BYE is dropped
+// and the run is done (they trained it to the end); a silent one whose only peers were dropped
+// ends it.
+TEST_CASE("ps shard: async drops a worker silent after the others finished, not the last trainer") {
+  Log log;
+  const auto t0 = Clock::now();
+  PsShardOptions o = options_for(3, 4, Mode::kAsync, log);
+  o.continue_without_dead_workers = true;
+
+  ShardState done(o, t0);
+  Driver d{done, 4, t0};
+  d.start(3, 0.f);
+  d.now = t0 + 100ms;
+  d.push(0, 0, 1.f);
+  d.push(1, 0, 1.f);
+  d.send(0, wire::make_header(MessageType::kBye, 0, 0, 0, 0, 0));
+  d.send(1, wire::make_header(MessageType::kBye, 1, 0, 0, 0, 0));
+  CHECK(!done.finished());  // worker 2 still connected, silent since t0
+  CHECK((done.on_tick(t0 + 600ms).empty() && !done.failure()));
+  CHECK(log.has("worker 2 (last seen 0.6 s ago) stopped sending: dropped"));
+  CHECK(done.finished());
+
+  ShardState alone(o, t0);
+  Driver a{alone, 4, t0};
+  a.start(3, 0.f);
+  a.now = t0 + 400ms;
+  a.push(0, 0, 1.f);
+  CHECK(alone.on_tick(t0 + 600ms).empty());  // workers 1 and 2 dropped: worker 0 trains on
+  CHECK(!alone.failure());
+  alone.on_tick(t0 + 1000ms);  // now worker 0 too, with nobody left to train or done
+  REQUIRE(alone.failure());
+  CHECK(alone.failure()->rank == 0);
+}
+
 // A worker whose training thread is stuck still heartbeats: the shard names it once the others
 // waited on it for the timeout (500 ms here), instead of letting each of them time out alone.
 TEST_CASE("ps shard: a worker alive but not pushing is named once the others waited too long") {
