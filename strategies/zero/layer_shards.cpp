@@ -12,12 +12,18 @@ namespace {
 // buffers are aligned to the widest vector packet: the kernels then split every range into the
 // same head, body and tail on every run, so equal inputs give bit-equal results wherever the
 // heap put the layer. Left uninitialised: every use writes it whole first (a gather, the
-// model's gradient), and a fill would cost a pass over a layer each time one is made.
+// model's gradient), and a fill would cost a pass over a layer each time one is made. Its
+// storage comes from and goes back to the shards' BufferPool.
 class LayerBuffer {
  public:
-  explicit LayerBuffer(ModelState kind) : counted_(kind, 0) {}
+  LayerBuffer(ModelState kind, BufferPool& pool) : counted_(kind, 0), pool_(pool) {}
+  ~LayerBuffer() { pool_.give(size_, std::move(data_)); }
+  LayerBuffer(const LayerBuffer&) = delete;
+  LayerBuffer& operator=(const LayerBuffer&) = delete;
+
   void allocate(std::size_t n) {
-    data_.reset(static_cast<float*>(::operator new(n * sizeof(float), kAlign)));
+    pool_.give(size_, std::move(data_));
+    data_ = pool_.take(n);
     size_ = n;
     counted_.set(n * sizeof(float));
   }
@@ -25,29 +31,44 @@ class LayerBuffer {
   float* data() { return data_.get(); }
 
  private:
-  static constexpr std::align_val_t kAlign{64};
-  struct Free {
-    void operator()(float* p) const noexcept { ::operator delete(p, kAlign); }
-  };
-  std::unique_ptr<float, Free> data_;
+  BufferPool::Block data_;
   std::size_t size_ = 0;
   TrackedBytes counted_;
+  BufferPool& pool_;
 };
+
+// The most the shards hold in use at once (layer_shards.h): stage 3 at layer l its gathered
+// values and the prefetched l - 1, its gradient and l + 1's in flight; stage 2 the gradients.
+std::size_t window_floats(const ShardLayout& layout, bool holds_params) {
+  const std::size_t layers = layout.units.size();
+  const auto n = [&](std::size_t l) {
+    return l < layers ? layout.units[layers - 1 - l].floats() : std::size_t(0);  // last first
+  };
+  std::size_t most = 0;
+  for (std::size_t l = 0; l < layers; ++l) {
+    const std::size_t grads = n(l) + n(l + 1);
+    const std::size_t gathered = holds_params ? n(l) + (l > 0 ? n(l - 1) : 0) : 0;
+    most = std::max(most, grads + gathered);
+  }
+  return most;
+}
 
 }  // namespace
 
 // A layer's parameters gathered (or being gathered) into a buffer of its own.
 struct LayerShards::Gathered {
+  explicit Gathered(BufferPool& pool) : values(ModelState::kParams, pool) {}
   std::size_t layer = 0;
-  LayerBuffer values{ModelState::kParams};
+  LayerBuffer values;
   std::shared_ptr<Work> work;  // null: complete (a layer under N floats is all tail)
   Clock::time_point issued;
 };
 
 // A layer's full gradient, then its reduce-scatter (and tail all-reduce) in flight.
 struct LayerShards::Reducing {
+  explicit Reducing(BufferPool& pool) : grads(ModelState::kGrads, pool) {}
   std::size_t layer = 0;
-  LayerBuffer grads{ModelState::kGrads};
+  LayerBuffer grads;
   // accumulate: the reduced slice lands here and is added to the shard once it has arrived.
   TrackedBuffer<float> staged{ModelState::kGrads};
   std::vector<std::shared_ptr<Work>> works;
@@ -61,13 +82,45 @@ LayerShards::LayerShards(std::shared_ptr<Communicator> comm, const ShardLayout& 
       layout_(layout),
       param_shard_(param_shard),
       grad_shard_(grad_shard),
-      holds_params_(holds_params) {
+      holds_params_(holds_params),
+      pool_(window_floats(layout, holds_params)) {
   GRADSYNC_CHECK(param_shard_.size() == layout_.shard_floats &&
                      grad_shard_.size() == layout_.shard_floats,
                  "layer shards: the shards must be the layout's size");
 }
 
 LayerShards::~LayerShards() { settle(); }
+
+BufferPool::Block BufferPool::take(std::size_t n) {
+  in_use_ += n;
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->first == n) {
+      Block block = std::move(it->second);
+      spare_.erase(it);
+      spare_floats_ -= n;
+      return block;
+    }
+  }
+  trim();  // room for the new block first
+  return Block(static_cast<float*>(::operator new(n * sizeof(float), kAlign)));
+}
+
+void BufferPool::give(std::size_t n, Block block) {
+  if (!block) return;
+  in_use_ -= n;
+  spare_.emplace_back(n, std::move(block));
+  spare_floats_ += n;
+  trim();
+}
+
+void BufferPool::trim() {
+  const auto by_size = [](const auto& a, const auto& b) { return a.first < b.first; };
+  while (!spare_.empty() && in_use_ + spare_floats_ > budget_) {
+    const auto smallest = std::min_element(spare_.begin(), spare_.end(), by_size);
+    spare_floats_ -= smallest->first;
+    spare_.erase(smallest);
+  }
+}
 
 const ShardUnit& LayerShards::unit(std::size_t layer) const {
   GRADSYNC_CHECK(layer < layout_.units.size(), "layer shards: no such layer");
@@ -76,7 +129,7 @@ const ShardUnit& LayerShards::unit(std::size_t layer) const {
 
 std::unique_ptr<LayerShards::Gathered> LayerShards::start_gather(std::size_t layer) {
   const ShardUnit& u = unit(layer);
-  auto g = std::make_unique<Gathered>();
+  auto g = std::make_unique<Gathered>(pool_);
   g->layer = layer;
   g->issued = Clock::now();
   g->values.allocate(u.floats());
@@ -156,7 +209,7 @@ void LayerShards::store_params(std::size_t layer, std::span<const float> values)
 
 std::span<float> LayerShards::layer_grads(std::size_t layer) {
   GRADSYNC_CHECK(computing_ == nullptr, "layer shards: one layer's gradient at a time");
-  computing_ = std::make_unique<Reducing>();
+  computing_ = std::make_unique<Reducing>(pool_);
   computing_->layer = layer;
   computing_->grads.allocate(unit(layer).floats());
   return computing_->grads.span();

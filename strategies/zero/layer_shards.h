@@ -13,7 +13,14 @@
 //
 // So at most two gathered layers (the running one and its prefetch) and two full layer
 // gradients (the one in flight and the one being computed) exist at once: the formula's
-// window, max over l of n(l-1) + 2 n(l) + n(l+1) floats, beside the shards.
+// window, max over l of n(l-1) + 2 n(l) + n(l+1) floats, beside the shards. What is freed goes
+// to a BufferPool, which hands it to the next layer of the same size (the next pass's, the next
+// step's) instead of back to the system: a layer of tens of megabytes is mmapped afresh by the
+// allocator, and faulting its pages in again cost stages 2 and 3 more time per step than their
+// extra collectives. In use and spare together the pool keeps at most that window (stage 2: max
+// over l of n(l) + n(l+1), its two gradients), so the process's peak is the ledger's; the
+// ledger (model_state_memory.h) counts the buffers in use, as PyTorch's counts allocated memory
+// and not what its caching allocator keeps.
 //
 // Every collective is issued from the training thread in the same order on every rank (the
 // model's passes are the same everywhere); the backend runs them in issue order. Gathers read
@@ -23,6 +30,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <new>
+#include <utility>
 #include <optional>
 #include <span>
 #include <vector>
@@ -35,6 +44,36 @@
 #include "strategies/zero/shard_layout.h"
 
 namespace gradsync {
+
+// Freed layer buffers (64-byte aligned floats), kept for reuse by exact size, never more than
+// `budget` floats in use and spare together: the most the shards ever hold in use at once, so
+// the pool raises no peak. When a freed block would pass it, the smallest spares go first (a
+// large layer is the costly one to map again).
+class BufferPool {
+ public:
+  static constexpr std::align_val_t kAlign{64};
+  struct Free {
+    void operator()(float* p) const noexcept { ::operator delete(p, kAlign); }
+  };
+  using Block = std::unique_ptr<float, Free>;
+
+  explicit BufferPool(std::size_t budget) : budget_(budget) {}
+  // A block of `n` floats: a spare one of that size, else a new one (uninitialised).
+  Block take(std::size_t n);
+  // Takes back a block of `n` floats from use (null: nothing), keeping it while the budget allows.
+  void give(std::size_t n, Block block);
+
+  std::size_t in_use_floats() const { return in_use_; }
+  std::size_t spare_floats() const { return spare_floats_; }
+
+ private:
+  // Frees the smallest spares until in use and spare fit the budget.
+  void trim();
+
+  const std::size_t budget_;
+  std::size_t in_use_ = 0, spare_floats_ = 0;
+  std::vector<std::pair<std::size_t, Block>> spare_;
+};
 
 class LayerShards final : public LayerStorage {
  public:
@@ -75,6 +114,7 @@ class LayerShards final : public LayerStorage {
   const ShardLayout& layout_;
   std::span<float> param_shard_, grad_shard_;
   bool holds_params_ = true;
+  BufferPool pool_;  // before the buffers below: they give their storage back to it
   std::unique_ptr<Gathered> current_, prefetched_;
   std::unique_ptr<Reducing> computing_, reducing_;
   std::vector<TraceSpan> spans_;
