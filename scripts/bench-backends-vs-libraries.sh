@@ -30,14 +30,9 @@ while (($#)); do
   shift 2
 done
 [[ $desync == on || $desync == off ]] || { echo "error: --desync-check takes on or off, not '$desync'" >&2; exit 2; }
-for tool in "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"; do
-  [[ -x $tool ]] || { echo "error: $tool is not built (make, or cmake --build build)" >&2; exit 2; }
-done
-command -v mpirun >/dev/null || { echo "error: mpirun not found: install Debian's openmpi-bin" >&2; exit 2; }
-root=()
-[[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/peer-bench-common.sh
+source scripts/peer-bench-common.sh
+need_tools "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"
 sizes=(-b 1M -e 64M -f 4)
 
 # One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
@@ -51,18 +46,15 @@ for n in "${world_sizes[@]}"; do
       # Ranks as processes; mpi's are started by mpirun, its default.
       how=(--ranks-as processes)
       [[ $backend == mpi ]] && how=()
-      "$gradsync" bench allreduce --backend "$backend" -n "$n" "${sizes[@]}" "${how[@]}" \
-        --desync-check "$desync" >"$out/last" 2>&1 ||
-        { cat "$out/last" >&2; echo "error: gradsync bench --backend $backend -n $n failed" >&2; exit 1; }
-      rows "$backend" "$r" "$backend" <"$out/last" >>"$out/n$n"
+      table "$gradsync" bench allreduce --backend "$backend" -n "$n" "${sizes[@]}" "${how[@]}" \
+        --desync-check "$desync"
+      rows "$backend" "$r" "$backend" <"$out/table" >>"$out/n$n"
     done
-    "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}" >"$out/last" 2>&1 ||
-      { cat "$out/last" >&2; echo "error: gloo_allreduce_plain -n $n failed" >&2; exit 1; }
-    rows gloo-plain "$r" gloo-plain <"$out/last" >>"$out/n$n"
-    mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp --mca btl_tcp_if_include lo \
-      -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}" >"$out/last" 2>&1 ||
-      { cat "$out/last" >&2; echo "error: mpirun -np $n mpi_allreduce_plain failed" >&2; exit 1; }
-    rows mpi-plain "$r" mpi-plain <"$out/last" >>"$out/n$n"
+    table "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}"
+    rows gloo-plain "$r" gloo-plain <"$out/table" >>"$out/n$n"
+    table mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp \
+      --mca btl_tcp_if_include lo -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}"
+    rows mpi-plain "$r" mpi-plain <"$out/table" >>"$out/n$n"
   done
   echo
   echo "N = $n: busbw medians over $rounds rounds (GB/s, out of place / in place), medians of each round's ratio"

@@ -26,14 +26,9 @@ while (($#)); do
   esac
   shift 2
 done
-for tool in "$gradsync" "$plain" "$micro"; do
-  [[ -x $tool ]] || { echo "error: $tool is not built (make, or cmake --build build)" >&2; exit 2; }
-done
-command -v mpirun >/dev/null || { echo "error: mpirun not found: install Debian's openmpi-bin" >&2; exit 2; }
-root=()
-[[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# shellcheck source=scripts/peer-bench-common.sh
+source scripts/peer-bench-common.sh
+need_tools "$gradsync" "$plain" "$micro"
 
 echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
 "$micro" --benchmark_filter=MemoryCopy --benchmark_format=csv 2>/dev/null |
@@ -41,10 +36,11 @@ echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $
 IFS=, read -ra world_sizes <<<"$ranks"
 for n in "${world_sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do
-    "$gradsync" bench allreduce --backend shm,gloo -n "$n" -b 64K -e 64M -f 4 --ranks-as processes \
-      2>&1 | awk -v r="$r" '$1 == "shm" || $1 == "gloo" {print $1, $2, $8, r}' >>"$out/n$n"
-    mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$plain" \
-      -b 64K -e 64M -f 4 2>&1 | awk -v r="$r" '$1 == "mpi-plain" {print "vader", $2, $8, r}' >>"$out/n$n"
+    table "$gradsync" bench allreduce --backend shm,gloo -n "$n" -b 64K -e 64M -f 4 --ranks-as processes
+    awk -v r="$r" '$1 == "shm" || $1 == "gloo" {print $1, $2, $8, r}' "$out/table" >>"$out/n$n"
+    table mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,vader -np "$n" "$plain" \
+      -b 64K -e 64M -f 4
+    awk -v r="$r" '$1 == "mpi-plain" {print "vader", $2, $8, r}' "$out/table" >>"$out/n$n"
   done
   echo "# N = $n: out-of-place busbw (GB/s) per round; median ratios over the rounds"
   printf '%10s  %-24s %-24s %-24s %9s %9s\n' bytes shm vader gloo shm/vader shm/gloo

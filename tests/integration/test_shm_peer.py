@@ -19,7 +19,8 @@ check(len(copies) == 6 and all(float(c[1]) > 0 for c in copies),
       f"a memory copy figure per size: {copies}")
 rows = re.findall(r"^ +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)x +([\d.]+)x$", out, re.M)
 sizes = [int(r[0]) for r in rows]
-check(sizes == [65536 * 4 ** i for i in range(6)], f"a row per size, 64 KiB to 64 MiB: {sizes}")
+check(sizes == [65536 * 4 ** i for i in range(6)],
+      f"a row per size, 64 KiB to 64 MiB: {sizes}; the script printed: {out[-2000:]}")
 for size, shm, vader, gloo, shm_vader, shm_gloo in rows:
     check(float(shm) > 0 and float(vader) > 0 and float(gloo) > 0, f"{size}: three busbws")
     check(abs(float(shm_vader) - float(shm) / float(vader)) < 0.011 * float(shm_vader) + 0.01,
