@@ -11,6 +11,9 @@
 // Where the optimizer runs is the strategy's business (locally, on replica 0, on the server
 // shards). `params` and `grads` are this rank's flat buffers; they stay valid and at the same
 // address from init() until the strategy is destroyed, so a strategy may keep pointers to them.
+// Under zero stage 3 the model holds neither (model/layer_storage.h: each layer's parameters
+// and gradient come from the strategy's shards while the layer runs), and both spans are empty;
+// stage 2 without compression leaves `grads` empty the same way.
 // One object per rank; a rank calls it from one thread. synchronize() blocks until this rank's
 // parameters are updated; a strategy that waits on other ranks has a timeout and throws
 // gradsync::TimeoutError naming the rank it waited for.
