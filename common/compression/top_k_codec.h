@@ -69,8 +69,18 @@ class TopKCodec {
   void reset();
 
  private:
+  // Buckets of at least kSampledFrom values narrow the selection with a sample of about
+  // kSamples of them (top_k_codec.cpp says how; the choice is the same either way).
+  static constexpr std::size_t kSampledFrom = 1 << 15;
+  static constexpr std::size_t kSamples = 4096;
+
+  // Puts into scratch_ the magnitudes of every entry that may be among the k largest (all n, or
+  // those reaching a sampled bound) and returns how many.
+  std::size_t gather_candidates(const float* acc, std::size_t n, std::size_t k);
+
   std::vector<float> residual_;
   std::vector<float> scratch_;  // magnitudes for the selection, kept to avoid reallocations
+  std::vector<float> sample_;
 };
 
 // dense[indices[i]] += values[i] for every i. Checks sizes match and every index < dense.size().

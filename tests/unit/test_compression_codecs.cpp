@@ -239,6 +239,48 @@ TEST_CASE("compression top-k: k, the choice with ties by index, NaN first, ratio
   CHECK_THROWS_AS(all.select(Floats(3), 1.0), Error);
 }
 
+// Buckets of 2^15 values and more narrow the selection with a strided sample first; the
+// choice must stay the full sort's: random values, values that repeat (ties at the k-th), a
+// bucket whose sampled entries are all larger than the rest (the bound too high: every entry
+// is a candidate again), and a NaN.
+TEST_CASE("compression top-k: large buckets choose exactly what a full sort chooses") {
+  const auto by_sort = [](const Floats& grad, double ratio) {
+    std::vector<std::uint32_t> order(grad.size());
+    for (std::uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto mag = [&](std::uint32_t i) {
+      return std::isnan(grad[i]) ? std::numeric_limits<float>::infinity() : std::fabs(grad[i]);
+    };
+    std::ranges::stable_sort(order, [&](std::uint32_t a, std::uint32_t b) { return mag(a) > mag(b); });
+    order.resize(TopKCodec::k_for(grad.size(), ratio));
+    std::ranges::sort(order);
+    return order;
+  };
+  SplitMix64 rng(11);
+  const std::size_t n = 270000;
+  Floats random = random_floats(n, 5);
+  Floats repeats(n);
+  for (float& g : repeats) g = float(int(rng.below(41)) - 20);
+  Floats sampled_high(n, 0.5f);  // every 65th entry (the sample's stride) large, the rest small
+  for (std::size_t i = 0; i < n; i += n / 4096) sampled_high[i] = 100.0f + float(i % 7);
+  Floats with_nan = random;
+  with_nan[12345] = kNaN;
+  for (const Floats* grad : {&random, &repeats, &sampled_high, &with_nan}) {
+    for (const double ratio : {0.001, 0.01, 0.05}) {
+      CAPTURE(ratio);
+      TopKCodec codec(n);
+      const SparseGradient sent = codec.select(*grad, ratio);
+      const std::vector<std::uint32_t> expected = by_sort(*grad, ratio);
+      CHECK(sent.indices == expected);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < sent.indices.size(); ++i) {
+        const float g = (*grad)[sent.indices[i]];
+        wrong += std::isnan(g) ? !std::isnan(sent.values[i]) : sent.values[i] != g;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
 TEST_CASE("compression top-k: sent plus residual is the running sum of gradients") {
   for (const bool integers : {true, false}) {
     CAPTURE(integers);
