@@ -87,31 +87,28 @@ class ShmCommunicator final : public Communicator {
     check_allreduce_into_buffers(in.data(), in.size(), out.data(), out.size());
     const auto kind =
         op == ReduceOp::kAvg ? CollectiveKind::kAllreduceAvg : CollectiveKind::kAllreduceSum;
-    return issue(kind, in.size(), 0, [this, in, out, op](RingWork& work) {
-      run_allreduce(work, in, out, op == ReduceOp::kAvg);
-    });
+    return issue(kind, in.size(), 0,
+                 [this, in, out, op] { run_allreduce(in, out, op == ReduceOp::kAvg); });
   }
 
   std::shared_ptr<Work> allreduce_half_async(std::span<std::uint16_t> data, HalfType type,
                                              ReduceOp op) override {
     return issue(half_allreduce_kind(type, op), data.size(), 0,
-                 [this, data, type, op](RingWork& work) {
-                   run_allreduce_half(work, data, type, op == ReduceOp::kAvg);
-                 });
+                 [this, data, type, op] { run_allreduce_half(data, type, op == ReduceOp::kAvg); });
   }
 
   std::shared_ptr<Work> broadcast_async(std::span<float> data, int root) override {
     GRADSYNC_CHECK(root >= 0 && root < size_, "broadcast root " + std::to_string(root) +
                                                   " is not a rank of " + std::to_string(size_));
     return issue(CollectiveKind::kBroadcast, data.size(), root,
-                 [this, data, root](RingWork& work) { run_broadcast(work, data, root); });
+                 [this, data, root] { run_broadcast(data, root); });
   }
 
   std::shared_ptr<Work> allgather_async(std::span<const float> in, std::span<float> out) override {
     GRADSYNC_CHECK(out.size() == in.size() * static_cast<std::size_t>(size_),
                    "allgather: out.size() must be size() * in.size()");
     return issue(CollectiveKind::kAllgather, out.size(), 0,
-                 [this, in, out](RingWork& work) { run_allgather(work, in, out); });
+                 [this, in, out] { run_allgather(in, out); });
   }
 
   std::shared_ptr<Work> reduce_scatter_async(std::span<const float> in, std::span<float> out,
@@ -119,25 +116,23 @@ class ShmCommunicator final : public Communicator {
     check_reduce_scatter_sizes(in.size(), out.size(), size_);
     const auto kind = op == ReduceOp::kAvg ? CollectiveKind::kReduceScatterAvg
                                            : CollectiveKind::kReduceScatterSum;
-    return issue(kind, in.size(), 0, [this, in, out, op](RingWork& work) {
-      run_reduce_scatter(work, in, out, op == ReduceOp::kAvg);
-    });
+    return issue(kind, in.size(), 0,
+                 [this, in, out, op] { run_reduce_scatter(in, out, op == ReduceOp::kAvg); });
   }
 
   std::shared_ptr<Work> reduce_scatter_half_async(std::span<const std::uint16_t> in,
                                                   std::span<std::uint16_t> out, HalfType type,
                                                   ReduceOp op) override {
     check_reduce_scatter_half_sizes(in.size(), out.size(), size_, type);
-    return issue(half_reduce_scatter_kind(type, op), in.size(), 0,
-                 [this, in, out, type, op](RingWork& work) {
-                   run_reduce_scatter_half(work, in, out, type, op == ReduceOp::kAvg);
-                 });
+    return issue(half_reduce_scatter_kind(type, op), in.size(), 0, [this, in, out, type, op] {
+      run_reduce_scatter_half(in, out, type, op == ReduceOp::kAvg);
+    });
   }
 
   std::shared_ptr<Work> barrier_async() override {
-    return issue(CollectiveKind::kBarrier, std::size_t(size_), 0, [this](RingWork& work) {
-      begin(work);
-      sync(work);
+    return issue(CollectiveKind::kBarrier, std::size_t(size_), 0, [this] {
+      begin();
+      sync();
     });
   }
 
@@ -231,10 +226,10 @@ class ShmCommunicator final : public Communicator {
           // where another has n must be caught.
           const bool barrier = kind == CollectiveKind::kBarrier;
           if (barrier ? size_ > 1 : count > 0) {
-            body(work);
+            body();
           } else if (size_ > 1) {
-            begin(work);
-            sync(work);
+            begin();
+            sync();
           }
           ++collectives_;
           if (size_ > 1) barrier_.finish(work.seq());
@@ -243,16 +238,15 @@ class ShmCommunicator final : public Communicator {
   }
 
   // Says which collective this rank is in; the first sync() of it checks the others agree.
-  void begin(RingWork&) { barrier_.begin(current_); }
-  void sync(RingWork&) { barrier_.sync(); }
+  void begin() { barrier_.begin(current_); }
+  void sync() { barrier_.sync(); }
 
-  void run_allreduce(RingWork& work, std::span<const float> in, std::span<float> out,
-                     bool average) {
+  void run_allreduce(std::span<const float> in, std::span<float> out, bool average) {
     if (size_ == 1) {
       if (in.data() != out.data()) std::memcpy(out.data(), in.data(), in.size() * sizeof(float));
       return;
     }
-    begin(work);
+    begin();
     const std::size_t n = in.size();
     std::vector<const float*> slots(static_cast<std::size_t>(size_));
     for (std::size_t off = 0; off < n; off += chunk_floats_) {
@@ -265,13 +259,13 @@ class ShmCommunicator final : public Communicator {
       float* mine = slot(set, rank_);
       std::memcpy(mine, in.data() + off, b * sizeof(float));
       std::memcpy(mine + e, in.data() + off + e, (len - e) * sizeof(float));
-      sync(work);
+      sync();
       for (int r = 0; r < size_; ++r) slots[static_cast<std::size_t>(r)] = slot(set, r);
       slots[static_cast<std::size_t>(rank_)] = in.data() + off;
       sum_slots(result(set), slots, b, e, average ? float(size_) : 0.0f);
       // In place, `in` is `out`: its slice is overwritten only now, after the sum has read it.
       std::memcpy(out.data() + off + b, result(set) + b, (e - b) * sizeof(float));
-      sync(work);
+      sync();
       std::memcpy(out.data() + off, result(set), b * sizeof(float));
       std::memcpy(out.data() + off + e, result(set) + e, (len - e) * sizeof(float));
       bytes_sent_ += (len + (e - b)) * sizeof(float);
@@ -283,10 +277,9 @@ class ShmCommunicator final : public Communicator {
   // r of every slot in fp32, in rank order, and rounds once (sum_half_slots), so every element
   // is rounded once whichever rank sums it, and every rank copies out the same bits. kAvg
   // divides that 16-bit sum once, and rounds again, as the other backends divide theirs.
-  void run_allreduce_half(RingWork& work, std::span<std::uint16_t> data, HalfType type,
-                          bool average) {
+  void run_allreduce_half(std::span<std::uint16_t> data, HalfType type, bool average) {
     if (size_ == 1) return;  // one rank's sum is its own values, and so is their average
-    begin(work);
+    begin();
     const std::size_t n = data.size();
     const std::size_t per_chunk = 2 * chunk_floats_;
     constexpr std::size_t kWidth = sizeof(std::uint16_t);
@@ -295,43 +288,43 @@ class ShmCommunicator final : public Communicator {
       const std::size_t len = std::min(per_chunk, n - off);
       const int set = next_set();
       std::memcpy(half_slot(set, rank_), data.data() + off, len * kWidth);
-      sync(work);
+      sync();
       const auto [b, e] = slice(len, rank_, 64 / kWidth);
       for (int r = 0; r < size_; ++r) slots[static_cast<std::size_t>(r)] = half_slot(set, r) + b;
       std::uint16_t* result_half = reinterpret_cast<std::uint16_t*>(result(set));
       sum_half_slots(type, result_half + b, slots, e - b, average ? float(size_) : 0.0f);
-      sync(work);
+      sync();
       std::memcpy(data.data() + off, result_half, len * kWidth);
       bytes_sent_ += (len + (e - b)) * kWidth;
       bytes_received_ += (len + (e - b) * static_cast<std::size_t>(size_ - 1)) * kWidth;
     }
   }
 
-  void run_broadcast(RingWork& work, std::span<float> data, int root) {
+  void run_broadcast(std::span<float> data, int root) {
     if (size_ == 1) return;
-    begin(work);
+    begin();
     for (std::size_t off = 0; off < data.size(); off += chunk_floats_) {
       const std::size_t len = std::min(chunk_floats_, data.size() - off);
       const int set = next_set();
       if (rank_ == root) std::memcpy(slot(set, root), data.data() + off, len * sizeof(float));
-      sync(work);
+      sync();
       if (rank_ != root) std::memcpy(data.data() + off, slot(set, root), len * sizeof(float));
       (rank_ == root ? bytes_sent_ : bytes_received_) += len * sizeof(float);
     }
   }
 
-  void run_allgather(RingWork& work, std::span<const float> in, std::span<float> out) {
+  void run_allgather(std::span<const float> in, std::span<float> out) {
     if (size_ == 1) {
       std::memcpy(out.data(), in.data(), in.size() * sizeof(float));
       return;
     }
-    begin(work);
+    begin();
     const std::size_t m = in.size();
     for (std::size_t off = 0; off < m; off += chunk_floats_) {
       const std::size_t len = std::min(chunk_floats_, m - off);
       const int set = next_set();
       std::memcpy(slot(set, rank_), in.data() + off, len * sizeof(float));
-      sync(work);
+      sync();
       for (int r = 0; r < size_; ++r) {
         std::memcpy(out.data() + static_cast<std::size_t>(r) * m + off, slot(set, r),
                     len * sizeof(float));
@@ -343,13 +336,12 @@ class ShmCommunicator final : public Communicator {
 
   // Block r of `in` reduced into rank r's `out`: a slot holds the same stretch of every block,
   // and rank r sums its block's stretch over the slots straight into `out`.
-  void run_reduce_scatter(RingWork& work, std::span<const float> in, std::span<float> out,
-                          bool average) {
+  void run_reduce_scatter(std::span<const float> in, std::span<float> out, bool average) {
     if (size_ == 1) {
       std::memcpy(out.data(), in.data(), in.size() * sizeof(float));
       return;
     }
-    begin(work);
+    begin();
     const std::size_t m = out.size();
     const std::size_t n = static_cast<std::size_t>(size_);
     const std::size_t stretch = std::max<std::size_t>(chunk_floats_ / n, 1);
@@ -361,7 +353,7 @@ class ShmCommunicator final : public Communicator {
       for (std::size_t j = 0; j < n; ++j) {
         std::memcpy(mine + j * len, in.data() + j * m + off, len * sizeof(float));
       }
-      sync(work);
+      sync();
       for (std::size_t r = 0; r < n; ++r) {
         slots[r] = slot(set, static_cast<int>(r)) + static_cast<std::size_t>(rank_) * len;
       }
@@ -376,14 +368,14 @@ class ShmCommunicator final : public Communicator {
   // adds its block's stretch of every slot in fp32, in rank order, and rounds once
   // (sum_half_slots), the arithmetic of run_allreduce_half, so its block is that allreduce's
   // block bit for bit, exact sums or not. kAvg divides that 16-bit sum once, and rounds again.
-  void run_reduce_scatter_half(RingWork& work, std::span<const std::uint16_t> in,
-                               std::span<std::uint16_t> out, HalfType type, bool average) {
+  void run_reduce_scatter_half(std::span<const std::uint16_t> in, std::span<std::uint16_t> out,
+                               HalfType type, bool average) {
     constexpr std::size_t kWidth = sizeof(std::uint16_t);
     if (size_ == 1) {
       std::memcpy(out.data(), in.data(), in.size() * kWidth);
       return;
     }
-    begin(work);
+    begin();
     const std::size_t m = out.size();
     const std::size_t n = static_cast<std::size_t>(size_);
     const std::size_t stretch = std::max<std::size_t>(2 * chunk_floats_ / n, 1);
@@ -395,7 +387,7 @@ class ShmCommunicator final : public Communicator {
       for (std::size_t j = 0; j < n; ++j) {
         std::memcpy(mine + j * len, in.data() + j * m + off, len * kWidth);
       }
-      sync(work);
+      sync();
       for (std::size_t r = 0; r < n; ++r) {
         slots[r] = half_slot(set, static_cast<int>(r)) + static_cast<std::size_t>(rank_) * len;
       }
