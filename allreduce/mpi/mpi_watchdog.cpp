@@ -60,56 +60,56 @@ void MpiWatchdog::loop() {
   std::unique_lock held(mutex_);
   while (!stopping_) {
     const auto now = Clock::now();
-    if (watching_ && !ending_) {
-      std::optional<Ending> ending;
-      if (closed_) {
-        ending = Ending::kClosing;
-      } else if (now >= deadline_) {
-        ending = Ending::kTimedOut;
-      }
-      if (ending) {
-        // Claimed under the mutex: an unwatch() from now on waits for end() to return.
-        ending_ = true;
-        held.unlock();
-        std::exception_ptr error;
-        try {
-          error = end_(*ending);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        held.lock();
-        error_ = error;
-        ended_ = true;
-        changed_.notify_all();
-        continue;
-      }
-      if (now >= next_beat_) {
-        next_beat_ = now + heartbeat_;
-        // Unlocked: a Store round trip must not hold up watch() or unwatch(). A beat that comes
-        // just after its collective ended publishes progress that is still true.
-        held.unlock();
-        try {
-          beat_();
-        } catch (...) {
-          // Best effort, as every progress report: the timeout still names who is missing.
-        }
-        held.lock();
-        continue;
-      }
-      wake_at_ = std::min(next_beat_, deadline_);
-    } else if (ending_) {
+    if (ending_) {
       wake_at_ = Clock::time_point::max();  // until unwatch(), then the next watch()
-    } else {
-      // Nothing watched: look again a heartbeat from now. A collective watched meanwhile
-      // needs nothing before its first heartbeat (unless its deadline is sooner, and then
-      // watch() wakes this thread), so most collectives begin and end without waking it.
-      wake_at_ = now + heartbeat_;
-    }
-    if (wake_at_ == Clock::time_point::max()) {
       changed_.wait(held);
-    } else {
-      changed_.wait_until(held, wake_at_);
+      continue;
     }
+    if (!watching_) {
+      // Look again a heartbeat from now. A collective watched meanwhile needs nothing before
+      // its first heartbeat (unless its deadline is sooner, and then watch() wakes this
+      // thread), so most collectives begin and end without waking it.
+      wake_at_ = now + heartbeat_;
+      changed_.wait_until(held, wake_at_);
+      continue;
+    }
+    std::optional<Ending> ending;
+    if (closed_) {
+      ending = Ending::kClosing;
+    } else if (now >= deadline_) {
+      ending = Ending::kTimedOut;
+    }
+    if (ending) {
+      // Claimed under the mutex: an unwatch() from now on waits for end() to return.
+      ending_ = true;
+      held.unlock();
+      std::exception_ptr error;
+      try {
+        error = end_(*ending);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      held.lock();
+      error_ = error;
+      ended_ = true;
+      changed_.notify_all();
+      continue;
+    }
+    if (now >= next_beat_) {
+      next_beat_ = now + heartbeat_;
+      // Unlocked: a Store round trip must not hold up watch() or unwatch(). A beat that comes
+      // just after its collective ended publishes progress that is still true.
+      held.unlock();
+      try {
+        beat_();
+      } catch (...) {
+        // Best effort, as every progress report: the timeout still names who is missing.
+      }
+      held.lock();
+      continue;
+    }
+    wake_at_ = std::min(next_beat_, deadline_);
+    changed_.wait_until(held, wake_at_);
   }
 }
 
