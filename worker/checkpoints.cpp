@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
 #include <optional>
 
 #include "common/checkpoint_buffers.h"

@@ -31,9 +31,9 @@
 #include <cstddef>
 #include <memory>
 #include <new>
-#include <utility>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "allreduce/communicator.h"
