@@ -8,19 +8,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common/error.h"
 #include "common/progress.h"
 #include "common/stopwatch.h"
+#include "launch/child_lines.h"
 #include "launch/child_process.h"
 #include "launch/failure_notes.h"
 
@@ -30,11 +28,9 @@ namespace {
 struct Child {
   const ProcessSpec* spec;
   pid_t pid = -1;
-  int output = -1;        // read end of the child's stdout + stderr
-  int exit_fd = -1;       // a pidfd: readable once the child has exited (-1: not available)
-  std::string partial;    // an unfinished line
-  std::string last_line;  // the last line it printed (see note_line): a gradsync's error
-  std::vector<std::string> marked;  // per blame marker, the first line holding it
+  int output = -1;   // read end of the child's stdout + stderr
+  int exit_fd = -1;  // a pidfd: readable once the child has exited (-1: not available)
+  ChildLines lines;  // its output, relayed; the line a failure quotes
   std::optional<int> status;
   std::int64_t exited_ns = 0;  // when the launcher saw it exit (failure_notes.h's clock)
 };
@@ -113,100 +109,16 @@ Child start(const ProcessSpec& spec) {
   // fail is named, not the lowest rank among those found dead at the next sweep. Without
   // pidfds (Linux before 5.3) the 50 ms sweep alone finds exits.
   const int exit_fd = static_cast<int>(syscall(SYS_pidfd_open, child.pid, 0));
-  return Child{&spec, child.pid, child.output, exit_fd, {}, {}, {}, std::nullopt, 0};
+  return Child{
+      &spec,        child.pid, child.output, exit_fd, ChildLines(spec.name, spec.blame_markers),
+      std::nullopt, 0};
 }
 
-// Keeps the lines a failure may quote: the last that says something (mpirun frames its
-// messages in rules of dashes), and the first holding each of the spec's blame markers.
-void note_line(Child& child, std::string_view line) {
-  if (line.find_first_not_of(" \t-=*_#") == std::string_view::npos) return;
-  child.last_line.assign(line);
-  const std::vector<std::string>& markers = child.spec->blame_markers;
-  child.marked.resize(markers.size());
-  for (std::size_t i = 0; i < markers.size(); ++i) {
-    if (child.marked[i].empty() && line.find(markers[i]) != std::string_view::npos) {
-      child.marked[i].assign(line);
-    }
-  }
-}
-
-// The line a failure quotes: the first marked one by the markers' order, else the last.
-const std::string& quoted_line(const Child& child) {
-  for (const std::string& line : child.marked) {
-    if (!line.empty()) return line;
-  }
-  return child.last_line;
-}
-
-// The progress line relayed children send (ProgressMode::kRelayed, when this launcher's stderr
-// is a terminal): kept at the bottom of the terminal and redrawn in place, every other line
-// printed above it. Launcher-wide, as stderr is; one thread relays.
-std::string& shown_progress() {
-  static std::string line;  // "[rank 0] [allreduce-4] step ..."; empty: none shown
-  return line;
-}
-
-// A whole line (without its newline) above the progress line, if one is shown.
-void print_line(const std::string& line) {
-  const std::string& progress = shown_progress();
-  if (!progress.empty()) std::fputs("\r\033[K", stderr);
-  std::fprintf(stderr, "%s\n", line.c_str());
-  if (!progress.empty()) std::fputs(progress.c_str(), stderr);
-}
-
-void print_child_line(const Child& child, std::string_view text) {
-  print_line("[" + child.spec->name + "] " + std::string(text));
-}
-
-void draw_progress(const Child& child, std::string_view text) {
-  std::string& progress = shown_progress();
-  progress = "[" + child.spec->name + "] " + std::string(text);
-  std::fprintf(stderr, "\r\033[K%s", progress.c_str());
-  std::fflush(stderr);
-}
-
-// Leaves the progress line on screen as it last was, and later output below it.
-struct ProgressLineEnd {
-  ~ProgressLineEnd() {
-    if (shown_progress().empty()) return;
-    std::fputc('\n', stderr);
-    shown_progress().clear();
-  }
-};
-
-// One whole line from a child: a progress line drawn in place, any other relayed with the
-// child's name and kept for a failure to quote.
-void relay_line(Child& child, std::string_view line) {
-  if (!line.empty() && line.front() == kProgressMark) {
-    draw_progress(child, line.substr(1));
-    return;
-  }
-  print_child_line(child, line);
-  note_line(child, line);
-}
-
-// Relays whole lines from a child, prefixed with its name; returns false at end of stream.
-bool relay(Child& child) {
-  char buffer[4096];
-  const ssize_t n = read(child.output, buffer, sizeof buffer);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-    if (!child.partial.empty()) {
-      relay_line(child, child.partial);
-      child.partial.clear();
-    }
-    close(child.output);
-    child.output = -1;
-    return false;
-  }
-  if (n < 0) return true;
-  child.partial.append(buffer, static_cast<std::size_t>(n));
-  std::size_t start = 0;
-  for (std::size_t nl; (nl = child.partial.find_first_of("\n\r", start)) != std::string::npos;
-       start = nl + 1) {
-    if (nl > start) relay_line(child, std::string_view(child.partial.data() + start, nl - start));
-  }
-  child.partial.erase(0, start);
-  return true;
+// Relays what a child printed; at end of stream closes its output.
+void relay(Child& child) {
+  if (child.lines.relay_from(child.output)) return;
+  close(child.output);
+  child.output = -1;
 }
 
 // Stops reading every child's output (what is still unread is dropped).
@@ -300,8 +212,8 @@ void launch(const std::vector<ProcessSpec>& given, const LaunchOptions& options)
     }
     std::string text = who + " " + describe_status(*culprit->status);
     // A process that exits with an error says why last; one killed by a signal said nothing.
-    if (WIFEXITED(*culprit->status) && !quoted_line(*culprit).empty()) {
-      text += " (last said: " + quoted_line(*culprit) + ")";
+    if (WIFEXITED(*culprit->status) && !culprit->lines.quoted().empty()) {
+      text += " (last said: " + culprit->lines.quoted() + ")";
     }
     return text;
   };
