@@ -25,8 +25,7 @@ struct RunOptions {
 
 int run_and_compare(const RunOptions& o, const std::vector<std::string>& overrides) {
   const std::string path = find_preset(o.preset, presets_dir());
-  Preset preset = load_preset(path, overrides);
-  keep_only(preset, o.only);
+  const Preset preset = load_preset(path, overrides, o.only);
   const PresetOutcome outcome = run_preset(preset, o.output_dir, o.max_restarts);
   std::vector<RunSummary> summaries;
   for (const auto& run : outcome.runs) summaries.push_back(run.summary);

@@ -173,16 +173,16 @@ Layer parse_overrides(const std::vector<std::string>& overrides) {
 
 // ---- Per-run resolution ----------------------------------------------------------------------
 
-// One run: defaults <- top level <- its runs entry <- --set. `name_where` receives where the run
-// is named (its name key, else the entry) for the duplicate check.
-Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
-               const std::string& source, PresetUse use, std::string* name_where) {
+// One run: defaults <- top level <- its runs entry <- --set, with where each key was set.
+// `name_where` receives where the run is named (its name key, else the entry) for the duplicate
+// check. Its combinations of keys are checked later, once --only has chosen the runs.
+Config resolve(const Layer& top, const Layer& entry, const Layer& overrides, Origins* origins,
+               std::string* name_where) {
   Config config;
-  Origins origins;
   for (const Layer* layer : {&top, &entry, &overrides}) {
     for (const Assignment& a : layer->assignments) {
       if (a.spec != nullptr) assign(*a.spec, a.value, a.source, a.where, &config);
-      origins[a.key] = a.where;
+      (*origins)[a.key] = a.where;
     }
   }
   if (config.name.empty()) {
@@ -194,14 +194,20 @@ Config resolve(const Layer& top, const Layer& entry, const Layer& overrides,
       std::all_of(config.name.begin(), config.name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
       });
-  *name_where = origin_of(origins, {"name"}, entry.where);
+  *name_where = origin_of(*origins, {"name"}, entry.where);
   if (!safe_name) {
     throw ConfigError(*name_where, "name",
                       "run name '" + config.name + "' may use only letters, digits, '.', '_', '-'");
   }
-  if (use == PresetUse::kToRun) check_data(origins, source, &config.data);
-  check_combinations(origins, source, config);
   return config;
+}
+
+bool named_in(const std::vector<std::string>& only, const std::string& name) {
+  return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+}
+
+ConfigError no_run_named(const std::string& path) {
+  return ConfigError(path, "--only", "no run of the preset has that name");
 }
 
 }  // namespace
@@ -223,7 +229,8 @@ std::string find_preset(const std::string& name_or_path, const std::string& pres
           (names.empty() ? "none found in " + presets_dir : "shipped: " + join(names)) + ")");
 }
 
-Preset load_preset(const std::string& path, const std::vector<std::string>& overrides) {
+Preset load_preset(const std::string& path, const std::vector<std::string>& overrides,
+                   const std::vector<std::string>& only) {
   std::error_code error;
   if (!fs::exists(path, error)) throw ConfigError(path, "preset", "cannot open: no such file");
   if (fs::is_directory(path, error)) {
@@ -233,24 +240,13 @@ Preset load_preset(const std::string& path, const std::vector<std::string>& over
   if (!in) throw ConfigError(path, "preset", std::string("cannot open: ") + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
-  return load_preset_text(text.str(), path, overrides);
-}
-
-void keep_only(Preset& preset, const std::vector<std::string>& only) {
-  if (only.empty()) return;
-  std::erase_if(preset.runs, [&](const Config& c) {
-    return std::find(only.begin(), only.end(), c.name) == only.end();
-  });
-  if (preset.runs.empty()) {
-    throw ConfigError(preset.path, "--only", "no run of the preset has that name");
-  }
+  return load_preset_text(text.str(), path, overrides, PresetUse::kToRun, only);
 }
 
 PresetRun resolve_one_run(const std::string& name_or_path, const std::string& presets_dir,
                           const std::vector<std::string>& overrides,
                           const std::vector<std::string>& only) {
-  Preset preset = load_preset(find_preset(name_or_path, presets_dir), overrides);
-  keep_only(preset, only);
+  Preset preset = load_preset(find_preset(name_or_path, presets_dir), overrides, only);
   if (preset.runs.size() != 1) {
     std::string names;
     for (const Config& c : preset.runs) names += (names.empty() ? "" : ", ") + c.name;
@@ -272,7 +268,8 @@ Config load_run_config(const std::string& path) {
 }
 
 Preset load_preset_text(const std::string& yaml_text, const std::string& source_name,
-                        const std::vector<std::string>& overrides, PresetUse use) {
+                        const std::vector<std::string>& overrides, PresetUse use,
+                        const std::vector<std::string>& only) {
   const Layer set_layer = parse_overrides(overrides);
   YAML::Node root;
   try {
@@ -310,15 +307,26 @@ Preset load_preset_text(const std::string& yaml_text, const std::string& source_
   }
 
   Preset preset{fs::path(source_name).stem().string(), source_name, {}};
+  std::vector<Origins> origins;             // per kept run
   std::map<std::string, std::string> seen;  // run name -> where
   for (const Layer& entry : entries) {
     std::string where;
-    Config config = resolve(top, entry, set_layer, source_name, use, &where);
+    Origins set_at;
+    Config config = resolve(top, entry, set_layer, &set_at, &where);
     if (auto [it, added] = seen.emplace(config.name, where); !added) {
       throw ConfigError(where, "name",
                         "duplicate run name '" + config.name + "' (also at " + it->second + ")");
     }
+    if (!named_in(only, config.name)) continue;
     preset.runs.push_back(std::move(config));
+    origins.push_back(std::move(set_at));
+  }
+  if (preset.runs.empty()) throw no_run_named(source_name);
+  // Only the runs --only chose: `--only gloo-ring-2 --set comm.algorithm=halving_doubling` is
+  // valid though the same key would be refused for the preset's tcp runs.
+  for (std::size_t i = 0; i < preset.runs.size(); ++i) {
+    if (use == PresetUse::kToRun) check_data(origins[i], source_name, &preset.runs[i].data);
+    check_combinations(origins[i], source_name, preset.runs[i]);
   }
   return preset;
 }

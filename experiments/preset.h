@@ -30,15 +30,15 @@ struct Preset {
 // <presets_dir>/<name>.yaml. `presets_dir` is experiments/presets of the source tree.
 std::string find_preset(const std::string& name_or_path, const std::string& presets_dir);
 
-Preset load_preset(const std::string& path, const std::vector<std::string>& overrides);
+// `only` (when not empty): the runs --only names, the others dropped before their combinations
+// of keys are checked, so that an override meant for the chosen runs is not refused for the
+// rest; a ConfigError naming --only when no run has one of those names.
+Preset load_preset(const std::string& path, const std::vector<std::string>& overrides,
+                   const std::vector<std::string>& only = {});
 
 // A run's resolved config.yaml (run_preset writes one into each run folder), for `gradsync
 // worker` and `gradsync server`: a ConfigError naming the file when it holds more than one run.
 Config load_run_config(const std::string& path);
-
-// Keeps only the runs named in `only` (all when it is empty): `--only` of `gradsync run` and
-// `gradsync worker`. A ConfigError naming --only when no run has one of those names.
-void keep_only(Preset& preset, const std::vector<std::string>& only);
 
 // One run of a preset resolved as `gradsync run` resolves it (find_preset, `--set` overrides),
 // for `gradsync worker`: the preset's only run, or the one `only` names; a ConfigError naming
@@ -60,7 +60,8 @@ enum class PresetUse { kToRun, kToRead };
 // Parses YAML text as if read from `source_name` (for tests and for config.yaml round trips).
 Preset load_preset_text(const std::string& yaml_text, const std::string& source_name,
                         const std::vector<std::string>& overrides,
-                        PresetUse use = PresetUse::kToRun);
+                        PresetUse use = PresetUse::kToRun,
+                        const std::vector<std::string>& only = {});
 
 // The fully resolved configuration as YAML (what config.yaml in a results folder holds). Loading
 // it back with load_preset_text gives the same Config.

@@ -127,6 +127,32 @@ runs:
             .name == "dp-3");
 }
 
+TEST_CASE("preset: --only chooses the runs before their combinations of keys are checked") {
+  const std::string yaml = R"(
+strategy: allreduce
+data: {kind: synthetic}
+runs:
+  - {name: tcp-2, workers: 2, comm: {backend: tcp}}
+  - {name: gloo-2, workers: 2, comm: {backend: gloo, algorithm: ring}}
+)";
+  const std::vector<std::string> sets = {"comm.algorithm=halving_doubling"};
+  // An algorithm is gloo's alone: over every run it is refused for tcp-2 ...
+  CHECK(error_of(yaml, sets) ==
+        "--set: comm.algorithm: 'halving_doubling' is gloo's; tcp takes "
+        "only default");
+  // ... but meant for the gloo run --only picks, it loads, and --set wins over the entry.
+  const Preset picked = load_preset_text(yaml, kFile, sets, PresetUse::kToRun, {"gloo-2"});
+  REQUIRE(picked.runs.size() == 1);
+  CHECK(picked.runs[0].name == "gloo-2");
+  CHECK(picked.runs[0].comm.algorithm == "halving_doubling");
+  // A name no run has is one line naming --only; a duplicate is found among all runs.
+  CHECK_THROWS_WITH_AS(load_preset_text(yaml, kFile, {}, PresetUse::kToRun, {"mpi-2"}),
+                       "presets/x.yaml: --only: no run of the preset has that name", ConfigError);
+  CHECK_THROWS_WITH_AS(load_preset_text("data: {kind: synthetic}\nruns: [{name: a}, {name: a}]\n",
+                                        kFile, {}, PresetUse::kToRun, {"a"}),
+                       doctest::Contains("duplicate run name 'a'"), ConfigError);
+}
+
 TEST_CASE("preset: files on disk") {
   TempDir dir;
   const std::string presets = dir.str() + "/presets";
