@@ -97,8 +97,8 @@ class WorkQueue {
  private:
   void run();
   // Runs the task, then records its failure and completes the Work; running_ was set by the
-  // caller, and is cleared here.
-  void execute(RingWork& work, Task& task);
+  // caller, and is cleared here. Returns whether tasks wait in the queue behind it.
+  bool execute(RingWork& work, Task& task);
 
   const int rank_;
   const std::chrono::milliseconds comm_timeout_;
