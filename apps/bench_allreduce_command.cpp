@@ -110,8 +110,14 @@ Command add_bench_allreduce_command(CLI::App& bench) {
       ->capture_default_str();
   allreduce
       ->add_option("--iters", o.iters,
-                   "timed iterations per size and form (0: enough for about 0.3 s)")
+                   "timed iterations per size and form (0: enough for about --seconds)")
       ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  allreduce
+      ->add_option("--seconds", o.seconds,
+                   "with --iters 0, timed work per size and form (5 to 1000 iterations); longer "
+                   "averages out more of a busy machine's noise")
+      ->check(CLI::Range(0.001, 3600.0))
       ->capture_default_str();
   allreduce->add_option("--timeout-s", options->timeout_s, "deadline of every wait")
       ->check(CLI::Range(0.001, 86400.0))

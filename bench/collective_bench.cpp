@@ -92,6 +92,7 @@ void validate(const CollectiveBenchOptions& o) {
   if (o.factor < 2) fail("--stepfactor", "must be at least 2");
   if (o.warmup < 0) fail("--warmup", "must not be negative");
   if (o.iters < 0) fail("--iters", "must not be negative (0 means auto)");
+  if (!(o.seconds > 0)) fail("--seconds", "must be positive");
   if (o.timeout.count() <= 0) fail("--timeout", "must be positive");
 }
 
@@ -124,6 +125,7 @@ Plan make_plan(const CollectiveBenchOptions& requested, const std::string& gpu_t
                .sizes = sweep_sizes(o),
                .warmup = o.warmup,
                .iters = o.iters,
+               .seconds = o.seconds,
                .timeout = o.timeout};
   TableInfo& info = plan.info;
   info.op = &op;
@@ -134,6 +136,7 @@ Plan make_plan(const CollectiveBenchOptions& requested, const std::string& gpu_t
   info.factor = o.factor;
   info.warmup = o.warmup;
   info.iters = o.iters;
+  info.seconds = o.seconds;
   info.timeout_s = static_cast<double>(o.timeout.count()) / 1000.0;
   info.device = o.device;
   for (const std::string& backend : o.backends) {

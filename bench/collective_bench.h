@@ -45,7 +45,10 @@ struct CollectiveBenchOptions {
   int factor = 2;  // each size is the previous one times this
   int ranks = 2;
   int warmup = 5;
-  int iters = 0;  // timed iterations per form; 0: auto, enough for about 0.3 s
+  int iters = 0;  // timed iterations per form; 0: auto, enough for about `seconds`
+  // Timed work each measurement aims at when `iters` is 0 (5 to 1000 iterations): longer averages
+  // out more of a shared machine's noise, at the cost of the sweep's time.
+  double seconds = 0.3;
   bool json = false;
   // tcp, gloo, mpi (cpu) or nccl (gpu), in the order each size runs them. Empty: every backend
   // of this build that runs as threads (tcp, and gloo when built with it), or nccl on GPUs.

@@ -5,11 +5,11 @@
 
 #include <cstdio>
 
+#include "allreduce/tcp/socket.h"
 #include "bench/sprint.h"
 #include "common/error.h"
-#include "launch/launcher.h"
-#include "allreduce/tcp/socket.h"
 #include "launch/inherited_socket.h"
+#include "launch/launcher.h"
 #include "launch/mpirun_command.h"
 
 namespace gradsync {
@@ -34,6 +34,8 @@ std::vector<std::string> rank_process_args(const CollectiveBenchOptions& o, int 
                                    std::to_string(o.warmup),
                                    "--iters",
                                    std::to_string(o.iters),
+                                   "--seconds",
+                                   sprint("%.17g", o.seconds),
                                    "--timeout-s",
                                    sprint("%.3f", static_cast<double>(o.timeout.count()) / 1000),
                                    "--backend",
@@ -64,12 +66,10 @@ void run_rank_processes(const CollectiveBenchOptions& options) {
     spec.argv.push_back(current_executable());
     for (std::string& arg : rank_process_args(options, port)) spec.argv.push_back(std::move(arg));
     // torchrun's names: launch/rendezvous_env.h reads them first, before any outer launcher's.
-    spec.env = {{"RANK", std::to_string(rank)},
-                {"WORLD_SIZE", std::to_string(options.ranks)},
-                {"LOCAL_RANK", std::to_string(rank)},
-                {"LOCAL_WORLD_SIZE", std::to_string(options.ranks)},
-                {"MASTER_ADDR", "127.0.0.1"},
-                {kStorePortHeldEnv, "1"}};
+    spec.env = {
+        {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(options.ranks)},
+        {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(options.ranks)},
+        {"MASTER_ADDR", "127.0.0.1"},         {kStorePortHeldEnv, "1"}};
     if (rank == 0) spec.env.emplace_back(kTableFdVariable, std::to_string(table_fd));
     processes.push_back(std::move(spec));
   }

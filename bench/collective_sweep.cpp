@@ -16,9 +16,9 @@
 namespace gradsync {
 namespace {
 
-// Auto iterations aim at this much timed work per measurement: long enough to average out
-// scheduler noise on loopback, short enough that a 1 KiB..64 MiB sweep finishes in seconds.
-constexpr double kTargetSeconds = 0.3;
+// Auto iterations aim at spec.seconds of timed work per measurement (0.3 s by default: long
+// enough to average out scheduler noise on loopback, short enough that a 1 KiB..64 MiB sweep
+// finishes in seconds), within these bounds.
 constexpr int kMinAutoIters = 5;
 constexpr int kMaxAutoIters = 1000;
 // How often a rank waiting for the others' numbers looks for a failure report.
@@ -46,7 +46,7 @@ Measurement measure(const SweepSpec& spec, int rank, BenchRank& self, RankExchan
     for (const std::string& p : exchange.all(exact(probe.seconds()))) {
       slowest = std::max(slowest, std::strtod(p.c_str(), nullptr));
     }
-    iters = std::clamp(static_cast<int>(std::ceil(kTargetSeconds / slowest)), kMinAutoIters,
+    iters = std::clamp(static_cast<int>(std::ceil(spec.seconds / slowest)), kMinAutoIters,
                        kMaxAutoIters);
   }
   // The barrier lines the ranks up so that no rank's clock includes waiting for a late peer

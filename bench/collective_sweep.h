@@ -54,7 +54,8 @@ struct SweepSpec {
   int ranks = 2;
   std::vector<std::size_t> sizes;  // requested bytes per row
   int warmup = 5;
-  int iters = 0;  // 0: auto
+  int iters = 0;         // 0: auto, enough for about `seconds`
+  double seconds = 0.3;  // auto iterations' timed work per measurement
   std::chrono::milliseconds timeout{60000};
 };
 

@@ -85,7 +85,8 @@ std::string CollectiveTable::header() const {
       "validation: 1\n",
       info_.ranks, ranks_as_text(info_.ranks_as), info_.min_bytes, info_.max_bytes, info_.factor,
       info_.warmup,
-      info_.iters > 0 ? std::to_string(info_.iters).c_str() : "0 (auto, ~0.3 s per form)");
+      info_.iters > 0 ? std::to_string(info_.iters).c_str()
+                      : sprint("0 (auto, ~%g s per form)", info_.seconds).c_str());
   out += sprint(
       "# %s; type float; time: max over ranks of the mean per-iteration time; "
       "busbw = algbw * %.4g\n",
@@ -159,6 +160,7 @@ std::string CollectiveTable::footer() const {
                        {"step_factor", info_.factor},
                        {"warmup_iters", info_.warmup},
                        {"iters", info_.iters},
+                       {"auto_seconds", info_.seconds},
                        {"timeout_s", info_.timeout_s},
                        {"bus_factor", number(op.bus_factor(info_.ranks))},
                        {"composed", op.composed}};

@@ -35,7 +35,8 @@ struct TableInfo {
   std::size_t max_bytes = 0;
   int factor = 2;
   int warmup = 5;
-  int iters = 0;  // 0: auto
+  int iters = 0;         // 0: auto
+  double seconds = 0.3;  // auto iterations' timed work per form
   double timeout_s = 60;
   std::string device = "cpu";
   // Each backend's name and one line on what runs underneath, in the rows' order.

@@ -8,7 +8,10 @@
 # as each plain peer does, so that no backend's rows sit between another's sizes. Rounds
 # alternate all five sides so that drift in the machine's speed hits them alike.
 #   scripts/bench-backends-vs-libraries.sh [--ranks N[,N...]] [--rounds R] [--desync-check on|off]
-#                                          (defaults: 2,4, 5 and on)
+#                                          [--seconds S]   (defaults: 2,4, 5, on and 0.3)
+# --seconds: each side's timed work per size and form (`gradsync bench --seconds`, the plain
+# peers' alike; 5 to 1000 iterations): at 64 MiB the default is the minimum of 5 iterations,
+# which a shared machine's noise can move by 10%.
 # Prints, per world size and message size, each side's median busbw (GB/s, out of place / in
 # place) and the medians of each round's ratios: tcp / best library, gloo / gloo-plain, mpi /
 # mpi-plain (1.00: the same speed). The binaries: $GRADSYNC (default build/bin/gradsync) and,
@@ -20,11 +23,13 @@ bin=$(dirname "$gradsync")
 ranks=2,4
 rounds=5
 desync=on
+seconds=0.3
 while (($#)); do
   case "$1" in
     --ranks) ranks=$2 ;;
     --rounds) rounds=$2 ;;
     --desync-check) desync=$2 ;;
+    --seconds) seconds=$2 ;;
     *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
   shift 2
@@ -33,12 +38,12 @@ done
 # shellcheck source=scripts/peer-bench-common.sh
 source scripts/peer-bench-common.sh
 need_tools "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"
-sizes=(-b 1M -e 64M -f 4)
+sizes=(-b 1M -e 64M -f 4 --seconds "$seconds")
 
 # One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
 rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13, r}'; }
 
-echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; desync check $desync"
+echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; desync check $desync; ~$seconds s per size and form"
 IFS=, read -ra world_sizes <<<"$ranks"
 for n in "${world_sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do

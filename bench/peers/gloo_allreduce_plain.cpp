@@ -3,7 +3,7 @@
 // gradsync's bench prints (backend "gloo-plain"), with the same data, check and timing rules,
 // so that each row pairs with the gloo row of the same size (docs/benchmarks.md).
 //
-//   gloo_allreduce_plain -n 4 -b 4K -e 64M [-f 2] [-w 5] [--iters 0]
+//   gloo_allreduce_plain -n 4 -b 4K -e 64M [-f 2] [-w 5] [--iters 0] [--seconds 0.3]
 //
 // Ranks are processes: this program forks them (before any Gloo object exists, so no thread is
 // forked) and they meet through Gloo's own gloo::rendezvous::FileStore in a fresh temporary
@@ -38,6 +38,7 @@ namespace {
 struct Options {
   std::size_t min_bytes = 4096, max_bytes = 64 << 20;
   int factor = 2, ranks = 2, warmup = 5, iters = 0;
+  double seconds = 0.3;  // with iters 0: timed work per form, as gradsync's --seconds
 };
 
 constexpr std::chrono::seconds kTimeout{60};
@@ -71,11 +72,15 @@ Options parse(int argc, char** argv) {
       o.warmup = std::atoi(value);
     else if (flag == "--iters")
       o.iters = std::atoi(value);
+    else if (flag == "--seconds")
+      o.seconds = std::atof(value);
     else
-      throw std::runtime_error("unknown option " + flag + " (-b -e -f -n -w --iters)");
+      throw std::runtime_error("unknown option " + flag + " (-b -e -f -n -w --iters --seconds)");
   }
-  if (o.ranks < 2 || o.factor < 2 || o.min_bytes < 4 || o.max_bytes < o.min_bytes) {
-    throw std::runtime_error("needs -n >= 2 (Gloo's ring needs a peer), -f >= 2, 4 <= -b <= -e");
+  if (o.ranks < 2 || o.factor < 2 || o.min_bytes < 4 || o.max_bytes < o.min_bytes ||
+      !(o.seconds > 0)) {
+    throw std::runtime_error(
+        "needs -n >= 2 (Gloo's ring needs a peer), -f >= 2, 4 <= -b <= -e, --seconds > 0");
   }
   return o;
 }
@@ -164,13 +169,13 @@ Form measure(Rank& self, const Options& o, std::size_t count, bool in_place) {
   for (int k = 0; k < o.warmup; ++k) self.allreduce(in, out, in_place);
   using Clock = std::chrono::steady_clock;
   int iters = o.iters;
-  if (iters == 0) {  // enough for ~0.3 s, from the slowest rank's probe (gradsync's rule)
+  if (iters == 0) {  // enough for ~o.seconds, from the slowest rank's probe (gradsync's rule)
     self.barrier();
     const auto start = Clock::now();
     self.allreduce(in, out, in_place);
     const double probe = std::chrono::duration<double>(Clock::now() - start).count();
     const double slowest = std::max(1e-7, self.reduce(probe, max_doubles));
-    iters = std::clamp(int(std::ceil(0.3 / slowest)), 5, 1000);
+    iters = std::clamp(int(std::ceil(o.seconds / slowest)), 5, 1000);
   }
   self.barrier();
   const auto start = Clock::now();

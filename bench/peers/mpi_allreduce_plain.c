@@ -6,7 +6,8 @@
  *
  *   mpirun [--allow-run-as-root] --oversubscribe --bind-to none -np 4 \
  *       --mca btl self,tcp --mca btl_tcp_if_include lo \
- *       mpi_allreduce_plain -b 4K -e 64M [-f 2] [-w 5] [--iters 0] [--nonblocking]
+ *       mpi_allreduce_plain -b 4K -e 64M [-f 2] [-w 5] [--iters 0] [--seconds 0.3] \
+ *                           [--nonblocking]
  *
  * Out of place is MPI_Allreduce(in, out); in place, MPI_Allreduce(MPI_IN_PLACE, out).
  * --nonblocking calls MPI_Iallreduce and MPI_Wait instead (backend "mpi-iplain"): Open MPI runs
@@ -27,6 +28,7 @@
 struct options {
   size_t min_bytes, max_bytes;
   int factor, warmup, iters;
+  double seconds; /* with iters 0: timed work per form, as gradsync's --seconds */
   int nonblocking; /* MPI_Iallreduce + MPI_Wait instead of MPI_Allreduce */
 };
 
@@ -41,6 +43,7 @@ static size_t parse_size(const char* text) {
 
 static int parse(int argc, char** argv, struct options* o) {
   o->min_bytes = 4096, o->max_bytes = 64 << 20, o->factor = 2, o->warmup = 5, o->iters = 0;
+  o->seconds = 0.3;
   o->nonblocking = 0;
   for (int i = 1; i < argc; i += 2) {
     if (strcmp(argv[i], "--nonblocking") == 0) {
@@ -60,10 +63,12 @@ static int parse(int argc, char** argv, struct options* o) {
       o->warmup = atoi(value);
     else if (strcmp(argv[i], "--iters") == 0)
       o->iters = atoi(value);
+    else if (strcmp(argv[i], "--seconds") == 0)
+      o->seconds = atof(value);
     else
       return 0;
   }
-  return o->factor >= 2 && o->min_bytes >= 4 && o->max_bytes >= o->min_bytes;
+  return o->factor >= 2 && o->min_bytes >= 4 && o->max_bytes >= o->min_bytes && o->seconds > 0;
 }
 
 /* The backend column: at most 10 characters, the column's width. */
@@ -93,7 +98,7 @@ static void allreduce(float* in, float* out, size_t count, int in_place, int non
 }
 
 /* One form of one size: warm-up, (auto: a probe, the slowest rank's deciding the iterations
- * for ~0.3 s), a barrier, the timed loop, then a fresh run checked. Returns on every rank the
+ * for ~o->seconds), a barrier, the timed loop, then a fresh run checked. Returns on every rank the
  * slowest rank's mean time; *wrong is summed over ranks. */
 static double measure(const struct options* o, int rank, int n, size_t count, int in_place,
                       float* in, float* out, double* wrong) {
@@ -106,7 +111,7 @@ static double measure(const struct options* o, int rank, int n, size_t count, in
     allreduce(in, out, count, in_place, o->nonblocking);
     probe = MPI_Wtime() - probe;
     MPI_Allreduce(MPI_IN_PLACE, &probe, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    iters = (int)ceil(0.3 / (probe > 1e-7 ? probe : 1e-7));
+    iters = (int)ceil(o->seconds / (probe > 1e-7 ? probe : 1e-7));
     iters = iters < 5 ? 5 : iters > 1000 ? 1000 : iters;
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -169,7 +174,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     if (rank == 0)
       fprintf(stderr,
-              "mpi_allreduce_plain: usage: -b MIN -e MAX [-f 2] [-w 5] [--iters 0] "
+              "mpi_allreduce_plain: usage: -b MIN -e MAX [-f 2] [-w 5] [--iters 0] [--seconds 0.3] "
               "[--nonblocking]\n");
     MPI_Finalize();
     return 2;

@@ -97,6 +97,25 @@ try:
 except (ValueError, KeyError) as e:
     check(False, f"--json is not the document: {e!r}\n{proc.stdout}\n{proc.stderr}")
 
+# --seconds sets the auto iterations' timed work, in rank processes too: ten times the work, more
+# iterations (5 to 1000), and the header and the JSON say how long each form aimed at.
+iters_at = {}
+for seconds in ("0.005", "0.05"):
+    args = ["-b", "4K", "-e", "4K", "-w", "1", "--iters", "0", "--seconds", seconds,
+            "--ranks-as", "processes", "--backend", "tcp"]
+    table, doc = bench(*args), bench(*args, "--json")
+    check(table.returncode == 0 and f"iters: 0 (auto, ~{seconds} s per form)" in table.stdout,
+          f"--seconds {seconds}: the header says it\n{table.stdout}{table.stderr}")
+    try:
+        parsed = json.loads(doc.stdout)
+        check(parsed["parameters"]["auto_seconds"] == float(seconds), f"json auto_seconds {seconds}")
+        iters_at[seconds] = parsed["results"][0]["out_of_place"]["iters"]
+    except (ValueError, KeyError, IndexError) as e:
+        check(False, f"--seconds {seconds} --json: {e!r}\n{doc.stdout}\n{doc.stderr}")
+if len(iters_at) == 2:
+    check(5 <= iters_at["0.005"] < iters_at["0.05"] <= 1000,
+          f"more timed work, more iterations: {iters_at}")
+
 # Refusals: one line on stderr, exit 2, nothing run.
 for args, needles in [(["--backend", "tcp,ucx"], ["--backend", "'ucx'", "tcp, shm, gloo, mpi"]),
                       (["--no-gloo"], ["--no-gloo", "--backend"]),

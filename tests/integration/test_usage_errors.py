@@ -35,6 +35,7 @@ CASES = [
     (["bench", "allreduce", "-n", "0"], ["--ranks"]),
     (["bench", "allreduce", "-n", "300"], ["--ranks"]),
     (["bench", "allreduce", "--iters", "-1"], ["--iters"]),
+    (["bench", "allreduce", "--seconds", "0"], ["--seconds"]),
     (["bench", "allreduce", "-b", "64K", "-e", "4K"], ["--maxbytes: 4K is smaller than --minbytes 64K"]),
     (["bench", "mlp", "--batch", "0"], ["--batch", "`gradsync bench mlp --help`"]),
     (["bench", "mlp", "--hidden", "64,0"], ["--hidden"]),
