@@ -206,8 +206,10 @@ bool named_in(const std::vector<std::string>& only, const std::string& name) {
   return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
 }
 
-ConfigError no_run_named(const std::string& path) {
-  return ConfigError(path, "--only", "no run of the preset has that name");
+ConfigError no_run_named(const std::string& path, const std::vector<std::string>& names) {
+  std::string runs;
+  for (const std::string& name : names) runs += (runs.empty() ? "" : ", ") + name;
+  return ConfigError(path, "--only", "no run of the preset has that name (runs: " + runs + ")");
 }
 
 }  // namespace
@@ -308,6 +310,7 @@ Preset load_preset_text(const std::string& yaml_text, const std::string& source_
 
   Preset preset{fs::path(source_name).stem().string(), source_name, {}};
   std::vector<Origins> origins;             // per kept run
+  std::vector<std::string> names;           // every run's, in order
   std::map<std::string, std::string> seen;  // run name -> where
   for (const Layer& entry : entries) {
     std::string where;
@@ -317,11 +320,12 @@ Preset load_preset_text(const std::string& yaml_text, const std::string& source_
       throw ConfigError(where, "name",
                         "duplicate run name '" + config.name + "' (also at " + it->second + ")");
     }
+    names.push_back(config.name);
     if (!named_in(only, config.name)) continue;
     preset.runs.push_back(std::move(config));
     origins.push_back(std::move(set_at));
   }
-  if (preset.runs.empty()) throw no_run_named(source_name);
+  if (preset.runs.empty()) throw no_run_named(source_name, names);
   // Only the runs --only chose: `--only gloo-ring-2 --set comm.algorithm=halving_doubling` is
   // valid though the same key would be refused for the preset's tcp runs.
   for (std::size_t i = 0; i < preset.runs.size(); ++i) {

@@ -31,8 +31,9 @@ struct Preset {
 std::string find_preset(const std::string& name_or_path, const std::string& presets_dir);
 
 // `only` (when not empty): the runs --only names, the others dropped before their combinations
-// of keys are checked, so that an override meant for the chosen runs is not refused for the
-// rest; a ConfigError naming --only when no run has one of those names.
+// of keys and their data directories are checked, so that an override meant for the chosen runs
+// is not refused for the rest; a ConfigError naming --only, and the preset's runs, when no run
+// has one of those names. Every run's keys and name (duplicates among all runs) are still checked.
 Preset load_preset(const std::string& path, const std::vector<std::string>& overrides,
                    const std::vector<std::string>& only = {});
 

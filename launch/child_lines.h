@@ -19,6 +19,7 @@ class ChildLines {
  public:
   // `blame_markers` must outlive this (the ProcessSpec's own).
   ChildLines(const std::string& name, const std::vector<std::string>& blame_markers);
+  ChildLines(const std::string& name, std::vector<std::string>&& blame_markers) = delete;
 
   // Reads what `fd` holds now (non-blocking) and relays its whole lines. Returns false at end of
   // stream or on a read error, after relaying an unfinished last line; the caller closes `fd`.

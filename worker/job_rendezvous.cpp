@@ -48,8 +48,6 @@ std::string shard_key(int shard) { return "gradsync/ps/shard/" + std::to_string(
 
 }  // namespace
 
-// The local IP address this host sends from to reach host:port (a connected UDP socket sends
-// nothing; it only asks the kernel for the route).
 std::string local_address_towards(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -71,9 +69,6 @@ std::string local_address_towards(const std::string& host, int port) {
   return text;
 }
 
-// The job's rendezvous store, hosted by rank 0 at MASTER_ADDR, on the port
-// launch/rendezvous_env.h says (MASTER_PORT, or the next one under torchrun, whose agent serves
-// its own store on MASTER_PORT): the others connect, waiting up to `timeout` for rank 0.
 std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::milliseconds timeout) {
   TcpStoreOptions store_options;
   store_options.host = env.master_addr;
@@ -100,11 +95,6 @@ std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::mill
   return make_tcp_store(store_options);
 }
 
-// Rank 0 decides the run folder (options.run_dir, or a fresh one as `gradsync run` makes),
-// creates it and tells the others through the store, so no rank writes into a folder that does
-// not exist yet, and all write into the same one. On a restart (torchrun's, or --resume auto)
-// it is the earlier attempt's folder, and rank 0 also says which checkpoint every rank goes on
-// from (prepare_restart: rows past it are dropped from metrics.csv first).
 RunFolder agree_on_run_folder(Store& store, const RendezvousEnv& env, const Config& config,
                               const WorkerProcessOptions& options, bool launched_by_gradsync,
                               std::chrono::milliseconds timeout) {
@@ -145,8 +135,6 @@ RunFolder agree_on_run_folder(Store& store, const RendezvousEnv& env, const Conf
   return folder;
 }
 
-// The run's id under ps roles, where shards and workers are ranks of one launch: kRunIdEnv's,
-// else drawn by rank 0 and shared through the store (common/run_id.h).
 std::uint64_t shared_run_id(Store& store, int rank, std::chrono::milliseconds timeout) {
   const std::string key = "gradsync/run_id";
   if (rank == 0) {
@@ -161,7 +149,6 @@ void post_shard_endpoint(Store& store, int shard, const std::string& endpoint) {
   store.set(shard_key(shard), endpoint);
 }
 
-// The shards' endpoints, in shard order, as they post them.
 std::vector<std::string> shard_endpoints(Store& store, int shards,
                                          std::chrono::milliseconds timeout) {
   std::vector<std::string> endpoints;

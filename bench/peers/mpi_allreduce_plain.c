@@ -145,8 +145,12 @@ static void header(const struct options* o, int n, double factor) {
   printf("# mpi_allreduce_plain\n# Collective test starting: mpi_allreduce_plain\n");
   printf(
       "# nRanks %d (processes started by mpirun) minBytes %zu maxBytes %zu step: %d(factor) "
-      "warmup iters: %d iters: %d validation: 1\n",
-      n, o->min_bytes, o->max_bytes, o->factor, o->warmup, o->iters);
+      "warmup iters: %d iters: ",
+      n, o->min_bytes, o->max_bytes, o->factor, o->warmup);
+  if (o->iters > 0)
+    printf("%d validation: 1\n", o->iters);
+  else
+    printf("0 (auto, ~%g s per form) validation: 1\n", o->seconds);
   printf(
       "# allreduce; type float; time: max over ranks of the mean per-iteration time; "
       "busbw = algbw * %.4g\n#\n# Using backends\n",

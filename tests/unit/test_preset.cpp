@@ -147,10 +147,13 @@ runs:
   CHECK(picked.runs[0].comm.algorithm == "halving_doubling");
   // A name no run has is one line naming --only; a duplicate is found among all runs.
   CHECK_THROWS_WITH_AS(load_preset_text(yaml, kFile, {}, PresetUse::kToRun, {"mpi-2"}),
-                       "presets/x.yaml: --only: no run of the preset has that name", ConfigError);
-  CHECK_THROWS_WITH_AS(load_preset_text("data: {kind: synthetic}\nruns: [{name: a}, {name: a}]\n",
-                                        kFile, {}, PresetUse::kToRun, {"a"}),
-                       doctest::Contains("duplicate run name 'a'"), ConfigError);
+                       "presets/x.yaml: --only: no run of the preset has that name (runs: tcp-2, "
+                       "gloo-2)",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(
+      load_preset_text("data: {kind: synthetic}\nruns: [{name: a}, {name: b}, {name: b}]\n", kFile,
+                       {}, PresetUse::kToRun, {"a"}),
+      doctest::Contains("duplicate run name 'b'"), ConfigError);
 }
 
 TEST_CASE("preset: files on disk") {
