@@ -29,9 +29,9 @@ constexpr const char* kResumeKey = "gradsync/restart_from";
 
 // Rank 0's run folder when the job is a restart: the one given, or the one the first attempt
 // made (<output.dir>/latest/<run>).
-std::string earlier_run_folder(const Config& config, const WorkerProcessOptions& options,
+std::string earlier_run_folder(const Config& config, const RunFolderRequest& request,
                                const RendezvousEnv& env) {
-  if (!options.run_dir.empty()) return options.run_dir;
+  if (!request.run_dir.empty()) return request.run_dir;
   const fs::path dir = fs::path(config.output.dir) / "latest" / config.name;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -96,22 +96,21 @@ std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::mill
 }
 
 RunFolder agree_on_run_folder(Store& store, const RendezvousEnv& env, const Config& config,
-                              const WorkerProcessOptions& options, bool launched_by_gradsync,
-                              std::chrono::milliseconds timeout) {
+                              const RunFolderRequest& request, std::chrono::milliseconds timeout) {
   RunFolder folder;
-  folder.restarted = env.restart_count > 0 || options.restart;
+  folder.restarted = env.restart_count > 0 || request.restart;
   if (env.rank != 0) {
     folder.dir = store.get(kRunFolderKey, timeout);
-    if (!options.run_dir.empty() && fs::path(options.run_dir) != fs::path(folder.dir)) {
+    if (!request.run_dir.empty() && fs::path(request.run_dir) != fs::path(folder.dir)) {
       throw ConfigError("command line", "--run-dir",
-                        "this rank was given '" + options.run_dir + "' but rank 0 writes to '" +
+                        "this rank was given '" + request.run_dir + "' but rank 0 writes to '" +
                             folder.dir + "'");
     }
     if (folder.restarted) folder.resume = store.get(kResumeKey, timeout);
     return folder;
   }
   if (folder.restarted) {
-    folder.dir = earlier_run_folder(config, options, env);
+    folder.dir = earlier_run_folder(config, request, env);
     folder.resume = prepare_restart(config, folder.dir);
     std::cerr << "gradsync: run " << config.name << " restarts from "
               << (folder.resume.empty() ? std::string("the start") : folder.resume) << "\n";
@@ -119,17 +118,17 @@ RunFolder agree_on_run_folder(Store& store, const RendezvousEnv& env, const Conf
     store.set(kRunFolderKey, folder.dir);
     return folder;
   }
-  folder.dir = options.run_dir;
+  folder.dir = request.run_dir;
   if (folder.dir.empty()) {
-    const std::string preset_dir = fresh_results_folder(config.output.dir, options.preset_name);
+    const std::string preset_dir = fresh_results_folder(config.output.dir, request.preset_name);
     point_latest_at(config.output.dir, preset_dir);
     folder.dir = (fs::path(preset_dir) / config.name).string();
   }
   std::error_code ec;
   fs::create_directories(folder.dir, ec);
   if (ec) throw Error(folder.dir + ": cannot create run folder: " + ec.message());
-  if (!launched_by_gradsync && !options.config_yaml.empty()) {
-    write_file_atomically((fs::path(folder.dir) / "config.yaml").string(), options.config_yaml);
+  if (!request.launched_by_gradsync && !request.config_yaml.empty()) {
+    write_file_atomically((fs::path(folder.dir) / "config.yaml").string(), request.config_yaml);
   }
   store.set(kRunFolderKey, folder.dir);
   return folder;

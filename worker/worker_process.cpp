@@ -148,7 +148,10 @@ void run_worker_process(const Config& given, const WorkerProcessOptions& options
   // The store outlives the strategy: a ring keeps it for failure reports.
   const std::unique_ptr<Store> store = connect_store(env, timeout);
   const RunFolder folder =
-      agree_on_run_folder(*store, env, config, options, launched_by_gradsync, timeout);
+      agree_on_run_folder(*store, env, config,
+                          {options.run_dir, options.preset_name, options.config_yaml,
+                           options.restart, launched_by_gradsync},
+                          timeout);
   const std::string& run_dir = folder.dir;
   if (folder.restarted) config.checkpoint.resume = folder.resume;
   // What this run's ps workers show their shards: shards started apart (--ps-endpoints) share
