@@ -44,13 +44,6 @@ struct Options {
 constexpr std::chrono::seconds kTimeout{60};
 constexpr std::size_t kPeriod = 32749;  // the data's period, as gradsync's plug-in
 
-// "0.3", as %g prints it (gradsync's header says the same).
-std::string seconds_text(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", seconds);
-  return text;
-}
-
 std::size_t parse_size(const char* text) {
   char* end = nullptr;
   std::size_t value = std::strtoull(text, &end, 10);
@@ -215,10 +208,13 @@ int run_rank(int rank, const Options& o, const std::string& folder) {
     std::printf("# gloo_allreduce_plain\n# Collective test starting: gloo_allreduce_plain\n");
     std::printf(
         "# nRanks %d (processes forked by gloo_allreduce_plain) minBytes %zu maxBytes %zu "
-        "step: %d(factor) warmup iters: %d iters: %s validation: 1\n",
-        o.ranks, o.min_bytes, o.max_bytes, o.factor, o.warmup,
-        o.iters > 0 ? std::to_string(o.iters).c_str()
-                    : ("0 (auto, ~" + seconds_text(o.seconds) + " s per form)").c_str());
+        "step: %d(factor) warmup iters: %d iters: ",
+        o.ranks, o.min_bytes, o.max_bytes, o.factor, o.warmup);
+    if (o.iters > 0) {
+      std::printf("%d validation: 1\n", o.iters);
+    } else {
+      std::printf("0 (auto, ~%g s per form) validation: 1\n", o.seconds);
+    }
     std::printf(
         "# allreduce; type float; time: max over ranks of the mean per-iteration time; "
         "busbw = algbw * %.4g\n#\n# Using backends\n",
