@@ -43,7 +43,7 @@ sizes=(-b 1M -e 64M -f 4 --seconds "$seconds")
 # One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
 rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13, r}'; }
 
-echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; desync check $desync; ~$seconds s per size and form"
+echo "# $(machine); desync check $desync; ~$seconds s per size and form"
 IFS=, read -ra world_sizes <<<"$ranks"
 for n in "${world_sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do

@@ -30,7 +30,7 @@ done
 source scripts/peer-bench-common.sh
 need_tools "$gradsync" "$plain" "$micro"
 
-echo "# $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"
+echo "# $(machine)"
 "$micro" --benchmark_filter=MemoryCopy --benchmark_format=csv 2>/dev/null |
   awk -F, '/BM_MemoryCopy/ {gsub(/"/, "", $1); split($1, a, "/"); printf "# memory copy %10d B: %6.2f GB/s (one core)\n", a[2], $6 / 1e9}'
 IFS=, read -ra world_sizes <<<"$ranks"

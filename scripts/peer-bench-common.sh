@@ -3,6 +3,7 @@
 # flag, a scratch folder, and `table`, which runs one bench and keeps its table apart from what
 # it says on stderr.
 #   need_tools TOOL...      each must be an executable (else one line and exit 2); mpirun too
+#   machine                 prints "AMD EPYC 9R14, 2 cores": the CPU the figures are of
 #   table COMMAND...        runs it: its stdout in $out/table, its stderr in $out/said; on
 #                           failure prints both and ends the script with one line naming it
 
@@ -13,6 +14,8 @@ need_tools() {
   done
   command -v mpirun >/dev/null || { echo "error: mpirun not found: install Debian's openmpi-bin" >&2; exit 2; }
 }
+
+machine() { echo "$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores"; }
 
 root=()
 [[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
