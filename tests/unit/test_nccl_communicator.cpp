@@ -3,6 +3,7 @@
 // and, where there are more GPUs, one rank per GPU as threads. Every case skips without a GPU.
 #include <doctest/doctest.h>
 
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -187,7 +188,8 @@ void check_half_collectives(NcclCommunicator& comm, std::size_t count) {
                                [&](std::size_t i) {
                                  return half_expected(type, n, i, op == ReduceOp::kAvg);
                                }) == 0,
-                    gradsync::half_type_name(type) << " of " << count);
+                    std::string(gradsync::half_type_name(type))
+                        << (op == ReduceOp::kAvg ? " avg" : " sum") << " of " << count);
     }
   }
   // ncclReduceScatter of the same data over n blocks of `count`: block r's exact sums, 2 bytes
@@ -208,7 +210,9 @@ void check_half_collectives(NcclCommunicator& comm, std::size_t count) {
                                  return half_expected(type, n, std::size_t(r) * count + i,
                                                       op == ReduceOp::kAvg);
                                }) == 0,
-                    "reduce-scatter " << gradsync::half_type_name(type) << " of " << count);
+                    "reduce-scatter " << std::string(gradsync::half_type_name(type))
+                                      << (op == ReduceOp::kAvg ? " avg" : " sum") << " of "
+                                      << count);
     }
   }
   std::vector<std::uint32_t> words(count);
