@@ -17,8 +17,9 @@
 #   train     gradsync run gpu-check: one short epoch of Fashion-MNIST under single (GPU and CPU),
 #             dp, allreduce over NCCL, and 2 or 4 processes sharing one GPU through tcp, gloo
 #             and ps; every run's parameters compared with single's at step 20 (<= 1e-4)
-#   resnet    the CUDA ResNet (model.kind resnet): single on the GPU and on the CPU, 20 steps at
-#             lr 0.02, parameters compared at step 10 (<= 2e-3) and reported at 20
+#   resnet    the CUDA ResNet (model.kind resnet): single on the GPU and on the CPU, dp-1,
+#             nccl-1 and tcp-2 on the GPU (running statistics through a device buffer), 20 steps
+#             at lr 0.02; single-cpu, dp-1 and nccl-1 compared with single at step 10 (<= 2e-3)
 #   scaling   with G >= 2 GPUs: dp with G replicas and NCCL with G ranks (skipped with one)
 #   mlp       MLP samples/s at batch 256 and 4096, with and without CUDA graphs, against
 #             PyTorch eager on the same GPU (needs python3 with CUDA torch)
@@ -197,8 +198,10 @@ fi
 # host emulation of the GPU code: 1e-4 after 10 steps and 1e-3 after 20 at lr 0.02, 2e-3 and
 # 2e-2 at lr 0.1); a wrong gradient parts them by far more. The comparer's tensors are the
 # MLP's, so --widths 1,38877 stands for ResNet-8's 77,754 parameters in two halves, each
-# measured against its own largest value.
-resnet_args=(--only single-cpu single --set model.kind=resnet --set train.steps=20
+# measured against its own largest value. tcp-2 (two ranks sharing the GPU, per-rank batch
+# statistics as DDP's) only has to run here: it does not follow single, and the unit test
+# "gpu resnet: ..." holds it to the CPU's two ranks.
+resnet_args=(--only single-cpu single dp-1 nccl-1 tcp-2 --set model.kind=resnet --set train.steps=20
   --set train.batch=128 --set train.lr=0.02 --set checkpoint.every=10)
 # Synthetic data must be 28 x 28 images for the ResNet.
 [[ ${#data_args[@]} -gt 0 ]] && resnet_args+=(--set data.dim=784)
@@ -206,8 +209,9 @@ rm -rf "$results-resnet"
 if run_step resnet 300 "$gradsync" run "$preset" --output "$results-resnet" "${data_args[@]}" \
     "${resnet_args[@]}"; then
   if "$python" "$repo/scripts/gpu_check_compare.py" "$results-resnet/latest" --reference single \
-      --widths 1,38877 --steps 10,20 --limit 2e-3 >"$logs/compare-resnet.log" 2>&1; then
-    record resnetcmp PASS "the GPU ResNet follows the CPU's within 2e-3 at step 10"
+      --widths 1,38877 --steps 10,20 --limit 2e-3 --runs single-cpu,dp-1,nccl-1 \
+      >"$logs/compare-resnet.log" 2>&1; then
+    record resnetcmp PASS "the GPU ResNet follows the CPU's, dp-1 and nccl-1 single's, within 2e-3 at step 10"
   else
     record resnetcmp FAIL "the GPU ResNet does not follow the CPU's (logs/compare-resnet.log)"
   fi

@@ -2,11 +2,12 @@
 """Compares the runs of one `gradsync run gpu-check` results folder with its reference run.
 
     scripts/gpu_check_compare.py RESULTS_FOLDER --reference single --widths 784,256,256,10 \
-        --steps 78,234 --limit 1e-4
+        --steps 78,234 --limit 1e-4 [--runs dp-1,nccl-1]
 
 Prints one row per run (samples/s, test accuracy, the parameter difference at each step) and
 exits non-zero when a run is missing a checkpoint or differs from the reference by more than
---limit at the first step. The difference is tests/support/compare.h's: per weight matrix and
+--limit at the first step; with --runs only those runs (and the reference) are compared, the
+others of the folder left out. The difference is tests/support/compare.h's: per weight matrix and
 bias vector, max |a - b| / max |b|, the worst over the model; element-wise ratios would read one
 float rounding of a weight near zero as a large error.
 """
@@ -55,6 +56,7 @@ def main():
     parser.add_argument("--widths", required=True)
     parser.add_argument("--steps", required=True)
     parser.add_argument("--limit", type=float, default=1e-4)
+    parser.add_argument("--runs", help="only these runs, comma-separated (default: every run)")
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
     steps = [int(s) for s in args.steps.split(",")]
@@ -65,6 +67,14 @@ def main():
     if args.reference not in runs:
         print(f"gpu-check: no reference run '{args.reference}' in {args.results}")
         return 1
+    if args.runs:
+        chosen = args.runs.split(",")
+        absent = [run for run in chosen if run not in runs]
+        if absent:
+            print(f"gpu-check: --runs names runs that are not in {args.results}: "
+                  f"{', '.join(absent)} (runs: {', '.join(runs)})")
+            return 1
+        runs = [run for run in runs if run in chosen or run == args.reference]
     reference = {s: params_at(os.path.join(args.results, args.reference), s) for s in steps}
     header = "| run | samples/s | test acc | " + " | ".join(f"diff @{s}" for s in steps)
     print(header + " | follows " + args.reference + " |")

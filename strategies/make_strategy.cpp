@@ -1,14 +1,13 @@
 #include "strategies/make_strategy.h"
 
 #include "common/config.h"
-
 #include "common/error.h"
 #include "strategies/allreduce/allreduce_strategy.h"
-#include "strategies/zero/zero_strategy.h"
 #include "strategies/dp/dp_strategy.h"
 #include "strategies/ps/host_staged_strategy.h"
 #include "strategies/ps/ps_strategy.h"
 #include "strategies/single_strategy.h"
+#include "strategies/zero/zero_strategy.h"
 #ifdef GRADSYNC_HAVE_NCCL
 #include "model/cuda/cuda_device.h"
 #include "strategies/dp/dp_gpu_strategy.h"
@@ -103,6 +102,7 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
   allreduce.compression.tensors = process.model->tensors();
   allreduce.first_step = static_cast<std::int64_t>(process.first_step);
   allreduce.broadcast_buffers = options.broadcast_buffers;
+  allreduce.buffer_count = process.model->buffers().size();
   return std::make_unique<AllreduceStrategy>(process.comm, allreduce);
 }
 

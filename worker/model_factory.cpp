@@ -31,12 +31,11 @@ void check_gpu_usable(const Config& config) {
     throw ConfigError(config.name, "model.sync_batchnorm",
                       "not supported with device: gpu in this version (per-rank statistics only)");
   }
-  if (config.model.kind == "resnet" && config.strategy != "single" && config.strategy != "ps") {
-    // The GPU ResNet's running statistics are host memory (Model::buffers()); the GPU paths of
-    // dp, allreduce and zero copy or broadcast device memory only.
+  if (config.strategy == "zero") {
+    // Its shards, optimizer state and gathered layers are host memory (preset_checks.cpp says
+    // the same to presets; this is for callers that build models directly).
     throw ConfigError(config.name, "strategy",
-                      "resnet on gpu runs under single or ps in this version: " + config.strategy +
-                          " on gpu cannot carry its running statistics (host memory)");
+                      "zero shards buffers in host memory in this version: use device: cpu");
   }
   if (config.strategy == "allreduce" && config.comm.uneven_inputs) {
     // The allreduce strategy's Join path rescales and zeroes gradients in host code.

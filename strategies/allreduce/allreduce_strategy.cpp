@@ -28,6 +28,7 @@ AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
     options_.sgd.weight_decay = 0;
   }
   reducer_ = make_bucket_reducer(comm_, options_.compression);
+  buffer_staging_ = BufferStaging(options_.device, options_.buffer_count);
   steps_ = options_.first_step;
 }
 
@@ -62,7 +63,10 @@ void AllreduceStrategy::init(std::span<float> params) {
   comm_->broadcast(params, 0);
   params_ = params;
   // DDP's module state includes the buffers, whatever broadcast_buffers says.
-  if (!buffers_.empty()) comm_->broadcast(buffers_, 0);
+  if (!buffers_.empty()) {
+    comm_->broadcast(buffer_staging_.upload(buffers_), 0);
+    buffer_staging_.download(buffers_);
+  }
   sgd_ = make_sgd(params.size(), options_.sgd, options_.device);
   counted_ = comm_->counters();
 }
@@ -184,7 +188,8 @@ void AllreduceStrategy::broadcast_buffers(bool active) {
     GRADSYNC_CHECK(root >= 0, "a buffer broadcast with no rank training");
   }
   const Clock::time_point begin = Clock::now();
-  comm_->broadcast(buffers_, root);
+  comm_->broadcast(buffer_staging_.upload(buffers_), root);
+  buffer_staging_.download(buffers_);
   TraceSpan span{"broadcast", -1, begin, Clock::now()};
   span.bytes = buffers_.size_bytes();
   spans_.push_back(span);

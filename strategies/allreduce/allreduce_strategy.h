@@ -41,6 +41,7 @@
 
 #include "allreduce/communicator.h"
 #include "model/optimizer/sgd.h"
+#include "strategies/allreduce/buffer_staging.h"
 #include "strategies/allreduce/gradient_compression.h"
 #include "strategies/sync_strategy.h"
 
@@ -57,6 +58,9 @@ struct AllreduceStrategyOptions {
   std::int64_t first_step = 0;  // the step the loop starts at (a resumed run's checkpoint)
   // comm.broadcast_buffers: rank 0's buffers to every rank after every step.
   bool broadcast_buffers = true;
+  // The model's running statistics (Model::buffers().size()): a GPU model's are broadcast
+  // through a device buffer of that size (buffer_staging.h).
+  std::size_t buffer_count = 0;
 };
 
 class AllreduceStrategy final : public SyncStrategy {
@@ -117,7 +121,8 @@ class AllreduceStrategy final : public SyncStrategy {
   std::vector<std::pair<std::size_t, std::size_t>> deferred_;  // overlap off
   std::vector<std::pair<std::size_t, std::size_t>> issued_ranges_;
   std::int64_t steps_ = 0;
-  std::span<float> buffers_;  // the model's running statistics; empty: none
+  std::span<float> buffers_;      // the model's running statistics; empty: none
+  BufferStaging buffer_staging_;  // where the communicator reads them (device memory for GPU)
 };
 
 }  // namespace gradsync

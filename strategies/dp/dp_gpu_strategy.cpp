@@ -13,6 +13,7 @@
 #include "common/stopwatch.h"
 #include "model/cuda/cuda_device.h"
 #include "model/cuda/device_sgd.h"
+#include "strategies/allreduce/buffer_staging.h"
 
 namespace gradsync {
 namespace {
@@ -65,11 +66,9 @@ class DpGpuReplica final : public SyncStrategy {
   int rank() const override { return rank_; }
   StepStats last_step_stats() const override { return stats_; }
   Optimizer* optimizer() override { return sgd_.get(); }
-  // GPU models (the MLP) have no running statistics; one that had would need them broadcast
-  // from replica 0 beside the parameters, as the CPU group copies them.
-  void attach_buffers(std::span<float> buffers) override {
-    GRADSYNC_CHECK(buffers.empty(), "dp on gpu does not copy running statistics between replicas");
-  }
+  // Running statistics (the GPU ResNet's, host memory): DataParallel replicates module 0's
+  // buffers with its parameters every forward, so they follow replica 0's after every step.
+  void attach_buffers(std::span<float> buffers) override { buffers_ = buffers; }
 
   void init(std::span<float> params) override {
     DpGpuGroup& g = *group_;
@@ -81,6 +80,11 @@ class DpGpuReplica final : public SyncStrategy {
     if (rank_ == 0) sgd_ = std::make_unique<DeviceSgd>(params.size(), g.sgd, options.device);
     // DataParallel replicates module 0: every replica starts from replica 0's parameters.
     wait(comm_->broadcast_async(params, 0));
+    if (!buffers_.empty()) {
+      staging_ = BufferStaging(options.device, buffers_.size());
+      wait(comm_->broadcast_async(staging_.upload(buffers_), 0));
+      staging_.download(buffers_);
+    }
   }
 
   void synchronize(std::span<float> grads, std::span<float> params) override {
@@ -105,6 +109,15 @@ class DpGpuReplica final : public SyncStrategy {
     // waits on their devices until replica 0's data arrives.
     wait(comm_->broadcast_async(params, 0));
     if (rank_ != 0) wait(reduced);
+    if (!buffers_.empty()) {
+      // After the parameters: replica 0's statistics of this step's forward, final since its
+      // forward_backward returned; a replica's own are what it overwrites here.
+      wait(comm_->broadcast_async(staging_.upload(buffers_), 0));
+      staging_.download(buffers_);
+      const std::uint64_t moved =
+          buffers_.size_bytes() * static_cast<std::uint64_t>(rank_ == 0 ? group_->replicas - 1 : 1);
+      (rank_ == 0 ? stats_.bytes_sent : stats_.bytes_received) += moved;
+    }
     stats_.communicate_s = phase.seconds() - stats_.compute_s;
   }
 
@@ -169,6 +182,8 @@ class DpGpuReplica final : public SyncStrategy {
   int rank_;
   std::unique_ptr<NcclCommunicator> comm_;
   std::unique_ptr<DeviceSgd> sgd_;
+  std::span<float> buffers_;
+  BufferStaging staging_;
   StepStats stats_;
 };
 

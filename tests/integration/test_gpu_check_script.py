@@ -73,6 +73,12 @@ try:
     check("| yes |" in rows.get("ring-2", ""), f"ring-2 follows single: {rows.get('ring-2')}")
     check("NO" in rows.get("other-lr", ""), f"another lr does not: {rows.get('other-lr')}")
     check(ok.returncode == 1, f"a run that does not follow fails the comparison ({ok.returncode})")
+    chosen = subprocess.run(compare + ["--runs", "ring-2"], capture_output=True, text=True)
+    check(chosen.returncode == 0 and "other-lr" not in chosen.stdout and "ring-2" in chosen.stdout,
+          f"--runs compares only the runs named: {chosen.stdout}")
+    absent = subprocess.run(compare + ["--runs", "ring-3"], capture_output=True, text=True)
+    check(absent.returncode == 1 and "ring-3" in absent.stdout,
+          f"--runs naming a run that is not there fails, naming it: {absent.stdout}")
     shutil.rmtree(os.path.join(results, "latest", "other-lr"))
     clean = subprocess.run(compare, capture_output=True, text=True)
     check(clean.returncode == 0, f"only following runs: passes ({clean.stdout})")
