@@ -5,6 +5,7 @@
 #   scripts/gpu-check.sh --from PACK        use a pack made by scripts/gpu-pack.sh instead of building
 #                                           (for a GPU machine without gradsync's Debian packages)
 #   scripts/gpu-check.sh --out DIR          where the figures and logs go (default gpu-check/)
+#   scripts/gpu-check.sh --skip mlp,nccl    leave those steps out (SKIP in the summary)
 #
 # Steps, each timed out and recorded as PASS, FAIL or SKIP (with the reason):
 #   env       the GPUs, driver, toolkit and PyTorch this machine has
@@ -20,6 +21,9 @@
 #   resnet    the CUDA ResNet (model.kind resnet): single on the GPU and on the CPU, dp-1,
 #             nccl-1 and tcp-2 on the GPU (running statistics through a device buffer), 20 steps
 #             at lr 0.02; single-cpu, dp-1 and nccl-1 compared with single at step 10 (<= 2e-3)
+#   resnetsync  the same with model.sync_batchnorm (the preset's *-sync runs): nccl-1-sync and
+#             tcp-2-sync (two ranks of 128 sharing the GPU, statistics all-reduced) against
+#             single on their global batch of 256 at step 10 (<= 2e-3)
 #   scaling   with G >= 2 GPUs: dp with G replicas and NCCL with G ranks (skipped with one)
 #   mlp       MLP samples/s at batch 256 and 4096, with and without CUDA graphs, against
 #             PyTorch eager on the same GPU (needs python3 with CUDA torch)
@@ -31,11 +35,13 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=gpu-check
 pack=""
+skip=","
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --from) pack=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --skip) skip=",$2,"; shift 2 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,10 +64,17 @@ record() {
 }
 # figure TEXT...: a line for figures.txt (and the screen).
 figure() { echo "$*" | tee -a "$figures"; }
-# run_step STEP SECONDS CMD...: runs CMD with its output in logs/STEP.log; PASS or FAIL.
+# skipping STEP: whether --skip named it.
+skipping() { [[ $skip == *",$1,"* ]]; }
+# run_step STEP SECONDS CMD...: runs CMD with its output in logs/STEP.log; PASS or FAIL (or
+# SKIP, returning 1, for a step --skip named).
 run_step() {
   local step=$1 limit=$2
   shift 2
+  if skipping "$step"; then
+    record "$step" SKIP "left out by --skip"
+    return 1
+  fi
   local t0=$SECONDS
   timeout --kill-after=10 "$limit" "$@" >"$logs/$step.log" 2>&1
   local rc=$?
@@ -152,7 +165,7 @@ if [[ ! -d $fmnist ]]; then
 fi
 
 if [[ $gpus -eq 0 ]]; then
-  for step in unit nccl train resnet scaling mlp; do record "$step" SKIP "no GPU"; done
+  for step in unit nccl train resnet resnetsync scaling mlp; do record "$step" SKIP "no GPU"; done
   # What can be checked without one: the GPU code is in the binary and refuses cleanly.
   if "$gradsync" bench mlp --device gpu >"$logs/refusal.log" 2>&1; then
     record refusal FAIL "bench mlp --device gpu ran without a GPU"
@@ -167,7 +180,7 @@ fi
 export GRADSYNC_REQUIRE_GPU=1
 run_step unit 240 "$bin/gradsync_unit_tests" \
   -tc='*cuda*,*nccl*,*gpu*,*device sgd*,*host-staged*,*NaN*'
-grep -E 'accuracy|relative difference|skipped|test cases' "$logs/unit.log" | sed 's/^/unit: /' |
+grep -sE 'accuracy|relative difference|skipped|test cases' "$logs/unit.log" | sed 's/^/unit: /' |
   tee -a "$figures" >/dev/null
 
 # ---- nccl -----------------------------------------------------------------------------------
@@ -218,6 +231,24 @@ if run_step resnet 300 "$gradsync" run "$preset" --output "$results-resnet" "${d
   sed 's/^/resnet: /' "$logs/compare-resnet.log" >>"$figures"
 fi
 
+# ---- resnetsync -----------------------------------------------------------------------------
+# SyncBatchNorm on the GPU (the sums of every rank's batch, staged for the communicator):
+# ranks that share their statistics follow single on the global batch (256 here, the preset's).
+sync_args=(--only single nccl-1-sync tcp-2-sync --set model.kind=resnet --set train.steps=20
+  --set train.lr=0.02 --set checkpoint.every=10)
+[[ ${#data_args[@]} -gt 0 ]] && sync_args+=(--set data.dim=784)
+rm -rf "$results-sync"
+if run_step resnetsync 300 "$gradsync" run "$preset" --output "$results-sync" "${data_args[@]}" \
+    "${sync_args[@]}"; then
+  if "$python" "$repo/scripts/gpu_check_compare.py" "$results-sync/latest" --reference single \
+      --widths 1,38877 --steps 10,20 --limit 2e-3 >"$logs/compare-sync.log" 2>&1; then
+    record synccmp PASS "with sync_batchnorm, nccl-1 and tcp-2 follow single within 2e-3 at step 10"
+  else
+    record synccmp FAIL "a sync_batchnorm run does not follow single (logs/compare-sync.log)"
+  fi
+  sed 's/^/resnetsync: /' "$logs/compare-sync.log" >>"$figures"
+fi
+
 # ---- scaling --------------------------------------------------------------------------------
 if [[ $gpus -ge 2 ]]; then
   batch=$((256 / gpus))
@@ -229,7 +260,9 @@ else
 fi
 
 # ---- mlp ------------------------------------------------------------------------------------
-if [[ $torch_cuda == *True ]]; then
+if skipping mlp; then
+  record mlp SKIP "left out by --skip"
+elif [[ $torch_cuda == *True ]]; then
   run_step mlp 180 env GRADSYNC="$gradsync" PYTHON="$python" \
     "$repo/scripts/bench-mlp-vs-pytorch.sh" --device gpu --batch 256,4096 --pairs 2 --seconds 2
   grep -v '^ *$' "$logs/mlp.log" | tail -n 12 | sed 's/^/mlp: /' >>"$figures"

@@ -3,6 +3,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "strategies/allreduce/allreduce_strategy.h"
+#include "strategies/allreduce/buffer_staging.h"
 #include "strategies/dp/dp_strategy.h"
 #include "strategies/ps/host_staged_strategy.h"
 #include "strategies/ps/ps_strategy.h"
@@ -28,12 +29,16 @@ std::vector<std::unique_ptr<SyncStrategy>> make_dp_on_gpus(const StrategyOptions
 // SyncBatchNorm: the model's statistics summed over every rank, blocking, in forward and
 // backward. A weak reference: the model may outlive the communicator (a worker's model is made
 // before it), and a call after the communicator is gone is a bug, not a hang.
+// A GPU model's sums are host memory too, staged for its communicator (buffer_staging.h).
 void set_sync_batchnorm(Model& model, const std::shared_ptr<Communicator>& comm) {
-  model.set_batch_stats_reducer([weak = std::weak_ptr<Communicator>(comm)](std::span<float> sums) {
-    const std::shared_ptr<Communicator> comm = weak.lock();
-    GRADSYNC_CHECK(comm != nullptr, "sync_batchnorm: the communicator is gone");
-    comm->allreduce(sums, ReduceOp::kSum);
-  });
+  auto staging = std::make_shared<BufferStaging>(model.device());
+  model.set_batch_stats_reducer(
+      [weak = std::weak_ptr<Communicator>(comm), staging](std::span<float> sums) {
+        const std::shared_ptr<Communicator> comm = weak.lock();
+        GRADSYNC_CHECK(comm != nullptr, "sync_batchnorm: the communicator is gone");
+        comm->allreduce(staging->upload(sums), ReduceOp::kSum);
+        staging->download(sums);
+      });
 }
 
 // The one strategy of a worker process (allreduce, ps).
@@ -102,7 +107,6 @@ std::unique_ptr<SyncStrategy> make_process_strategy(const StrategyOptions& optio
   allreduce.compression.tensors = process.model->tensors();
   allreduce.first_step = static_cast<std::int64_t>(process.first_step);
   allreduce.broadcast_buffers = options.broadcast_buffers;
-  allreduce.buffer_count = process.model->buffers().size();
   return std::make_unique<AllreduceStrategy>(process.comm, allreduce);
 }
 

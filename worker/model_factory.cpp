@@ -27,10 +27,6 @@ void check_gpu_usable(const Config& config) {
                       "gpu runs model.kind mlp or resnet ('" + config.model.kind +
                           "' stays on the CPU: use device: cpu)");
   }
-  if (config.model.kind == "resnet" && config.model.sync_batchnorm) {
-    throw ConfigError(config.name, "model.sync_batchnorm",
-                      "not supported with device: gpu in this version (per-rank statistics only)");
-  }
   if (config.strategy == "zero") {
     // Its shards, optimizer state and gathered layers are host memory (preset_checks.cpp says
     // the same to presets; this is for callers that build models directly).

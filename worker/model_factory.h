@@ -19,11 +19,11 @@ namespace gradsync {
 // `device`: the CUDA ordinal for device: gpu, normally model_device(config, replica); ignored
 // for device: cpu. A caller that passes none gets gpu refused: it has not set up its strategy
 // (optimizer, communicator) for device buffers either. device: gpu with model.kind mlp builds
-// the CUDA MLP (model/cuda/cuda_mlp.h), with resnet the CUDA ResNet (model/cuda/cuda_resnet.h,
-// without model.sync_batchnorm); the synthetic model only sleeps and stays on the CPU, so it is
-// refused on gpu, as is zero, whose shards are host memory. Refusals are one-line ConfigErrors
-// naming the key, checked in this order: a build without CUDA, the model kind, the ResNet's
-// sync_batchnorm, zero, no visible GPU, no device chosen, an ordinal that is not visible. A GPU model's device becomes the calling thread's own
+// the CUDA MLP (model/cuda/cuda_mlp.h), with resnet the CUDA ResNet (model/cuda/cuda_resnet.h);
+// the synthetic model only sleeps and stays on the CPU, so it is refused on gpu, as is zero,
+// whose shards are host memory. Refusals are one-line ConfigErrors naming the key, checked in
+// this order: a build without CUDA, the model kind, zero, no visible GPU, no device chosen, an
+// ordinal that is not visible. A GPU model's device becomes the calling thread's own
 // (cuda::set_device): build it on the thread that trains it.
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
                                   int max_batch, std::optional<int> device = std::nullopt);

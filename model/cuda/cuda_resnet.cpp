@@ -25,15 +25,16 @@ constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
 // as the CPU ResNet's ConvBn.
 struct CudaResNet::ConvBn {
   ConvShape conv;
-  std::size_t weight = 0;   // W [Cout x K] in params()
-  std::size_t gamma = 0;    // gamma, then beta, C each, after W
-  std::size_t running = 0;  // running mean, then running variance, C each, in buffers()
-  std::size_t layer = 0;    // index into layers()
-  cuda::DeviceBuffer<float> z;    // the convolution's output, which the norm's backward reads
-  cuda::DeviceBuffer<float> out;  // relu(bn(z)) for the stem and conv1; empty for the others
+  std::size_t weight = 0;             // W [Cout x K] in params()
+  std::size_t gamma = 0;              // gamma, then beta, C each, after W
+  std::size_t running = 0;            // running mean, then running variance, C each, in buffers()
+  std::size_t layer = 0;              // index into layers()
+  cuda::DeviceBuffer<float> z;        // the convolution's output, which the norm's backward reads
+  cuda::DeviceBuffer<float> out;      // relu(bn(z)) for the stem and conv1; empty for the others
   cuda::DeviceBuffer<float> factors;  // mean, scale, shift, a, b, c: C each
   cuda::DeviceBuffer<double> invstd;  // C
   cuda::DeviceBuffer<double> sums;    // 2C: the statistics of forward, then of backward
+  std::int64_t count = 0;             // values per channel of the last forward, every rank's
 
   int channels() const { return conv.out_channels; }
   kernels::BnFactors bn() const {
@@ -156,6 +157,8 @@ CudaResNet::CudaResNet(ResNetShape shape, int max_batch, int device)
   totals_ = cuda::DeviceBuffer<kernels::LossTotals>(1);
   host_totals_ = cuda::PinnedBuffer<kernels::LossTotals>(1);
   augment_scratch_.resize(dim);
+  // The widest norm is the last stage's (fc_in_ channels).
+  sync_ = std::make_unique<cuda::BatchStatsExchange>(fc_in_);
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
@@ -164,8 +167,7 @@ CudaResNet::CudaResNet(ResNetShape shape, int max_batch, int device)
 CudaResNet::~CudaResNet() = default;
 
 void CudaResNet::set_batch_stats_reducer(BatchStatsReducer reducer) {
-  GRADSYNC_CHECK(!reducer,
-                 "CudaResNet: SyncBatchNorm (model.sync_batchnorm) is not supported on the GPU");
+  sync_->set_reducer(std::move(reducer));
 }
 
 void CudaResNet::init_params(std::uint64_t seed) {
@@ -228,8 +230,8 @@ void CudaResNet::upload_batch(const Dataset& data, std::span<const std::int64_t>
                                       indices.size() * dim * sizeof(float), cudaMemcpyHostToDevice,
                                       stream_.get()));
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), staged_labels_.data(),
-                                      indices.size() * sizeof(std::int32_t),
-                                      cudaMemcpyHostToDevice, stream_.get()));
+                                      indices.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                      stream_.get()));
 }
 
 void CudaResNet::upload_running_statistics() {
@@ -255,7 +257,10 @@ void CudaResNet::conv_forward(ConvBn& layer, int batch, const float* x, bool tra
     GRADSYNC_CHECK(pixels > 1, "batch norm in training needs more than one value per channel");
     GRADSYNC_CUDA_CHECK(
         kernels::channel_sums(c, pixels, layer.z.data(), layer.sums.data(), stream_.get()));
-    GRADSYNC_CUDA_CHECK(kernels::bn_train_statistics(c, layer.sums.data(), pixels, gamma, beta,
+    // SyncBatchNorm: the sums of every rank's batch replace this rank's.
+    layer.count =
+        sync_->active() ? sync_->forward(c, pixels, layer.sums.data(), stream_.get()) : pixels;
+    GRADSYNC_CUDA_CHECK(kernels::bn_train_statistics(c, layer.sums.data(), layer.count, gamma, beta,
                                                      running_mean, running_var, layer.bn(),
                                                      stream_.get()));
   } else {
@@ -300,11 +305,11 @@ void CudaResNet::forward(int batch, bool training) {
 
 void CudaResNet::loss(int batch, const float* grad_scale) {
   // Labels are the batch's own (indices null, first 0: column j reads labels_[j]).
-  GRADSYNC_CUDA_CHECK(kernels::softmax_cross_entropy(
-      logits_.data(), shape_.classes, batch, labels_.data(), nullptr, 0,
-      grad_scale != nullptr ? *grad_scale : 1.0f,
-      grad_scale != nullptr ? d_logits_.data() : nullptr, sample_loss_.data(),
-      sample_correct_.data(), stream_.get()));
+  GRADSYNC_CUDA_CHECK(
+      kernels::softmax_cross_entropy(logits_.data(), shape_.classes, batch, labels_.data(), nullptr,
+                                     0, grad_scale != nullptr ? *grad_scale : 1.0f,
+                                     grad_scale != nullptr ? d_logits_.data() : nullptr,
+                                     sample_loss_.data(), sample_correct_.data(), stream_.get()));
   GRADSYNC_CUDA_CHECK(kernels::add_loss_totals(sample_loss_.data(), sample_correct_.data(), batch,
                                                totals_.data(), stream_.get()));
 }
@@ -336,6 +341,13 @@ void CudaResNet::bn_backward(ConvBn& layer, int batch, const float* g, const flo
   GRADSYNC_CUDA_CHECK(kernels::bn_backward_factors(c, layer.sums.data(), pixels,
                                                    params_.data() + layer.gamma, g_gamma,
                                                    g_gamma + c, accumulate, f, stream_.get()));
+  if (sync_->active()) {
+    // gamma's and beta's gradients stay this rank's; dz's factors take every rank's sums.
+    const float* reduced = sync_->backward(c, pixels, layer.count, layer.sums.data(),
+                                           layer.invstd.data(), stream_.get());
+    GRADSYNC_CUDA_CHECK(kernels::bn_backward_factors_reduced(
+        c, reduced, params_.data() + layer.gamma, f, stream_.get()));
+  }
   GRADSYNC_CUDA_CHECK(
       kernels::bn_backward_apply(c, pixels, g, relu_out, layer.z.data(), f, g_z, stream_.get()));
 }
@@ -456,6 +468,8 @@ void CudaResNet::prepare(const Dataset& data) {
   // A throwaway train-mode step moves the running statistics: kept aside and put back.
   const std::vector<float> kept(buffers_host_.data(), buffers_host_.data() + buffers_host_.size());
   GradReadyCallback held = std::exchange(grad_ready_, nullptr);
+  // Nor does it reach the other ranks: a throwaway step's statistics are this rank's own.
+  BatchStatsReducer reducer = sync_->take_reducer();
   std::vector<std::int64_t> first(
       static_cast<std::size_t>(std::min<std::int64_t>(max_batch_, data.size)));
   std::iota(first.begin(), first.end(), std::int64_t{0});
@@ -463,10 +477,12 @@ void CudaResNet::prepare(const Dataset& data) {
     forward_backward(data, first);
   } catch (...) {
     grad_ready_ = std::move(held);
+    sync_->set_reducer(std::move(reducer));
     std::copy(kept.begin(), kept.end(), buffers_host_.data());
     throw;
   }
   grad_ready_ = std::move(held);
+  sync_->set_reducer(std::move(reducer));
   std::copy(kept.begin(), kept.end(), buffers_host_.data());
   cuda::DeviceGuard on(device_);
   grads_.zero(stream_.get());

@@ -25,9 +25,9 @@
 // whatever a strategy or a checkpoint wrote there is what the next forward normalises with,
 // with no "changed" flag to forget; the cost is two copies of a few KiB per step.
 //
-// Not here: SyncBatchNorm. set_batch_stats_reducer throws for a non-null reducer (and
-// make_model refuses model.sync_batchnorm with device: gpu first): its contract hands host
-// spans to a communicator that, for a GPU model, takes device memory only.
+// SyncBatchNorm (set_batch_stats_reducer): each norm's sums come off the device, go through
+// the reducer as the CPU's do, and back (batch_stats_exchange.h); the reducer a strategy sets
+// for a GPU model stages them for its communicator (strategies/make_strategy.cpp).
 //
 // Data: each batch is gathered and augmented on the host exactly as the CPU ResNet does
 // (model/augment.h, keyed by (seed, epoch, index)), into page-locked memory, and uploaded.
@@ -55,6 +55,7 @@
 
 #include "common/model_state_memory.h"
 #include "model/augment.h"
+#include "model/cuda/batch_stats_exchange.h"
 #include "model/cuda/cuda_handles.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/mlp_kernels.h"
@@ -88,7 +89,7 @@ class CudaResNet final : public Model {
   // Host memory, at the same address for the model's lifetime (see the header comment).
   std::span<float> buffers() override { return buffers_host_.span(); }
 
-  // Null only: SyncBatchNorm is not supported on the GPU (throws gradsync::Error otherwise).
+  // SyncBatchNorm's statistics exchange; null: this rank's statistics.
   void set_batch_stats_reducer(BatchStatsReducer reducer) override;
 
   void set_augmentation(Augmentation augmentation) { augmentation_ = augmentation; }
@@ -149,10 +150,10 @@ class CudaResNet final : public Model {
   int fc_in_ = 0;
   cuda::DeviceBuffer<float> params_, grads_;
   TrackedBytes params_counted_, grads_counted_;
-  cuda::DeviceBuffer<float> running_;             // the device's working copy of buffers()
-  cuda::PinnedBuffer<float> buffers_host_;        // buffers(): the truth between calls
-  cuda::DeviceBuffer<float> input_;               // the batch, NHWC
-  cuda::DeviceBuffer<float> col_, dcol_;          // im2col of the largest layer's whole batch
+  cuda::DeviceBuffer<float> running_;                 // the device's working copy of buffers()
+  cuda::PinnedBuffer<float> buffers_host_;            // buffers(): the truth between calls
+  cuda::DeviceBuffer<float> input_;                   // the batch, NHWC
+  cuda::DeviceBuffer<float> col_, dcol_;              // im2col of the largest layer's whole batch
   std::vector<cuda::DeviceBuffer<float>> grad_work_;  // backward's four rotating gradients
   cuda::DeviceBuffer<float> pooled_, d_pooled_, logits_, d_logits_;
   cuda::DeviceBuffer<std::int32_t> labels_;
@@ -169,6 +170,7 @@ class CudaResNet final : public Model {
   std::int64_t epoch_ = 0;
   // cuBLAS's scratch memory, ours as the CUDA MLP's (fixed, and the same algorithms each call).
   cuda::DeviceBuffer<std::byte> cublas_workspace_;
+  std::unique_ptr<cuda::BatchStatsExchange> sync_;  // SyncBatchNorm; inactive without a reducer
   // Last, so destroyed first: cuBLAS's handle, then the stream, which waits for its work
   // before any buffer above is freed.
   cuda::Stream stream_;

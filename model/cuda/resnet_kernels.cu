@@ -186,6 +186,20 @@ __global__ void bn_backward_factors_kernel(int channels, const double* __restric
   }
 }
 
+// One thread per channel: BatchNorm::backward_factors' a, b and c after a SyncBatchNorm
+// reducer, from the reduced [sum of dy (C), sum of dy * xhat (C), count (1)].
+__global__ void bn_backward_factors_reduced_kernel(int channels, const float* __restrict__ exchange,
+                                                   const float* __restrict__ gamma, BnFactors f) {
+  for (int c = static_cast<int>(first_index()); c < channels;
+       c += static_cast<int>(grid_stride())) {
+    const double n = exchange[2 * channels];
+    const double a = gamma[c] * f.invstd[c];
+    f.a[c] = static_cast<float>(a);
+    f.b[c] = static_cast<float>(-a * f.invstd[c] * exchange[channels + c] / n);
+    f.c[c] = static_cast<float>(-a * exchange[c] / n);
+  }
+}
+
 __global__ void bn_apply_kernel(int channels, std::size_t total, const float* __restrict__ z,
                                 BnFactors f, bool relu_after, float* out) {
   for (std::size_t t = first_index(); t < total; t += grid_stride()) {
@@ -344,6 +358,13 @@ cudaError_t bn_backward_factors(int channels, const double* dsums, std::int64_t 
   bn_backward_factors_kernel<<<blocks_for(static_cast<std::size_t>(channels)), kThreads, 0,
                                stream>>>(channels, dsums, count, gamma, g_gamma, g_beta,
                                          accumulate, f);
+  return cudaGetLastError();
+}
+
+cudaError_t bn_backward_factors_reduced(int channels, const float* exchange, const float* gamma,
+                                        BnFactors f, cudaStream_t stream) {
+  bn_backward_factors_reduced_kernel<<<blocks_for(static_cast<std::size_t>(channels)), kThreads, 0,
+                                       stream>>>(channels, exchange, gamma, f);
   return cudaGetLastError();
 }
 

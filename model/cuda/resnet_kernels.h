@@ -84,6 +84,12 @@ cudaError_t bn_backward_factors(int channels, const double* dsums, std::int64_t 
                                 const float* gamma, float* g_gamma, float* g_beta,
                                 bool accumulate, BnFactors f, cudaStream_t stream);
 
+// a, b, c of dz again after a SyncBatchNorm reducer, from `exchange` (device memory, 2C + 1):
+// the reduced [sum of dy (C), sum of dy * xhat (C), count] (batch_stats_exchange.h); the
+// gradients of gamma and beta stay bn_backward_factors' (this rank's batch, as the CPU's).
+cudaError_t bn_backward_factors_reduced(int channels, const float* exchange, const float* gamma,
+                                        BnFactors f, cudaStream_t stream);
+
 // g_z = a * dy + b * (z - mean) + c, dy as in bn_backward_sums. g_z may be g.
 cudaError_t bn_backward_apply(int channels, std::int64_t pixels, const float* g, const float* mask,
                               const float* z, BnFactors f, float* g_z, cudaStream_t stream);

@@ -28,7 +28,7 @@ AllreduceStrategy::AllreduceStrategy(std::shared_ptr<Communicator> comm,
     options_.sgd.weight_decay = 0;
   }
   reducer_ = make_bucket_reducer(comm_, options_.compression);
-  buffer_staging_ = BufferStaging(options_.device, options_.buffer_count);
+  buffer_staging_ = BufferStaging(options_.device);
   steps_ = options_.first_step;
 }
 

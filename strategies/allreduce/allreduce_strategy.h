@@ -58,9 +58,6 @@ struct AllreduceStrategyOptions {
   std::int64_t first_step = 0;  // the step the loop starts at (a resumed run's checkpoint)
   // comm.broadcast_buffers: rank 0's buffers to every rank after every step.
   bool broadcast_buffers = true;
-  // The model's running statistics (Model::buffers().size()): a GPU model's are broadcast
-  // through a device buffer of that size (buffer_staging.h).
-  std::size_t buffer_count = 0;
 };
 
 class AllreduceStrategy final : public SyncStrategy {
@@ -121,8 +118,9 @@ class AllreduceStrategy final : public SyncStrategy {
   std::vector<std::pair<std::size_t, std::size_t>> deferred_;  // overlap off
   std::vector<std::pair<std::size_t, std::size_t>> issued_ranges_;
   std::int64_t steps_ = 0;
-  std::span<float> buffers_;      // the model's running statistics; empty: none
-  BufferStaging buffer_staging_;  // where the communicator reads them (device memory for GPU)
+  std::span<float> buffers_;  // the model's running statistics; empty: none
+  // Where the communicator reads them: a device buffer for a GPU model (buffer_staging.h).
+  BufferStaging buffer_staging_;
 };
 
 }  // namespace gradsync

@@ -12,44 +12,54 @@ namespace gradsync {
 
 #ifdef GRADSYNC_HAVE_CUDA
 struct BufferStaging::Device {
-  cuda::DeviceBuffer<float> buffer;
+  int device = 0;
+  cuda::DeviceBuffer<float> buffer;  // grown to the largest span uploaded
 };
 #else
 struct BufferStaging::Device {};
 #endif
 
-BufferStaging::BufferStaging(int device, std::size_t floats) {
+BufferStaging::BufferStaging() = default;
+
+BufferStaging::BufferStaging(int device) {
   if (device < 0) return;
 #ifdef GRADSYNC_HAVE_CUDA
-  cuda::DeviceGuard on(device);
-  device_ = std::make_unique<Device>(Device{cuda::DeviceBuffer<float>(floats)});
+  device_ = std::make_unique<Device>(Device{device, {}});
 #else
-  (void)floats;
   throw Error("buffer staging: a model on cuda:" + std::to_string(device) +
               " in a build without CUDA");
 #endif
 }
 
-BufferStaging::BufferStaging() = default;
 BufferStaging::~BufferStaging() = default;
 BufferStaging::BufferStaging(BufferStaging&&) noexcept = default;
 BufferStaging& BufferStaging::operator=(BufferStaging&&) noexcept = default;
 
 std::span<float> BufferStaging::upload(std::span<float> host) {
-  if (!device_) return host;
+  if (!device_ || host.empty()) return host;
 #ifdef GRADSYNC_HAVE_CUDA
-  // The legacy stream, waited for: nothing else is queued on it.
-  device_->buffer.copy_from_host(host, nullptr, "buffer staging (running statistics)");
-  return device_->buffer.span();
+  cuda::DeviceGuard on(device_->device);
+  if (device_->buffer.size() < host.size())
+    device_->buffer = cuda::DeviceBuffer<float>(host.size());
+  // Synchronous, on the legacy stream: the values are final on the host when this is called
+  // (forward_backward has returned, or the model waited for its stream before the reducer),
+  // and the communicator's stream reads them only after this returns.
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpy(device_->buffer.data(), host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+  return {device_->buffer.data(), host.size()};
 #else
   return host;
 #endif
 }
 
 void BufferStaging::download(std::span<float> host) {
-  if (!device_) return;
+  if (!device_ || host.empty()) return;
 #ifdef GRADSYNC_HAVE_CUDA
-  device_->buffer.copy_to_host(host, nullptr, "buffer staging (running statistics)");
+  cuda::DeviceGuard on(device_->device);
+  GRADSYNC_CHECK(host.size() <= device_->buffer.size(),
+                 "buffer staging: download of more values than were uploaded");
+  GRADSYNC_CUDA_CHECK(
+      cudaMemcpy(host.data(), device_->buffer.data(), host.size_bytes(), cudaMemcpyDeviceToHost));
 #else
   (void)host;
 #endif

@@ -1,15 +1,17 @@
-// BufferStaging: where a strategy's communicator can read a model's running statistics
-// (Model::buffers(), batch norm's running mean and variance) for their broadcast.
+// BufferStaging: where a strategy's communicator can read a model's batch-norm state: the
+// running statistics (Model::buffers()) it broadcasts, and SyncBatchNorm's per-channel sums it
+// all-reduces (Model::BatchStatsReducer).
 //
-// Those statistics are host memory for every model, the GPU ResNet's too (model/model.h: the
-// strategies and checkpoints read and write them as plain floats), while the communicator of a
-// GPU model (NCCL, or a host backend staged through host_staged_communicator.h) takes device
-// memory only. For a model on a device they therefore go through a device buffer of their
-// size: copied up, broadcast there, copied back. A few KiB a step (ResNet-8: 864 floats), as
-// DDP's broadcast_buffers sends them every forward. For a model in host memory the span is
-// broadcast where it is.
+// Both are host memory for every model, the GPU ResNet's too (model/model.h: strategies and
+// checkpoints read and write the statistics as plain floats, the reducer is handed host spans),
+// while the communicator of a GPU model (NCCL, or a host backend staged through
+// host_staged_communicator.h) takes device memory only. For a model on a device they therefore
+// go through a device buffer, grown to the largest span seen: copied up, reduced or broadcast
+// there, copied back. A few KiB (ResNet-8: 864 floats of running statistics, 129 floats of
+// sums for its widest norm), as DDP's broadcast_buffers and SyncBatchNorm send them. For a
+// model in host memory the span is handed over where it is.
 //
-//   BufferStaging staging(model.device(), model.buffers().size());
+//   BufferStaging staging(model.device());
 //   comm.broadcast(staging.upload(model.buffers()), /*root=*/0);   // collective
 //   staging.download(model.buffers());
 #pragma once
@@ -23,9 +25,9 @@ namespace gradsync {
 class BufferStaging {
  public:
   BufferStaging();  // host memory, nothing staged
-  // device < 0: host memory. device >= 0: a buffer of `floats` floats on that CUDA device (a
-  // build without CUDA refuses it; such a build has no GPU models).
-  BufferStaging(int device, std::size_t floats);
+  // device < 0: host memory. device >= 0: a buffer on that CUDA device (a build without CUDA
+  // refuses it; such a build has no GPU models).
+  explicit BufferStaging(int device);
   ~BufferStaging();
   BufferStaging(BufferStaging&&) noexcept;
   BufferStaging& operator=(BufferStaging&&) noexcept;
@@ -34,7 +36,8 @@ class BufferStaging {
   // synchronously: the statistics are final when this is called, forward_backward having
   // returned, and the communicator's stream reads them after the host did).
   std::span<float> upload(std::span<float> host);
-  // The device copy back into `host` once the collective is done (nothing for host memory).
+  // The device copy back into `host` (the span last uploaded) once the collective is done;
+  // nothing for host memory.
   void download(std::span<float> host);
 
  private:

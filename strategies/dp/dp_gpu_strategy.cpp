@@ -81,7 +81,7 @@ class DpGpuReplica final : public SyncStrategy {
     // DataParallel replicates module 0: every replica starts from replica 0's parameters.
     wait(comm_->broadcast_async(params, 0));
     if (!buffers_.empty()) {
-      staging_ = BufferStaging(options.device, buffers_.size());
+      staging_ = BufferStaging(options.device);
       wait(comm_->broadcast_async(staging_.upload(buffers_), 0));
       staging_.download(buffers_);
     }

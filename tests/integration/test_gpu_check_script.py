@@ -35,7 +35,7 @@ try:
                                 f"{done.stdout[-500:]} {done.stderr[-500:]}")
     summary = open(os.path.join(out, "summary.txt")).read().splitlines()
     steps = {line.split()[0]: line.split()[1:] for line in summary if line.strip()}
-    for step in ["unit", "nccl", "train", "scaling", "mlp"]:
+    for step in ["unit", "nccl", "train", "resnet", "resnetsync", "scaling", "mlp"]:
         check(steps.get(step, [""])[0] == "SKIP" and "no GPU" in " ".join(steps[step]),
               f"step {step} is skipped naming the missing GPU: {steps.get(step)}")
     check(steps.get("env", [""])[0] == "SKIP", f"env says no GPU: {steps.get('env')}")

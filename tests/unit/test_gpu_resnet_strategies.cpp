@@ -1,8 +1,10 @@
-// The GPU ResNet under `allreduce` (DDP): its running statistics are host memory
-// (Model::buffers()) and the communicator of a GPU model takes device memory only, so
-// comm.broadcast_buffers goes through a device buffer (strategies/allreduce/buffer_staging.h).
-// Two ranks as two threads sharing GPU 0 over staged tcp, built through make_strategies as
-// `gradsync worker` builds them, against the same two ranks on the CPU. Skips without a GPU.
+// The GPU ResNet under `allreduce`: its running statistics and SyncBatchNorm's sums are host
+// memory (Model::buffers(), Model::BatchStatsReducer) and the communicator of a GPU model takes
+// device memory only, so comm.broadcast_buffers (DDP) and model.sync_batchnorm (SyncBatchNorm)
+// go through a device buffer (strategies/allreduce/buffer_staging.h). Two ranks as two threads
+// sharing GPU 0 over staged tcp, built through make_strategies as `gradsync worker` builds
+// them, against the same two ranks on the CPU and against GPU `single` on the global batch.
+// Skips without a GPU.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "strategies/allreduce/model_communicator.h"
 #include "strategies/make_strategy.h"
 #include "tests/support/compare.h"
+#include "worker/in_process.h"
 #include "worker/model_factory.h"
 #include "worker/run_plan.h"
 #include "worker/worker_loop.h"
@@ -145,4 +148,36 @@ TEST_CASE(
           << buffers);
   CHECK(params <= 2e-3);
   CHECK(buffers <= 2e-3);
+}
+
+TEST_CASE(
+    "gpu resnet: with sync_batchnorm, two ranks sharing the GPU follow GPU single on the global "
+    "batch") {
+  GRADSYNC_SKIP_WITHOUT_GPUS(1);
+  const std::int64_t steps = 30;
+  Config sync = resnet_config("gpu", false);  // each rank its own buffers: the sums equalise them
+  sync.model.sync_batchnorm = true;
+  const std::vector<RankEnd> ranks = train(sync, steps);
+
+  Config single = resnet_config("gpu", true);
+  single.strategy = "single";
+  single.workers = 1;
+  single.train.batch = sync.train.batch * sync.workers;
+  gradsync::LoopOptions loop;
+  loop.steps = steps;
+  loop.keep_params = true;
+  loop.evaluate = false;
+  const gradsync::LoopResult one =
+      gradsync::train_in_process(single, images(), loop, {}, {}).front();
+
+  CHECK(ranks[0].params == ranks[1].params);
+  CHECK(ranks[0].buffers == ranks[1].buffers);
+  const double params = relative_difference(ranks[0].params, one.final_params);
+  const double buffers = relative_difference(ranks[0].buffers, one.final_buffers);
+  MESSAGE(
+      "GPU ResNet allreduce with sync_batchnorm, 2 ranks on cuda:0, vs GPU single on the "
+      "global batch after "
+      << steps << " steps: parameters " << params << ", running statistics " << buffers);
+  CHECK(params <= 1e-4);
+  CHECK(buffers <= 1e-4);
 }
