@@ -65,6 +65,11 @@
 
 namespace gradsync {
 
+namespace cuda {
+struct ConvBnLayer;    // cuda_resnet_layers.h
+struct ResidualBlock;  // cuda_resnet_layers.h
+}  // namespace cuda
+
 class CudaResNet final : public Model {
  public:
   // device is a CUDA ordinal (LOCAL_RANK for a worker). indices.size() of a step must be in
@@ -117,8 +122,8 @@ class CudaResNet final : public Model {
   cudaStream_t stream() const { return stream_.get(); }
 
  private:
-  struct ConvBn;
-  struct Block;
+  using ConvBn = cuda::ConvBnLayer;
+  using Block = cuda::ResidualBlock;
 
   // Checks a batch against the model and the dataset; returns its size.
   int check_batch(const Dataset& data, std::span<const std::int64_t> indices) const;
