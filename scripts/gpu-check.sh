@@ -17,7 +17,8 @@
 #   nccl      gradsync bench allreduce --device gpu (NCCL, one rank per visible GPU)
 #   train     gradsync run gpu-check: one short epoch of Fashion-MNIST under single (GPU and CPU),
 #             dp, allreduce over NCCL, and 2 or 4 processes sharing one GPU through tcp, gloo
-#             and ps; every run's parameters compared with single's at step 20 (<= 1e-4)
+#             and ps (and the *-sync runs, SyncBatchNorm, a no-op for the MLP); every run's
+#             parameters compared with single's at step 20 (<= 1e-4)
 #   resnet    the CUDA ResNet (model.kind resnet): single on the GPU and on the CPU, dp-1,
 #             nccl-1 and tcp-2 on the GPU (running statistics through a device buffer), 20 steps
 #             at lr 0.02; single-cpu, dp-1 and nccl-1 compared with single at step 10 (<= 2e-3)
@@ -40,8 +41,17 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --from) pack=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --skip) skip=",$2,"; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --skip)
+      skip=",$2,"
+      for step in ${2//,/ }; do
+        case "$step" in
+          unit|nccl|train|resnet|resnetsync|scaling|mlp) ;;
+          *) echo "gpu-check: --skip: no step '$step' (steps: unit, nccl, train, resnet," \
+               "resnetsync, scaling, mlp)" >&2; exit 2 ;;
+        esac
+      done
+      shift 2 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,7 +68,7 @@ failures=0
 
 # record STEP STATUS DETAIL: one line of the summary.
 record() {
-  printf '%-8s %-4s %s\n' "$1" "$2" "$3" | tee -a "$summary"
+  printf '%-10s %-4s %s\n' "$1" "$2" "$3" | tee -a "$summary"
   [[ $2 == FAIL ]] && failures=$((failures + 1))
   return 0
 }
@@ -242,7 +252,7 @@ if run_step resnetsync 300 "$gradsync" run "$preset" --output "$results-sync" "$
     "${sync_args[@]}"; then
   if "$python" "$repo/scripts/gpu_check_compare.py" "$results-sync/latest" --reference single \
       --widths 1,38877 --steps 10,20 --limit 2e-3 >"$logs/compare-sync.log" 2>&1; then
-    record synccmp PASS "with sync_batchnorm, nccl-1 and tcp-2 follow single within 2e-3 at step 10"
+    record synccmp PASS "nccl-1-sync and tcp-2-sync follow single within 2e-3 at step 10"
   else
     record synccmp FAIL "a sync_batchnorm run does not follow single (logs/compare-sync.log)"
   fi
@@ -254,7 +264,7 @@ if [[ $gpus -ge 2 ]]; then
   batch=$((256 / gpus))
   run_step scaling 300 "$gradsync" run "$preset" --output "$results-$gpus" "${data_args[@]}" \
     --only dp-1 nccl-1 --set workers=$gpus --set train.batch=$batch
-  grep -E '^\|' "$logs/scaling.log" | sed "s/^/scaling G=$gpus: /" >>"$figures"
+  grep -sE '^\|' "$logs/scaling.log" | sed "s/^/scaling G=$gpus: /" >>"$figures"
 else
   record scaling SKIP "one GPU: dp with G = 1 and NCCL with one rank ran above; no multi-GPU NCCL"
 fi

@@ -3,7 +3,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "strategies/allreduce/allreduce_strategy.h"
-#include "strategies/allreduce/buffer_staging.h"
+#include "strategies/buffer_staging.h"
 #include "strategies/dp/dp_strategy.h"
 #include "strategies/ps/host_staged_strategy.h"
 #include "strategies/ps/ps_strategy.h"

@@ -22,8 +22,8 @@ namespace gradsync {
 // the CUDA MLP (model/cuda/cuda_mlp.h), with resnet the CUDA ResNet (model/cuda/cuda_resnet.h);
 // the synthetic model only sleeps and stays on the CPU, so it is refused on gpu, as is zero,
 // whose shards are host memory. Refusals are one-line ConfigErrors naming the key, checked in
-// this order: a build without CUDA, the model kind, zero, no visible GPU, no device chosen, an
-// ordinal that is not visible. A GPU model's device becomes the calling thread's own
+// this order: a build without CUDA, the model kind, zero, comm.uneven_inputs under allreduce,
+// no visible GPU, no device chosen, an ordinal that is not visible. A GPU model's device becomes the calling thread's own
 // (cuda::set_device): build it on the thread that trains it.
 std::unique_ptr<Model> make_model(const Config& config, const std::vector<int>& widths,
                                   int max_batch, std::optional<int> device = std::nullopt);

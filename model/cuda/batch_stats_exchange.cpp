@@ -1,7 +1,5 @@
 #include "model/cuda/batch_stats_exchange.h"
 
-#include <string>
-
 #include "common/error.h"
 #include "model/cuda/cuda_check.h"
 

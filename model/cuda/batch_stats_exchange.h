@@ -5,7 +5,7 @@
 // every rank's sum there. The sums come off the device, are reduced, and go back for the
 // kernels, so a GPU rank normalises by the global batch exactly as a CPU rank does.
 //
-//   BatchStatsExchange sync;  sync.set_reducer(reducer);        // null: local statistics
+//   BatchStatsExchange sync(max_channels);  sync.set_reducer(reducer);  // null: local statistics
 //   // forward, after kernels::channel_sums into `sums` (device, 2C doubles):
 //   const std::int64_t count = sync.forward(channels, pixels, sums, stream);
 //   // backward, after kernels::bn_backward_sums and bn_backward_factors:

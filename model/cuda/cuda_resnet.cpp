@@ -248,25 +248,26 @@ Evaluation CudaResNet::evaluate(const Dataset& data) {
 
 void CudaResNet::prepare(const Dataset& data) {
   if (data.size == 0) return;
-  // A throwaway train-mode step moves the running statistics: kept aside and put back.
-  const std::vector<float> kept(buffers_host_.data(), buffers_host_.data() + buffers_host_.size());
-  GradReadyCallback held = std::exchange(grad_ready_, nullptr);
-  // Nor does it reach the other ranks: a throwaway step's statistics are this rank's own.
-  BatchStatsReducer reducer = sync_->take_reducer();
   std::vector<std::int64_t> first(
       static_cast<std::size_t>(std::min<std::int64_t>(max_batch_, data.size)));
   std::iota(first.begin(), first.end(), std::int64_t{0});
-  try {
-    forward_backward(data, first);
-  } catch (...) {
-    grad_ready_ = std::move(held);
-    sync_->set_reducer(std::move(reducer));
-    std::copy(kept.begin(), kept.end(), buffers_host_.data());
-    throw;
-  }
-  grad_ready_ = std::move(held);
-  sync_->set_reducer(std::move(reducer));
-  std::copy(kept.begin(), kept.end(), buffers_host_.data());
+  // A throwaway train-mode step: its running statistics are kept aside and put back, its
+  // gradients reach no callback, and its batch statistics no other rank (the reducer).
+  struct Restore {
+    CudaResNet& model;
+    std::vector<float> kept;
+    GradReadyCallback callback;
+    BatchStatsReducer reducer;
+    ~Restore() {
+      model.grad_ready_ = std::move(callback);
+      model.sync_->set_reducer(std::move(reducer));
+      std::copy(kept.begin(), kept.end(), model.buffers_host_.data());
+    }
+  } restore{*this,
+            {buffers_host_.data(), buffers_host_.data() + buffers_host_.size()},
+            std::exchange(grad_ready_, nullptr),
+            sync_->take_reducer()};
+  forward_backward(data, first);
   cuda::DeviceGuard on(device_);
   grads_.zero(stream_.get());
   GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));

@@ -41,7 +41,7 @@
 
 #include "allreduce/communicator.h"
 #include "model/optimizer/sgd.h"
-#include "strategies/allreduce/buffer_staging.h"
+#include "strategies/buffer_staging.h"
 #include "strategies/allreduce/gradient_compression.h"
 #include "strategies/sync_strategy.h"
 

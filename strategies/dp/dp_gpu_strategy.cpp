@@ -13,7 +13,7 @@
 #include "common/stopwatch.h"
 #include "model/cuda/cuda_device.h"
 #include "model/cuda/device_sgd.h"
-#include "strategies/allreduce/buffer_staging.h"
+#include "strategies/buffer_staging.h"
 
 namespace gradsync {
 namespace {

@@ -6,7 +6,9 @@
 // reduce, replica 0 applies DeviceSgd there, and one NCCL broadcast copies its parameters back
 // to every replica. Replica 0 receives (G-1)*S and sends (G-1)*S, the same traffic and the same
 // serial bottleneck as the CPU `dp` (strategies/dp/dp_strategy.h), now over NVLink / PCIe. At
-// init replica 0's parameters are broadcast, as DataParallel replicates module 0.
+// init replica 0's parameters are broadcast, as DataParallel replicates module 0. A model with
+// running statistics (the GPU ResNet's, host memory) has replica 0's broadcast after them, at
+// init and every step, through a device buffer (strategies/buffer_staging.h).
 //
 // make_dp_gpu_group() returns the G per-replica strategies; each must be driven by its own
 // thread. The replicas' NCCL communicators meet through an in-memory Store of the group. Every

@@ -47,6 +47,12 @@ try:
     bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, timeout=30)
     check(bad.returncode == 2 and "--bogus" in bad.stderr,
           f"an unknown argument exits 2 naming it ({bad.returncode}, {bad.stderr.strip()})")
+    bad_skip = subprocess.run([script, "--skip", "mlp,bogus"], capture_output=True, text=True,
+                              timeout=30)
+    check(bad_skip.returncode == 2 and "'bogus'" in bad_skip.stderr
+          and "resnetsync" in bad_skip.stderr,
+          f"--skip with a step that is not one exits 2 naming it and the steps "
+          f"({bad_skip.returncode}, {bad_skip.stderr.strip()})")
 
     # The comparer on CPU runs: two that follow `single`, one that does not (another lr).
     preset = os.path.join(work, "follow.yaml")

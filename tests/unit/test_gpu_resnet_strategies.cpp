@@ -1,7 +1,7 @@
 // The GPU ResNet under `allreduce`: its running statistics and SyncBatchNorm's sums are host
 // memory (Model::buffers(), Model::BatchStatsReducer) and the communicator of a GPU model takes
 // device memory only, so comm.broadcast_buffers (DDP) and model.sync_batchnorm (SyncBatchNorm)
-// go through a device buffer (strategies/allreduce/buffer_staging.h). Two ranks as two threads
+// go through a device buffer (strategies/buffer_staging.h). Two ranks as two threads
 // sharing GPU 0 over staged tcp, built through make_strategies as `gradsync worker` builds
 // them, against the same two ranks on the CPU and against GPU `single` on the global batch.
 // Skips without a GPU.
@@ -15,7 +15,6 @@
 
 #include "allreduce/in_memory_store.h"
 #include "gpu_test_support.h"
-#include "model/resnet/resnet.h"
 #include "model/sampler.h"
 #include "model/synthetic_data.h"
 #include "strategies/allreduce/model_communicator.h"
@@ -109,15 +108,10 @@ std::vector<RankEnd> train(const Config& config, std::int64_t steps) {
   return out;
 }
 
-// max |a - b| / max |b| over the whole vector.
+// max |a - b| / max |b| over the whole vector (compare.h's).
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(double{a[i]} - b[i]));
-    scale = std::max(scale, std::abs(double{b[i]}));
-  }
-  return scale > 0 ? diff / scale : diff;
+  return gradsync::testing::tensor_relative_difference(a, b);
 }
 
 }  // namespace
