@@ -207,9 +207,8 @@ bool named_in(const std::vector<std::string>& only, const std::string& name) {
 }
 
 ConfigError no_run_named(const std::string& path, const std::vector<std::string>& names) {
-  std::string runs;
-  for (const std::string& name : names) runs += (runs.empty() ? "" : ", ") + name;
-  return ConfigError(path, "--only", "no run of the preset has that name (runs: " + runs + ")");
+  return ConfigError(path, "--only",
+                     "no run of the preset has that name (runs: " + join(names) + ")");
 }
 
 }  // namespace
