@@ -74,6 +74,21 @@ record() {
 }
 # figure TEXT...: a line for figures.txt (and the screen).
 figure() { echo "$*" | tee -a "$figures"; }
+# compare_runs STEP CHECK RESULTS PASS ARGS...: gpu_check_compare.py on RESULTS/latest against
+# its run `single` (ARGS: the comparer's options), recorded as CHECK with PASS's text or the
+# count of runs that do not follow; its table goes into figures.txt as STEP's.
+compare_runs() {
+  local step=$1 check=$2 results=$3 pass=$4
+  shift 4
+  local log=$logs/$check.log
+  if "$python" "$repo/scripts/gpu_check_compare.py" "$results/latest" --reference single "$@" \
+      >"$log" 2>&1; then
+    record "$check" PASS "$pass"
+  else
+    record "$check" FAIL "$(grep -c 'NO' "$log") run(s) do not follow single (logs/$check.log)"
+  fi
+  sed "s/^/$step: /" "$log" >>"$figures"
+}
 # skipping STEP: whether --skip named it.
 skipping() { [[ $skip == *",$1,"* ]]; }
 # run_step STEP SECONDS CMD...: runs CMD with its output in logs/STEP.log; PASS or FAIL (or
@@ -204,13 +219,8 @@ results=$out/results
 preset=$repo/experiments/presets/gpu-check.yaml
 rm -rf "$results"
 if run_step train 180 "$gradsync" run "$preset" --output "$results" "${data_args[@]}"; then
-  if "$python" "$repo/scripts/gpu_check_compare.py" "$results/latest" --reference single \
-      --widths 784,256,256,10 --steps 20,80,240 --limit 1e-4 >"$logs/compare.log" 2>&1; then
-    record compare PASS "every run follows single within 1e-4 at step 20"
-  else
-    record compare FAIL "$(grep -c 'NO' "$logs/compare.log") run(s) do not follow single (logs/compare.log)"
-  fi
-  sed 's/^/train: /' "$logs/compare.log" >>"$figures"
+  compare_runs train compare "$results" "every run follows single within 1e-4 at step 20" \
+    --widths 784,256,256,10 --steps 20,80,240 --limit 1e-4
 fi
 
 # ---- resnet ---------------------------------------------------------------------------------
@@ -231,14 +241,9 @@ resnet_args=(--only single-cpu single dp-1 nccl-1 tcp-2 --set model.kind=resnet 
 rm -rf "$results-resnet"
 if run_step resnet 300 "$gradsync" run "$preset" --output "$results-resnet" "${data_args[@]}" \
     "${resnet_args[@]}"; then
-  if "$python" "$repo/scripts/gpu_check_compare.py" "$results-resnet/latest" --reference single \
-      --widths 1,38877 --steps 10,20 --limit 2e-3 --runs single-cpu,dp-1,nccl-1 \
-      >"$logs/compare-resnet.log" 2>&1; then
-    record resnetcmp PASS "the GPU ResNet follows the CPU's, dp-1 and nccl-1 single's, within 2e-3 at step 10"
-  else
-    record resnetcmp FAIL "the GPU ResNet does not follow the CPU's (logs/compare-resnet.log)"
-  fi
-  sed 's/^/resnet: /' "$logs/compare-resnet.log" >>"$figures"
+  compare_runs resnet resnetcmp "$results-resnet" \
+    "the GPU ResNet follows the CPU's, dp-1 and nccl-1 single's, within 2e-3 at step 10" \
+    --widths 1,38877 --steps 10,20 --limit 2e-3 --runs single-cpu,dp-1,nccl-1
 fi
 
 # ---- resnetsync -----------------------------------------------------------------------------
@@ -250,13 +255,9 @@ sync_args=(--only single nccl-1-sync tcp-2-sync --set model.kind=resnet --set tr
 rm -rf "$results-sync"
 if run_step resnetsync 300 "$gradsync" run "$preset" --output "$results-sync" "${data_args[@]}" \
     "${sync_args[@]}"; then
-  if "$python" "$repo/scripts/gpu_check_compare.py" "$results-sync/latest" --reference single \
-      --widths 1,38877 --steps 10,20 --limit 2e-3 >"$logs/compare-sync.log" 2>&1; then
-    record synccmp PASS "nccl-1-sync and tcp-2-sync follow single within 2e-3 at step 10"
-  else
-    record synccmp FAIL "a sync_batchnorm run does not follow single (logs/compare-sync.log)"
-  fi
-  sed 's/^/resnetsync: /' "$logs/compare-sync.log" >>"$figures"
+  compare_runs resnetsync synccmp "$results-sync" \
+    "nccl-1-sync and tcp-2-sync follow single within 2e-3 at step 10" \
+    --widths 1,38877 --steps 10,20 --limit 2e-3
 fi
 
 # ---- scaling --------------------------------------------------------------------------------
