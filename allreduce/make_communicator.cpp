@@ -31,6 +31,7 @@ std::shared_ptr<Communicator> make_gloo(Store& store, int rank, int size,
   // Beside the ring's keys in the same Store, never in their way.
   gloo.store_prefix = options.tcp.store_prefix + "/gloo";
   gloo.check_desync = options.desync_check;
+  gloo.pairs = options.gloo_pairs;
   return make_gloo_communicator(store, rank, size, gloo);
 #else
   (void)store, (void)rank, (void)size, (void)options;

@@ -35,6 +35,7 @@ namespace gradsync {
 struct CommunicatorOptions {
   std::string backend = "auto";            // auto | tcp | shm | gloo | mpi | nccl (comm.backend)
   std::string algorithm = "default";       // comm.algorithm: gloo's ring, ring_chunked, ...
+  std::string gloo_pairs = "async";        // comm.gloo_pairs: async | sync | busy_poll
   TcpRingOptions tcp;                      // timeout and bind_host for every backend; the rest
                                            // for TcpRing only
   int device = -1;                         // -1: host buffers (TcpRing); else CUDA ordinal (NCCL)

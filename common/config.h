@@ -76,6 +76,10 @@ struct CommConfig {
   // allreduce: the backend's all-reduce algorithm. default: the backend's own; gloo also takes
   // ring, ring_chunked, halving_doubling.
   std::string algorithm = "default";
+  // allreduce over gloo: the pairs its float allreduce runs on. async: Gloo's default, its
+  // event-loop thread reads every socket; sync, busy_poll: Gloo's sync mode, the allreduce's
+  // thread reads its own sockets (busy_poll spinning); with halving_doubling only.
+  std::string gloo_pairs = "async";
   // allreduce over gloo or mpi: before each collective the ranks exchange what they are about
   // to run, so mismatched collectives fail naming both sides instead of mixing bytes or
   // hanging (tcp and nccl check inline, for nothing). One small message round per collective.

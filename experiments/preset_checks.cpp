@@ -28,6 +28,20 @@ void check_backend(const Origins& origins, const std::string& source, const Conf
                           (backend == "auto" ? std::string("tcp or nccl") : backend) +
                           " takes only default");
   }
+  if (config.comm.gloo_pairs != "async") {
+    const std::string at = origin_of(origins, {"comm.gloo_pairs"}, where);
+    if (backend != "gloo") {
+      throw ConfigError(
+          at, "comm.gloo_pairs",
+          "'" + config.comm.gloo_pairs + "' is for gloo's pairs; comm.backend is " + backend);
+    }
+    if (config.comm.algorithm != "halving_doubling") {
+      throw ConfigError(at, "comm.gloo_pairs",
+                        config.comm.gloo_pairs +
+                            " pairs take comm.algorithm halving_doubling "
+                            "only (README, \"Backends\")");
+    }
+  }
   if (backend == "nccl" && config.device != "gpu") {
     throw ConfigError(where, "comm.backend", "nccl reduces GPU buffers: it needs device: gpu");
   }

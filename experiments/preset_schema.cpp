@@ -59,6 +59,10 @@ const std::vector<std::string>& comm_algorithms() {
                                                  "halving_doubling"};
   return names;
 }
+const std::vector<std::string>& gloo_pair_modes() {
+  static const std::vector<std::string> modes = {"async", "sync", "busy_poll"};
+  return modes;
+}
 const std::vector<std::string>& hierarchical_modes() {
   static const std::vector<std::string> modes = {"auto", "on", "off"};
   return modes;
@@ -190,6 +194,11 @@ const KeySpec kRows[] = {
     {"comm.algorithm", Type::kChoice, kUnbounded,
      "allreduce: the backend's all-reduce (default; gloo: ring, ring_chunked, halving_doubling)",
      GRADSYNC_FIELD(comm.algorithm), comm_algorithms},
+    {"comm.gloo_pairs", Type::kChoice, kUnbounded,
+     "allreduce over gloo: the pairs its allreduce runs on (async: Gloo's event-loop thread "
+     "reads every socket; sync: the allreduce's own thread does; busy_poll: sync, spinning; "
+     "sync and busy_poll with comm.algorithm halving_doubling)",
+     GRADSYNC_FIELD(comm.gloo_pairs), gloo_pair_modes},
     {"comm.desync_check", Type::kBool, kUnbounded,
      "allreduce over gloo or mpi: ranks compare each collective before running it (false: a "
      "mismatch may hang until comm.timeout_s or mix bytes; tcp checks inline, always)",

@@ -55,6 +55,7 @@ std::shared_ptr<Communicator> connect_ranks(const Config& config, const Strategy
   CommunicatorOptions options;
   options.backend = config.comm.backend;
   options.algorithm = config.comm.algorithm;
+  options.gloo_pairs = config.comm.gloo_pairs;
   options.desync_check = config.comm.desync_check;
   options.tcp = ring_options;
   // Names a shared-memory segment after the run, so the launcher finds what a kill left.

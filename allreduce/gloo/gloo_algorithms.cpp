@@ -72,10 +72,49 @@ std::uint32_t tag_of(const std::string& collective) {
   return static_cast<std::uint32_t>(hash ^ (hash >> 32));
 }
 
+const std::vector<std::string>& pair_mode_names() {
+  static const std::vector<std::string> names = {"async", "sync", "busy_poll"};
+  return names;
+}
+
+void check_pair_mode(const std::string& pairs, Algorithm algorithm) {
+  const auto& names = pair_mode_names();
+  if (std::find(names.begin(), names.end(), pairs) == names.end()) {
+    throw ConfigError("comm", "comm.gloo_pairs",
+                      "unknown mode '" + pairs + "' (valid: async, sync, busy_poll)");
+  }
+  if (pairs == "async" || algorithm == Algorithm::kHalvingDoubling) return;
+  const std::string why =
+      algorithm == Algorithm::kRing
+          ? "gloo's ring runs on unbound buffers, which only async pairs serve"
+          : "ring_chunked keeps two messages in flight to a peer, and Gloo sizes a sync pair's "
+            "send buffer for one: the ranks of a ring can all block writing";
+  throw ConfigError("comm", "comm.gloo_pairs",
+                    pairs + " pairs take halving_doubling only (comm.algorithm): " + why);
+}
+
+namespace {
+
+// ring_chunked and halving_doubling over `data` in place, one piece of at most `piece` floats
+// at a time (0: all at once). Each construction takes the context's next slot on every rank
+// alike: every rank cuts the same pieces.
+template <typename GlooAlgorithm>
+void run_in_pieces(const std::shared_ptr<::gloo::Context>& context, std::span<float> data,
+                   std::size_t piece) {
+  if (piece == 0) piece = data.size();
+  for (std::size_t at = 0; at < data.size(); at += piece) {
+    const std::size_t count = std::min(piece, data.size() - at);
+    std::vector<float*> pointers = {data.data() + at};
+    GlooAlgorithm algorithm(context, pointers, int(count));
+    algorithm.run();
+  }
+}
+
+}  // namespace
+
 void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
                    std::span<const float> in, std::span<float> data, std::uint32_t tag,
-                   std::chrono::milliseconds timeout) {
-  std::vector<float*> pointers = {data.data()};
+                   std::chrono::milliseconds timeout, std::size_t piece) {
   switch (algorithm) {
     case Algorithm::kRing: {
       // In place: without an input buffer, Gloo reduces the output buffer itself. Out of place
@@ -94,14 +133,12 @@ void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm al
     // These two reduce their buffer in place only: out of place, the input is copied first.
     case Algorithm::kRingChunked: {
       if (in.data() != data.data()) std::memcpy(data.data(), in.data(), in.size_bytes());
-      ::gloo::AllreduceRingChunked<float> ring(context, pointers, int(data.size()));
-      ring.run();
+      run_in_pieces<::gloo::AllreduceRingChunked<float>>(context, data, piece);
       return;
     }
     case Algorithm::kHalvingDoubling: {
       if (in.data() != data.data()) std::memcpy(data.data(), in.data(), in.size_bytes());
-      ::gloo::AllreduceHalvingDoubling<float> halving_doubling(context, pointers, int(data.size()));
-      halving_doubling.run();
+      run_in_pieces<::gloo::AllreduceHalvingDoubling<float>>(context, data, piece);
       return;
     }
   }

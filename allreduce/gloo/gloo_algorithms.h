@@ -57,11 +57,24 @@ const std::string& algorithm_name(Algorithm algorithm);
 // flight, so tags need not be unique beyond it.)
 std::uint32_t tag_of(const std::string& collective);
 
+// The names GlooOptions::pairs accepts: async, sync, busy_poll.
+const std::vector<std::string>& pair_mode_names();
+// A ConfigError for comm.gloo_pairs when `pairs` is no mode, or a sync mode with an algorithm
+// other than halving_doubling: gloo::allreduce's ring runs on unbound buffers, which sync pairs
+// do not serve; ring_chunked keeps two messages in flight to its neighbour, and Gloo sizes a
+// sync pair's send buffer for one, so every rank of the ring can block writing (measured: 20 s
+// stalls at 3 and 4 ranks, ended only by the send timeout).
+void check_pair_mode(const std::string& pairs, Algorithm algorithm);
+
 // Sums `in` over every rank of `context` into `data`: each rank ends with the same bits. `in`
-// may be `data` itself (in place).
+// may be `data` itself (in place). `piece` > 0 (sync pairs, GlooMesh::sync_message_floats()):
+// halving_doubling runs once per piece of at most that many floats, so that no
+// message outgrows what the kernel buffers. Every rank still ends with the same bits; for
+// N >= 3 which rank's value is added first depends on the piece's length as it does on a
+// buffer's, so non-integer sums may differ from one unsplit call in the last bits.
 void allreduce_sum(const std::shared_ptr<::gloo::Context>& context, Algorithm algorithm,
                    std::span<const float> in, std::span<float> data, std::uint32_t tag,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout, std::size_t piece = 0);
 
 // Sums the 16-bit floats of `type` in `data` over every rank of `context`, in place, with
 // gloo::allreduce's RING whatever `algorithm` the communicator runs for floats: that is the one

@@ -28,6 +28,7 @@
 #include "allreduce/gloo/gloo_header_check.h"
 #include "allreduce/gloo/gloo_mesh.h"
 #include "allreduce/gloo/gloo_ring_reduce_scatter.h"
+#include "allreduce/gloo/gloo_sync_header_check.h"
 #include "allreduce/gloo/sigpipe_blocked.h"
 #include "allreduce/half_sum.h"
 #include "allreduce/tcp/work_queue.h"
@@ -44,6 +45,13 @@ gloo::CollectiveHeader header_of(CollectiveKind kind, std::size_t count, int roo
   return {std::int64_t(kind), std::int64_t(count), root, 0};  // the queue numbers it
 }
 
+// The desync check's round on the sync pairs where there are some: there a header costs one
+// write and one read, on async pairs two hand-offs through Gloo's event loop.
+std::unique_ptr<gloo::HeaderRound> header_round(gloo::GlooMesh& mesh) {
+  if (mesh.sync_context()) return std::make_unique<gloo::SyncHeaderExchange>(*mesh.sync_context());
+  return std::make_unique<gloo::HeaderExchange>(*mesh.context());
+}
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(Store& store, int rank, int size, const GlooOptions& options,
@@ -57,9 +65,7 @@ class GlooCommunicator final : public Communicator {
         mesh_(size > 1 ? std::make_unique<gloo::GlooMesh>(store, rank, size, options, grace_)
                        : nullptr),
         failures_(store, rank, options, grace_, mesh_.get()),
-        headers_(mesh_ && options.check_desync
-                     ? std::make_unique<gloo::HeaderExchange>(*mesh_->context())
-                     : nullptr),
+        headers_(mesh_ && options.check_desync ? header_round(*mesh_) : nullptr),
         queue_(rank, options.timeout, grace_) {}
 
   // Never hangs: closing the connections wakes a running collective, which fails at once; then
@@ -89,29 +95,33 @@ class GlooCommunicator final : public Communicator {
     const std::string& algorithm = gloo::algorithm_name(algorithm_);
     if (size_ > 1) gloo::check_allreduce_count(algorithm_, out.size(), me_);
     const std::uint64_t moved = ring_share(out.size_bytes(), 2);
+    const std::string pairs = options_.pairs == "async" ? "" : ", " + options_.pairs + " pairs";
     const std::string what = std::string("allreduce ") + (average ? "avg" : "sum") + " of " +
-                             std::to_string(out.size()) + " floats (gloo " + algorithm + ")";
+                             std::to_string(out.size()) + " floats (gloo " + algorithm + pairs +
+                             ")";
     const auto kind = average ? CollectiveKind::kAllreduceAvg : CollectiveKind::kAllreduceSum;
     // One rank still copies in to out (its sum), without Gloo.
     const bool runs = !out.empty() && (size_ > 1 || in.data() != out.data());
     const std::span<float> data = out;
-    return issue(what, header_of(kind, out.size()), runs, size_ > 1 ? moved : 0,
-                 size_ > 1 ? moved : 0,
-                 [this, in, data, average](std::uint32_t tag, Clock::time_point deadline) {
-                   if (size_ == 1) {
-                     std::memcpy(data.data(), in.data(), in.size_bytes());
-                     return;
-                   }
-                   gloo::allreduce_sum(mesh_->context(), algorithm_, in, data, tag,
-                                       gloo::time_left(deadline));
-                   // The average is the finished sum divided once, as TcpRing divides each
-                   // finished segment: every rank holds the same sum, so every rank ends with
-                   // the same bits.
-                   if (average) {
-                     const float n = float(size_);
-                     for (float& x : data) x /= n;
-                   }
-                 });
+    return issue(
+        what, header_of(kind, out.size()), runs, size_ > 1 ? moved : 0, size_ > 1 ? moved : 0,
+        [this, in, data, average](std::uint32_t tag, Clock::time_point deadline) {
+          if (size_ == 1) {
+            std::memcpy(data.data(), in.data(), in.size_bytes());
+            return;
+          }
+          // Sync pairs where asked for, in pieces the kernel buffers (gloo_mesh.h).
+          const auto& sync = mesh_->sync_context();
+          gloo::allreduce_sum(sync ? sync : mesh_->context(), algorithm_, in, data, tag,
+                              gloo::time_left(deadline), sync ? mesh_->sync_message_floats() : 0);
+          // The average is the finished sum divided once, as TcpRing divides each
+          // finished segment: every rank holds the same sum, so every rank ends with
+          // the same bits.
+          if (average) {
+            const float n = float(size_);
+            for (float& x : data) x /= n;
+          }
+        });
   }
 
   // Always Gloo's ring (gloo::allreduce_half_sum says why), 2 bytes an element.
@@ -342,11 +352,11 @@ class GlooCommunicator final : public Communicator {
   const int size_;
   const GlooOptions options_;
   const Algorithm algorithm_;
-  const milliseconds grace_;              // how long a failing rank waits for a peer's report
-  const std::string me_;                  // "rank 3", for messages
-  std::unique_ptr<gloo::GlooMesh> mesh_;  // null for one rank
-  gloo::GlooFailures failures_;           // after mesh_, which it uses
-  std::unique_ptr<gloo::HeaderExchange> headers_;  // null for one rank, or without the check
+  const milliseconds grace_;                    // how long a failing rank waits for a peer's report
+  const std::string me_;                        // "rank 3", for messages
+  std::unique_ptr<gloo::GlooMesh> mesh_;        // null for one rank
+  gloo::GlooFailures failures_;                 // after mesh_, which it uses
+  std::unique_ptr<gloo::HeaderRound> headers_;  // null for one rank, or without the check
   std::atomic<bool> closing_{false};
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;
@@ -358,6 +368,7 @@ class GlooCommunicator final : public Communicator {
 }  // namespace
 
 const std::vector<std::string>& gloo_algorithms() { return gloo::algorithm_names(); }
+const std::vector<std::string>& gloo_pair_modes() { return gloo::pair_mode_names(); }
 
 std::string gloo_version() {
   return std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
@@ -369,6 +380,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int
   GRADSYNC_CHECK(size >= 1 && rank >= 0 && rank < size,
                  "make_gloo_communicator: rank outside [0, size)");
   const Algorithm algorithm = gloo::parse_algorithm(options.algorithm);
+  gloo::check_pair_mode(options.pairs, algorithm);
   return std::make_unique<GlooCommunicator>(store, rank, size, options, algorithm);
 }
 

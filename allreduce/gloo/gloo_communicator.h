@@ -20,6 +20,14 @@
 //   ring_chunked      gloo::AllreduceRingChunked: the ring over 2N chunks, two in flight
 //   halving_doubling  gloo::AllreduceHalvingDoubling: recursive halving then doubling (log2 N
 //                     steps; other sizes in binary blocks)
+// Pairs (options.pairs; gloo_pair_modes() lists them): async, Gloo's default, runs everything on
+// pairs whose sockets Gloo's event-loop thread reads, handing each message to the waiting
+// thread; sync and busy_poll run the float allreduce (halving_doubling only) on a second mesh
+// of pairs in Gloo's sync mode, where the thread running it reads its own sockets (busy_poll:
+// spinning, without sleeping in recv), in pieces of at most
+// GlooMesh::sync_message_floats() (gloo_mesh.h says why); every other collective stays on the
+// async pairs. On a 2-core VM with 2 ranks a 1 MiB halving_doubling took 0.25-0.45 ms on sync
+// pairs against 1.1-2.7 ms for the async ring (allreduce/README.md has the figures).
 // allreduce_half is gloo::allreduce's RING on 2-byte elements with a reduce function of ours
 // (allreduce/half_sum.h), whatever options.algorithm says (gloo_algorithms.h says why).
 // Broadcast is gloo::broadcast (a binomial tree from the root), allgather gloo::allgather (ring),
@@ -90,12 +98,15 @@ namespace gradsync {
 
 // Collective over `size` ranks: each calls it with its own rank. Blocks until every rank has
 // joined (bounded by options.timeout). An unknown options.algorithm is a ConfigError for
-// comm.algorithm. The Store must outlive the communicator (failure reports go through it).
+// comm.algorithm; an unknown options.pairs, or sync pairs with the ring, one for
+// comm.gloo_pairs. The Store must outlive the communicator (failure reports go through it).
 std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int size,
                                                      const GlooOptions& options);
 
 // The values GlooOptions::algorithm accepts, in order: ring, ring_chunked, halving_doubling.
 const std::vector<std::string>& gloo_algorithms();
+// The values GlooOptions::pairs accepts: async, sync, busy_poll.
+const std::vector<std::string>& gloo_pair_modes();
 
 // Gloo's version as the headers this build was compiled against state it, e.g. "0.5.0" (Debian
 // packages a git snapshot, which carries no finer version).

@@ -55,16 +55,27 @@ std::string describe(const CollectiveHeader& header);
 // one-way message and one wake-up rather than a notice and a message both ways. The messages
 // travel on a slot of their own, keyed by the exchange's number, so they never meet a payload's.
 // Not thread-safe: the communicator's thread only. The context must outlive it.
-class HeaderExchange {
+// (On sync pairs, where unbound buffers do not work, SyncHeaderExchange of
+// gloo_sync_header_check.h does the same.)
+class HeaderRound {
+ public:
+  virtual ~HeaderRound() = default;
+  // Sends `mine` to every other rank and receives theirs, all by `deadline`; returns every rank's
+  // header, by rank. Throws PeerWaitTimeout naming the lowest rank still missing at the deadline,
+  // or Gloo's exception when a pair fails or times out (after either, this object must not be
+  // used again).
+  virtual std::vector<CollectiveHeader> exchange(const CollectiveHeader& mine,
+                                                 Clock::time_point deadline) = 0;
+};
+
+class HeaderExchange final : public HeaderRound {
  public:
   explicit HeaderExchange(::gloo::Context& context);
   HeaderExchange(const HeaderExchange&) = delete;
   HeaderExchange& operator=(const HeaderExchange&) = delete;
 
-  // Sends `mine` to every other rank and receives theirs, all by `deadline`; returns every rank's
-  // header, by rank. Throws PeerWaitTimeout naming the lowest rank still missing at the deadline,
-  // and Gloo's exception when a pair fails (after either, this object must not be used again).
-  std::vector<CollectiveHeader> exchange(const CollectiveHeader& mine, Clock::time_point deadline);
+  std::vector<CollectiveHeader> exchange(const CollectiveHeader& mine,
+                                         Clock::time_point deadline) override;
 
  private:
   void post_receives();

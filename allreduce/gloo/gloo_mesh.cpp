@@ -7,14 +7,17 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <vector>
 
 #include "allreduce/gloo/gloo_messages.h"
 #include "allreduce/gloo/gloo_store.h"
 #include "allreduce/gloo/sigpipe_blocked.h"
+#include "allreduce/gloo/socket_lookup.h"
 #include "allreduce/tcp/socket.h"
 #include "common/error.h"
 
@@ -58,8 +61,12 @@ GlooMesh::GlooMesh(Store& store, int rank, int size, const GlooOptions& options,
   join();
 }
 
+GlooMesh::~GlooMesh() {
+  for (const int fd : sync_sockets_) ::close(fd);
+}
+
 // Connects the full mesh through the gradsync Store, then learns each peer's address as Gloo's
-// messages will print it.
+// messages will print it; the same again for the sync pairs, where asked for.
 void GlooMesh::join() {
   // Gloo's event loop starts in CreateDevice and keeps this thread's mask: SIGPIPE blocked.
   const SigpipeBlocked no_sigpipe;
@@ -72,10 +79,30 @@ void GlooMesh::join() {
     throw Error(me_ + ": gloo cannot open a TCP device on bind_host '" + options_.bind_host +
                 "': " + without_source_prefix(e.what()));
   }
+  peers_.resize(std::size_t(size_));
+  context_ = connect(options_.store_prefix);
+  learn_listening_addresses(options_.store_prefix);
+  if (options_.pairs != "async") join_sync_mesh();
+  // Gloo's messages may name the far end of a connection by the address it connected from,
+  // which only that end knows (an ephemeral port): each rank publishes the local address of
+  // each of its connections, one line per rank (the sync pair's after a space), for its peers
+  // to read if they fail.
+  std::string names;
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_) {
+      names += context_->getPair(r)->address().str();
+      if (sync_context_) names += ' ' + sync_context_->getPair(r)->address().str();
+    }
+    names += '\n';
+  }
+  store_.set(names_key(rank_), names);
+}
+
+std::shared_ptr<::gloo::Context> GlooMesh::connect(const std::string& prefix) {
   auto context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_);
   // Every pair gets this timeout for each of its waits; collectives get theirs again.
   context->setTimeout(options_.timeout);
-  GlooStore rendezvous(store_, options_.store_prefix, options_.timeout);
+  GlooStore rendezvous(store_, prefix, options_.timeout);
   try {
     context->connectFullMesh(rendezvous, device_);
   } catch (const Error&) {
@@ -87,11 +114,14 @@ void GlooMesh::join() {
     if (is_gloo_timeout(gloo)) throw TimeoutError(rank_, options_.bind_host, what, gloo);
     throw PeerError(rank_, options_.bind_host, what, gloo);
   }
-  context_ = std::move(context);
-  // Rank r published the addresses of its pairs under "<prefix>/<r>", one per other rank in
-  // rank order without itself; ours is at our rank, less one if we come after r: the address
-  // r listened on for us, which our errors give as its endpoint.
-  peers_.resize(std::size_t(size_));
+  return context;
+}
+
+// Rank r published the addresses of its pairs under "<prefix>/<r>", one per other rank in rank
+// order without itself; ours is at our rank, less one if we come after r: the address r
+// listened on for us. The first mesh's is the endpoint our errors give.
+void GlooMesh::learn_listening_addresses(const std::string& prefix) {
+  GlooStore rendezvous(store_, prefix, options_.timeout);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     const std::string all = store_.get(rendezvous.full_key(std::to_string(r)), options_.timeout);
@@ -99,18 +129,31 @@ void GlooMesh::join() {
     const std::size_t slot = std::size_t(rank_ > r ? rank_ - 1 : rank_);
     const ::gloo::transport::tcp::Address address(
         std::vector<char>(all.begin() + slot * width, all.begin() + (slot + 1) * width));
-    peers_[std::size_t(r)].endpoint = endpoint_of(address);
-    peers_[std::size_t(r)].gloo_names.push_back(address.str());
+    Peer& peer = peers_[std::size_t(r)];
+    if (peer.endpoint.empty()) peer.endpoint = endpoint_of(address);
+    peer.gloo_names.push_back(address.str());
   }
-  // Gloo's messages may name the far end of a connection by the address it connected from,
-  // which only that end knows (an ephemeral port): each rank publishes the local address of
-  // each of its connections, one line per rank, for its peers to read if they fail.
-  std::string names;
+}
+
+void GlooMesh::join_sync_mesh() {
+  const std::string prefix = options_.store_prefix + "/sync";
+  sync_context_ = connect(prefix);
+  learn_listening_addresses(prefix);
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_) names += context_->getPair(r)->address().str();
-    names += '\n';
+    if (r == rank_) continue;
+    const auto& pair = sync_context_->getPair(r);
+    const auto& local =
+        static_cast<const ::gloo::transport::tcp::Address&>(pair->address()).getSockaddr();
+    const int socket = duplicate_socket_bound_to(local);
+    if (socket < 0) {
+      throw Error(me_ + ": gloo sync pair to rank " + std::to_string(r) +
+                  ": no socket of this process is bound to " + tcp::format_address(local) +
+                  " (close() needs it to wake a blocked receive)");
+    }
+    sync_sockets_.push_back(socket);
+    pair->setSync(true, options_.pairs == "busy_poll");
   }
-  store_.set(names_key(rank_), names);
+  sync_message_floats_ = std::max<std::size_t>(kernel_send_buffer_limit() / sizeof(float), 1024);
 }
 
 std::string GlooMesh::names_key(int rank) const {
@@ -131,7 +174,8 @@ const std::vector<std::string>& GlooMesh::gloo_names(int peer) {
         if (begin != std::string::npos) ++begin;
       }
       if (begin != std::string::npos) {
-        p.gloo_names.push_back(lines.substr(begin, lines.find('\n', begin) - begin));
+        std::istringstream line(lines.substr(begin, lines.find('\n', begin) - begin));
+        for (std::string name; line >> name;) p.gloo_names.push_back(name);
       }
     } catch (const std::exception&) {
       // The listening address alone, then.
@@ -159,9 +203,13 @@ int GlooMesh::peer_named_in(const std::string& message) {
 // compile (gloo/common/memory.h is not packaged). So this posts a receive nobody will send to, on
 // the first pair still open, and lets its wait time out at once: Gloo then closes every pair of
 // the context. Pairs and context take their own locks.
+//
+// Sync pairs first: shutting their sockets down wakes a thread blocked reading one, which Gloo's
+// own close would wait for; the peer reads end-of-file.
 void GlooMesh::close() {
   if (!context_) return;
   std::lock_guard lock(close_mutex_);
+  for (const int socket : sync_sockets_) ::shutdown(socket, SHUT_RDWR);
   const SigpipeBlocked no_sigpipe;  // posting the receive writes to the peer
   char scratch = 0;
   const auto buffer = context_->createUnboundBuffer(&scratch, sizeof scratch);
@@ -188,8 +236,8 @@ void GlooMesh::close_after_peers(std::chrono::milliseconds within) {
   if (!context_) return;
   const auto deadline = std::chrono::steady_clock::now() + within;
   auto left = [&] {
-    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto ms =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     return std::max(ms, std::chrono::milliseconds(1));
   };
   try {

@@ -13,7 +13,18 @@
 // name a rank where Gloo's message gives only an address. Waits for every rank up to
 // options.timeout; a rank that never comes is the Store's TimeoutError naming the keys still
 // missing. The caller's thread has SIGPIPE blocked meanwhile, so that Gloo's event loop, which
-// inherits its mask, never raises it. Internal to allreduce/gloo/ (it includes Gloo's headers).
+// inherits its mask, never raises it.
+//
+// Sync pairs (options.pairs sync or busy_poll): a second full mesh, joined the same way under
+// "<store_prefix>/sync/", whose pairs Gloo switches to sync mode (the thread that waits reads
+// the socket itself, holding the pair's lock). The float allreduce runs there
+// (sync_context()); everything else on the first mesh. Gloo cannot close a sync pair while a
+// thread is blocked reading it (close takes that lock), so the mesh keeps a duplicate of each
+// sync socket and close() shuts those down: the blocked read ends at once, and the peer reads
+// end-of-file. A sync pair writes before it reads, so two ranks that send each other more than
+// the kernel buffers wait for each other until the timeout: sync_message_floats() is the most
+// one message may carry (allreduce_sum cuts its pieces by it). Internal to allreduce/gloo/ (it
+// includes Gloo's headers).
 #pragma once
 
 #include <gloo/context.h>
@@ -37,8 +48,15 @@ class GlooMesh {
            std::chrono::milliseconds grace);
   GlooMesh(const GlooMesh&) = delete;
   GlooMesh& operator=(const GlooMesh&) = delete;
+  ~GlooMesh();
 
   const std::shared_ptr<::gloo::Context>& context() const { return context_; }
+  // The sync pairs' context, or null when options.pairs is async.
+  const std::shared_ptr<::gloo::Context>& sync_context() const { return sync_context_; }
+  // The most floats one message of a sync pair may carry: net.core.wmem_max bytes, what a send
+  // buffer always takes whatever the peer reads (Gloo sizes each pair's send buffer to its
+  // message, up to that).
+  std::size_t sync_message_floats() const { return sync_message_floats_; }
   int size() const { return size_; }
 
   // "ip:port" that `peer` listened on for us: the endpoint of our errors about it.
@@ -79,6 +97,9 @@ class GlooMesh {
   };
 
   void join();
+  std::shared_ptr<::gloo::Context> connect(const std::string& prefix);
+  void learn_listening_addresses(const std::string& prefix);
+  void join_sync_mesh();
   const std::vector<std::string>& gloo_names(int peer);
 
   Store& store_;
@@ -88,8 +109,11 @@ class GlooMesh {
   const std::chrono::milliseconds grace_;
   const std::string me_;  // "rank 3", for messages
   std::shared_ptr<::gloo::transport::Device> device_;
-  std::shared_ptr<::gloo::Context> context_;  // after device_: the pairs close before the loop
-  std::vector<Peer> peers_;                   // by rank; empty for ourselves
+  std::shared_ptr<::gloo::Context> context_;       // after device_: the pairs close before the loop
+  std::shared_ptr<::gloo::Context> sync_context_;  // null unless options.pairs is sync
+  std::vector<int> sync_sockets_;  // duplicates of the sync pairs' sockets, for close()
+  std::size_t sync_message_floats_ = 0;
+  std::vector<Peer> peers_;  // by rank; empty for ourselves
   std::mutex close_mutex_;
 };
 

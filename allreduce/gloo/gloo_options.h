@@ -19,6 +19,13 @@ struct GlooOptions {
   // inside the noise of a 4 MiB allreduce (allreduce/README.md has the figures). Off, mismatched
   // ranks time out, or end the process under ring_chunked and halving_doubling.
   bool check_desync = true;
+  // The pairs the float allreduce runs on (comm.gloo_pairs): async, Gloo's default, where its
+  // event-loop thread reads every socket and hands each message to the waiting thread; sync
+  // (Gloo's setSync, its benchmark's --sync), where the thread that runs the allreduce reads its
+  // own sockets; busy_poll, sync that spins on the socket instead of sleeping in recv. sync and
+  // busy_poll take halving_doubling only (gloo_algorithms.h says why); every other collective
+  // stays on async pairs.
+  std::string pairs = "async";
 };
 
 }  // namespace gradsync

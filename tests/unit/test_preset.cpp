@@ -264,7 +264,7 @@ TEST_CASE("preset: describe_keys lists every key with its default") {
       "train.accumulation_steps", "train.lr_schedule", "train.warmup_steps", "data.kind", "data.dir", "data.train_samples", "data.test_samples", "data.dim",
       "data.classes", "data.augment", "data.crop_padding", "model.kind", "model.hidden", "model.parameters", "model.compute_ms",
       "model.layers", "model.resnet_blocks", "model.resnet_width", "model.sync_batchnorm", "comm.timeout_s", "comm.bucket_mb", "comm.overlap", "comm.uneven_inputs", "comm.broadcast_buffers",
-      "comm.backend", "comm.algorithm", "comm.desync_check", "comm.hierarchical", "comm.compression", "comm.powersgd_rank", "comm.topk_ratio", "comm.compression_start_step", "zero.stage", "ps.servers", "ps.mode", "ps.staleness", "ps.continue_without_dead_workers", "ps.bind",
+      "comm.backend", "comm.algorithm", "comm.gloo_pairs", "comm.desync_check", "comm.hierarchical", "comm.compression", "comm.powersgd_rank", "comm.topk_ratio", "comm.compression_start_step", "zero.stage", "ps.servers", "ps.mode", "ps.staleness", "ps.continue_without_dead_workers", "ps.bind",
       "ps.curve_keys", "ps.heartbeat_s", "network.link_gbps", "network.namespaces", "network.slow_ranks", "network.slow_link_gbps", "network.hosts", "sweep.workers",
       "checkpoint.every", "checkpoint.dir", "checkpoint.resume", "output.dir", "output.trace_steps", "output.progress"};
   // clang-format on

@@ -343,6 +343,14 @@ TEST_CASE("preset: comm.backend and comm.algorithm mean one thing whatever the b
   CHECK_NOTHROW(load(ring + "device: gpu\ncomm: {backend: tcp}\n"));
   CHECK_NOTHROW(load("data: {kind: synthetic}\ncomm: {backend: nccl}\n"));
   CHECK_NOTHROW(load(ring + "comm: {backend: gloo, algorithm: ring_chunked}\n"));
+  // Gloo's sync pairs: gloo's, with halving_doubling only (gloo_algorithms.h says why).
+  CHECK_NOTHROW(load(ring + "comm: {backend: gloo, algorithm: halving_doubling, "
+                            "gloo_pairs: sync}\n"));
+  CHECK(error_of(ring + "comm: {backend: tcp, gloo_pairs: sync}\n") ==
+        "presets/x.yaml:4: comm.gloo_pairs: 'sync' is for gloo's pairs; comm.backend is tcp");
+  CHECK(error_of(ring + "comm: {backend: gloo, gloo_pairs: busy_poll}\n") ==
+        "presets/x.yaml:4: comm.gloo_pairs: busy_poll pairs take comm.algorithm "
+        "halving_doubling only (README, \"Backends\")");
 }
 
 TEST_CASE("preset: run names must be unique folder names") {
