@@ -130,6 +130,16 @@ Command add_bench_allreduce_command(CLI::App& bench) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   allreduce
+      ->add_option("--gloo-algorithm", o.gloo_algorithm, "gloo: its allreduce (comm.algorithm)")
+      ->check(CLI::IsMember({"ring", "ring_chunked", "halving_doubling"}))
+      ->capture_default_str();
+  allreduce
+      ->add_option("--gloo-pairs", o.gloo_pairs,
+                   "gloo: the pairs its allreduce runs on (comm.gloo_pairs; sync and busy_poll "
+                   "with --gloo-algorithm halving_doubling)")
+      ->check(CLI::IsMember({"async", "sync", "busy_poll"}))
+      ->capture_default_str();
+  allreduce
       ->add_option("--device", o.device,
                    "cpu, or gpu (NCCL, one rank per GPU; --ranks default: every visible GPU)")
       ->check(CLI::IsMember({"cpu", "gpu"}))
@@ -158,6 +168,10 @@ Command add_bench_allreduce_command(CLI::App& bench) {
             run.timeout =
                 std::chrono::milliseconds(static_cast<long long>(options->timeout_s * 1000));
             run.desync_check = options->desync_check == "on";
+            if (run.gloo_pairs != "async" && run.gloo_algorithm != "halving_doubling") {
+              throw UsageError("--gloo-pairs: " + run.gloo_pairs +
+                               " pairs take --gloo-algorithm halving_doubling only");
+            }
             // On GPUs the natural default is one rank per visible GPU, not the CPU default of 2.
             if (run.device == "gpu" && allreduce->count("--ranks") == 0) run.ranks = 0;
             try {

@@ -50,7 +50,8 @@ bool compiled_in(const std::string& backend) {
 }
 
 // One line on what runs underneath, for the header's "Using backends".
-std::string describe(const std::string& backend, const std::string& gpu_transport) {
+std::string describe(const std::string& backend, const std::string& gpu_transport,
+                     const CollectiveBenchOptions& o) {
   if (backend == "tcp") return "gradsync TcpRing: ring over TCP sockets, 127.0.0.1";
   if (backend == "shm") {
     return "gradsync ShmCommunicator: one shared-memory segment, each rank sums 1/N of every "
@@ -61,9 +62,16 @@ std::string describe(const std::string& backend, const std::string& gpu_transpor
 #ifdef GRADSYNC_HAVE_GLOO
     version = gloo_version();
 #endif
-    return "gradsync GlooCommunicator: Gloo " + version +
-           " gloo::allreduce ring (broadcast: binomial tree; allgather: ring), Gloo's TCP "
-           "transport, 127.0.0.1";
+    const std::string allreduce = o.gloo_algorithm == "ring" ? "gloo::allreduce ring"
+                                  : o.gloo_algorithm == "ring_chunked"
+                                      ? "gloo::AllreduceRingChunked"
+                                      : "gloo::AllreduceHalvingDoubling";
+    const std::string pairs =
+        o.gloo_pairs == "async"
+            ? ""
+            : " on " + o.gloo_pairs + " pairs (in pieces of at most net.core.wmem_max bytes)";
+    return "gradsync GlooCommunicator: Gloo " + version + " " + allreduce + pairs +
+           " (broadcast: binomial tree; allgather: ring), Gloo's TCP transport, 127.0.0.1";
   }
   if (backend == "mpi") {
     std::string version = "?";
@@ -140,7 +148,7 @@ Plan make_plan(const CollectiveBenchOptions& requested, const std::string& gpu_t
   info.timeout_s = static_cast<double>(o.timeout.count()) / 1000.0;
   info.device = o.device;
   for (const std::string& backend : o.backends) {
-    std::string description = describe(backend, gpu_transport);
+    std::string description = describe(backend, gpu_transport, o);
     if (!o.desync_check && (backend == "gloo" || backend == "mpi")) {
       description += " (desync check off: --desync-check off)";
     }
@@ -164,6 +172,10 @@ std::vector<BackendRank> connect_backends(const Plan& plan, int rank, Store& sto
     options.tcp.timeout = plan.spec.timeout;
     options.tcp.store_prefix = "bench/" + backend;
     options.desync_check = plan.options.desync_check;
+    if (backend == "gloo") {
+      options.algorithm = plan.options.gloo_algorithm;
+      options.gloo_pairs = plan.options.gloo_pairs;
+    }
     ranks.push_back(
         {backend, std::make_unique<CommRank>(
                       *plan.spec.op, make_communicator(store, rank, plan.spec.ranks, options))});

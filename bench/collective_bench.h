@@ -62,6 +62,10 @@ struct CollectiveBenchOptions {
   // gloo and mpi: the header exchange before each collective (comm.desync_check); off measures
   // the library under the wrapper alone, as PyTorch runs without TORCH_DISTRIBUTED_DEBUG.
   bool desync_check = true;
+  // gloo: its allreduce algorithm (comm.algorithm: ring, ring_chunked, halving_doubling) and the
+  // pairs it runs on (comm.gloo_pairs: async, sync, busy_poll; sync with halving_doubling only).
+  std::string gloo_algorithm = "ring";
+  std::string gloo_pairs = "async";
 };
 
 // "512", "4K", "64M", "1G" (powers of 1024; a trailing "B" is allowed) to bytes. Throws

@@ -47,6 +47,7 @@ std::vector<std::string> rank_process_args(const CollectiveBenchOptions& o, int 
                                    std::to_string(store_port)};
   if (o.json) args.push_back("--json");
   if (!o.desync_check) args.insert(args.end(), {"--desync-check", "off"});
+  args.insert(args.end(), {"--gloo-algorithm", o.gloo_algorithm, "--gloo-pairs", o.gloo_pairs});
   return args;
 }
 

@@ -8,7 +8,11 @@
 # as each plain peer does, so that no backend's rows sit between another's sizes. Rounds
 # alternate all five sides so that drift in the machine's speed hits them alike.
 #   scripts/bench-backends-vs-libraries.sh [--ranks N[,N...]] [--rounds R] [--desync-check on|off]
-#                                          [--seconds S]   (defaults: 2,4, 5, on and 0.3)
+#                                          [--seconds S] [--gloo-algorithm A] [--gloo-pairs P]
+#   (defaults: 2,4, 5, on, 0.3, ring and async)
+# --gloo-algorithm and --gloo-pairs: Gloo's allreduce on both of its sides, gradsync's gloo
+# backend (comm.algorithm, comm.gloo_pairs) and gloo_allreduce_plain (--algorithm, --pairs):
+# ring or halving_doubling; async, sync or busy_poll (sync pairs with halving_doubling only).
 # --seconds: each side's timed work per size and form (`gradsync bench --seconds`, the plain
 # peers' alike; 5 to 1000 iterations): at 64 MiB the default is the minimum of 5 iterations,
 # which a shared machine's noise can move by 10%.
@@ -24,17 +28,27 @@ ranks=2,4
 rounds=5
 desync=on
 seconds=0.3
+gloo_algorithm=ring
+gloo_pairs=async
 while (($#)); do
   case "$1" in
     --ranks) ranks=$2 ;;
     --rounds) rounds=$2 ;;
     --desync-check) desync=$2 ;;
     --seconds) seconds=$2 ;;
+    --gloo-algorithm) gloo_algorithm=$2 ;;
+    --gloo-pairs) gloo_pairs=$2 ;;
     *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
   shift 2
 done
 [[ $desync == on || $desync == off ]] || { echo "error: --desync-check takes on or off, not '$desync'" >&2; exit 2; }
+[[ $gloo_algorithm =~ ^(ring|halving_doubling)$ ]] || { echo "error: --gloo-algorithm takes ring or halving_doubling, not '$gloo_algorithm'" >&2; exit 2; }
+[[ $gloo_pairs =~ ^(async|sync|busy_poll)$ ]] || { echo "error: --gloo-pairs takes async, sync or busy_poll, not '$gloo_pairs'" >&2; exit 2; }
+if [[ $gloo_pairs != async && $gloo_algorithm != halving_doubling ]]; then
+  echo "error: --gloo-pairs $gloo_pairs needs --gloo-algorithm halving_doubling" >&2
+  exit 2
+fi
 # shellcheck source=scripts/peer-bench-common.sh
 source scripts/peer-bench-common.sh
 need_tools "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"
@@ -43,7 +57,7 @@ sizes=(-b 1M -e 64M -f 4 --seconds "$seconds")
 # One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
 rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13, r}'; }
 
-echo "# $(machine); desync check $desync; ~$seconds s per size and form"
+echo "# $(machine); desync check $desync; ~$seconds s per size and form; gloo $gloo_algorithm on $gloo_pairs pairs"
 IFS=, read -ra world_sizes <<<"$ranks"
 for n in "${world_sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do
@@ -52,10 +66,11 @@ for n in "${world_sizes[@]}"; do
       how=(--ranks-as processes)
       [[ $backend == mpi ]] && how=()
       table "$gradsync" bench allreduce --backend "$backend" -n "$n" "${sizes[@]}" "${how[@]}" \
-        --desync-check "$desync"
+        --desync-check "$desync" --gloo-algorithm "$gloo_algorithm" --gloo-pairs "$gloo_pairs"
       rows "$backend" "$r" "$backend" <"$out/table" >>"$out/n$n"
     done
-    table "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}"
+    table "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}" --algorithm "$gloo_algorithm" \
+      --pairs "$gloo_pairs"
     rows gloo-plain "$r" gloo-plain <"$out/table" >>"$out/n$n"
     table mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp \
       --mca btl_tcp_if_include lo -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}"

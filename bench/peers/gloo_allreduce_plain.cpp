@@ -4,17 +4,27 @@
 // so that each row pairs with the gloo row of the same size (docs/benchmarks.md).
 //
 //   gloo_allreduce_plain -n 4 -b 4K -e 64M [-f 2] [-w 5] [--iters 0] [--seconds 0.3]
+//                        [--algorithm ring|halving_doubling] [--pairs async|sync|busy_poll]
+//
+// --algorithm halving_doubling is gloo::AllreduceHalvingDoubling (out of place: the input copied
+// to the output first, as Gloo's older algorithms reduce in place). --pairs sync (busy_poll) runs
+// it on a second full mesh whose pairs are in Gloo's sync mode (setSync; busy_poll spinning), in
+// pieces of at most net.core.wmem_max bytes: a sync pair writes before it reads, and two ranks
+// sending each other more than the kernel buffers would wait on each other until the timeout.
+// The barrier and the reductions of the timings stay on the first mesh (async pairs).
 //
 // Ranks are processes: this program forks them (before any Gloo object exists, so no thread is
 // forked) and they meet through Gloo's own gloo::rendezvous::FileStore in a fresh temporary
 // folder. Rank 0 prints; the parent waits for every rank, stops the others when one fails, and
 // exits non-zero when a rank failed or any element came out wrong.
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/config.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -29,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +49,9 @@ namespace {
 struct Options {
   std::size_t min_bytes = 4096, max_bytes = 64 << 20;
   int factor = 2, ranks = 2, warmup = 5, iters = 0;
-  double seconds = 0.3;  // with iters 0: timed work per form, as gradsync's --seconds
+  double seconds = 0.3;            // with iters 0: timed work per form, as gradsync's --seconds
+  std::string algorithm = "ring";  // ring | halving_doubling
+  std::string pairs = "async";     // async | sync | busy_poll
 };
 
 constexpr std::chrono::seconds kTimeout{60};
@@ -74,8 +87,22 @@ Options parse(int argc, char** argv) {
       o.iters = std::atoi(value);
     else if (flag == "--seconds")
       o.seconds = std::atof(value);
+    else if (flag == "--algorithm")
+      o.algorithm = value;
+    else if (flag == "--pairs")
+      o.pairs = value;
     else
-      throw std::runtime_error("unknown option " + flag + " (-b -e -f -n -w --iters --seconds)");
+      throw std::runtime_error("unknown option " + flag +
+                               " (-b -e -f -n -w --iters --seconds --algorithm --pairs)");
+  }
+  if (o.algorithm != "ring" && o.algorithm != "halving_doubling") {
+    throw std::runtime_error("--algorithm " + o.algorithm + ": ring or halving_doubling");
+  }
+  if (o.pairs != "async" && o.pairs != "sync" && o.pairs != "busy_poll") {
+    throw std::runtime_error("--pairs " + o.pairs + ": async, sync or busy_poll");
+  }
+  if (o.pairs != "async" && o.algorithm != "halving_doubling") {
+    throw std::runtime_error("--pairs " + o.pairs + " needs --algorithm halving_doubling");
   }
   if (o.ranks < 2 || o.factor < 2 || o.min_bytes < 4 || o.max_bytes < o.min_bytes ||
       !(o.seconds > 0)) {
@@ -96,18 +123,31 @@ void sum_doubles(void* c, const void* a, const void* b, std::size_t n) {
   gloo::sum<double>(c, a, b, n);
 }
 
+// The most bytes a blocking send hands the kernel however little the peer reads.
+std::size_t send_buffer_limit() {
+  std::ifstream file("/proc/sys/net/core/wmem_max");
+  std::size_t bytes = 0;
+  return file >> bytes && bytes > 0 ? bytes : 212992;
+}
+
 class Rank {
  public:
-  Rank(int rank, int size, const std::string& folder) : rank_(rank), size_(size) {
+  Rank(int rank, int size, const std::string& folder, const Options& o)
+      : rank_(rank), size_(size), halving_doubling_(o.algorithm == "halving_doubling") {
     gloo::transport::tcp::attr attr;
     attr.hostname = "127.0.0.1";
     attr.ai_family = AF_INET;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(folder);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(kTimeout);
-    context->connectFullMesh(store, device);
-    context_ = std::move(context);
+    context_ = connect(store, device);
+    if (o.pairs != "async") {
+      gloo::rendezvous::PrefixStore sync_store("sync", store);
+      sync_context_ = connect(sync_store, device);
+      for (int r = 0; r < size; ++r) {
+        if (r != rank) sync_context_->getPair(r)->setSync(true, o.pairs == "busy_poll");
+      }
+      piece_ = std::max<std::size_t>(send_buffer_limit() / sizeof(float), 1024);
+    }
   }
 
   void barrier() {
@@ -119,6 +159,18 @@ class Rank {
 
   // Out of place Gloo reads `in` and writes `out`; in place (no input set) it reduces `out`.
   void allreduce(std::vector<float>& in, std::vector<float>& out, bool in_place) {
+    if (halving_doubling_) {
+      if (!in_place) std::copy(in.begin(), in.end(), out.begin());
+      const auto& context = sync_context_ ? sync_context_ : context_;
+      const std::size_t piece = piece_ > 0 ? piece_ : out.size();
+      for (std::size_t at = 0; at < out.size(); at += piece) {
+        std::vector<float*> pointers = {out.data() + at};
+        gloo::AllreduceHalvingDoubling<float> algorithm(context, pointers,
+                                                        int(std::min(piece, out.size() - at)));
+        algorithm.run();
+      }
+      return;
+    }
     gloo::AllreduceOptions opts(context_);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     if (!in_place) opts.setInput(in.data(), in.size());
@@ -144,8 +196,19 @@ class Rank {
   int size() const { return size_; }
 
  private:
+  std::shared_ptr<gloo::Context> connect(gloo::rendezvous::Store& store,
+                                         std::shared_ptr<gloo::transport::Device>& device) {
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    context->setTimeout(kTimeout);
+    context->connectFullMesh(store, device);
+    return context;
+  }
+
   int rank_, size_;
+  bool halving_doubling_;
   std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo::Context> sync_context_;  // --pairs sync or busy_poll
+  std::size_t piece_ = 0;                        // floats per call on sync pairs; 0: whole
   std::uint32_t tag_ = 1;
 };
 
@@ -202,7 +265,7 @@ std::string fit(double value, int width) {
 }
 
 int run_rank(int rank, const Options& o, const std::string& folder) {
-  Rank self(rank, o.ranks, folder);
+  Rank self(rank, o.ranks, folder, o);
   const double factor = 2.0 * (o.ranks - 1) / o.ranks;
   if (rank == 0) {
     std::printf("# gloo_allreduce_plain\n# Collective test starting: gloo_allreduce_plain\n");
@@ -219,10 +282,18 @@ int run_rank(int rank, const Options& o, const std::string& folder) {
         "# allreduce; type float; time: max over ranks of the mean per-iteration time; "
         "busbw = algbw * %.4g\n#\n# Using backends\n",
         factor);
+    const std::string allreduce =
+        o.algorithm == "ring" ? "gloo::allreduce ring" : "gloo::AllreduceHalvingDoubling";
+    const std::string pairs = o.pairs == "async"
+                                  ? ""
+                                  : " on " + o.pairs +
+                                        " pairs (in pieces of at most net.core.wmem_max "
+                                        "bytes)";
     std::printf(
-        "#  %-10s Gloo %d.%d.%d gloo::allreduce ring called directly (no gradsync), "
+        "#  %-10s Gloo %d.%d.%d %s%s called directly (no gradsync), "
         "Gloo's TCP transport, 127.0.0.1, rendezvous gloo::rendezvous::FileStore\n#\n",
-        "gloo-plain", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
+        "gloo-plain", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, allreduce.c_str(),
+        pairs.c_str());
     std::printf(
         "# %8s  %12s  %12s  %8s  %6s  %6s           out-of-place                       "
         "in-place          \n",

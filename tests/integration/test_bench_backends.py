@@ -2,7 +2,9 @@
 the column names with #wrong 0, the units row and the footer; --json as one valid document; ranks
 as threads, as processes started by gradsync, and under mpirun (where it is installed, with the
 mpi backend where built); one-line refusals (exit 2) for an unknown backend and for --no-gloo;
-and the plain peers (bench/peers/), whose tables pair with gradsync's.
+Gloo's halving-doubling on sync pairs (--gloo-algorithm, --gloo-pairs), with sizes past one sync
+message, and its refusal with the ring; and the plain peers (bench/peers/), whose tables pair
+with gradsync's, gloo_allreduce_plain's sync mode included.
 
 Usage: test_bench_backends.py path/to/gradsync   (the peers are looked for beside it)
 """
@@ -140,9 +142,27 @@ if MPIRUN:
 else:
     print("skipped: mpirun is not installed (Debian: openmpi-bin)")
 
+# Gloo's sync pairs: every row exact, also past one message's worth (net.core.wmem_max bytes: the
+# allreduce cut into pieces), as processes; with the ring, one line naming the option.
+SYNC = ["--gloo-algorithm", "halving_doubling", "--gloo-pairs", "sync"]
+with open("/proc/sys/net/core/wmem_max") as f:
+    past_one_piece = 4 * int(f.read()) * 2
+BIG = ["-b", "4K", "-e", str(past_one_piece), "-f", str(past_one_piece // 4096),
+       "-w", "1", "--iters", "2", "--timeout-s", "30"]
+if "gloo" in built:
+    check_table("gloo sync pairs", bench(*BIG, "--backend", "gloo", "--ranks-as", "processes",
+                                         *SYNC), ["gloo"], sizes=(4096, past_one_piece))
+    proc = bench(*QUICK, "--backend", "gloo", "--gloo-pairs", "sync")
+    check(proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+          and "--gloo-pairs: sync pairs take --gloo-algorithm halving_doubling only" in proc.stderr,
+          f"sync pairs with the ring: {proc.returncode} {proc.stderr}")
+
 # The plain peers, where built: the same table, pairing with gradsync's rows by size.
 gloo_plain = os.path.join(bin_dir, "gloo_allreduce_plain")
 if os.path.exists(gloo_plain):
+    check_table("gloo_allreduce_plain on sync pairs",
+                run([gloo_plain, "-n", "2", *BIG[:-2], "--algorithm", "halving_doubling",
+                     "--pairs", "sync"]), ["gloo-plain"], sizes=(4096, past_one_piece))
     plain_run = run([gloo_plain, "-n", "2", *QUICK[:-2]])
     check_table("gloo_allreduce_plain", plain_run, ["gloo-plain"])
     # Paired by size, as the figure pairs them (bench/nccl_tables.py).
