@@ -62,10 +62,13 @@ std::string describe(const std::string& backend, const std::string& gpu_transpor
 #ifdef GRADSYNC_HAVE_GLOO
     version = gloo_version();
 #endif
-    const std::string allreduce = o.gloo_algorithm == "ring" ? "gloo::allreduce ring"
-                                  : o.gloo_algorithm == "ring_chunked"
-                                      ? "gloo::AllreduceRingChunked"
-                                      : "gloo::AllreduceHalvingDoubling";
+    // Gloo's older two reduce in place: out of place, the communicator copies the input first.
+    const std::string allreduce =
+        o.gloo_algorithm == "ring"
+            ? "gloo::allreduce ring"
+            : (o.gloo_algorithm == "ring_chunked" ? "gloo::AllreduceRingChunked"
+                                                  : "gloo::AllreduceHalvingDoubling") +
+                  std::string(" (out of place: the input copied in first)");
     const std::string pairs =
         o.gloo_pairs == "async"
             ? ""
