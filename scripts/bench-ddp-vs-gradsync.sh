@@ -40,7 +40,8 @@
 #                                    [--strategy S[,S...]] [--compression C[,C...]]
 #                                    [--hidden H[,H...]] [--batch B] [--steps S]
 #                                    [--start-step K] [--bucket-mb M] [--pairs P]
-#                                    [--desync-check on|off] [--gradsync BINARY]
+#                                    [--desync-check on|off] [--gloo-pairs async|sync|busy_poll]
+#                                    [--gradsync BINARY]
 # Defaults: --ranks 2,4, --backend the ones of tcp, gloo, mpi this build has, --strategy
 # allreduce, --compression none, --hidden 256,256, --batch 64, --steps 2000, --start-step 10,
 # --bucket-mb 1 (backends.yaml's), --pairs 3, --desync-check on.
@@ -48,6 +49,10 @@
 # round before each collective (tcp's header rides in its stream either way): DDP runs without
 # one unless TORCH_DISTRIBUTED_DEBUG asks, so off compares like with like, and on says what
 # gradsync's default check costs.
+# --gloo-pairs sync (busy_poll) runs the gloo backend's halving-doubling on Gloo's sync pairs
+# (backends.yaml's gloo-hd-sync runs: the allreduce's thread reads its own sockets, no hand-off
+# from Gloo's event loop); async, the default, Gloo's ring on async pairs, as ProcessGroupGloo
+# runs it (DDP has no way to pick sync pairs: its Gloo collectives use unbound buffers).
 # The gradsync binary: --gradsync, else $GRADSYNC, else build/bin/gradsync.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +70,7 @@ steps=2000
 bucket_mb=1
 pairs=3
 desync=on
+gloo_pairs=async
 lr=0.05
 momentum=0.9
 while (($#)); do
@@ -84,6 +90,7 @@ while (($#)); do
     --bucket-mb) bucket_mb=$2 ;;
     --pairs) pairs=$2 ;;
     --desync-check) desync=$2 ;;
+    --gloo-pairs) gloo_pairs=$2 ;;
     --gradsync) gradsync=$2 ;;
     *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
@@ -123,6 +130,10 @@ for s in "${strategy_list[@]}"; do
 done
 if [[ ! $hidden =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]]; then
   echo "error: --hidden '$hidden': comma-separated layer widths, as 256,256" >&2
+  exit 2
+fi
+if [[ ! $gloo_pairs =~ ^(async|sync|busy_poll)$ ]]; then
+  echo "error: --gloo-pairs takes async, sync or busy_poll, not '$gloo_pairs'" >&2
   exit 2
 fi
 if [[ $desync != on && $desync != off ]]; then
@@ -190,6 +201,7 @@ run_gradsync() {
   strategy_sets "$strategy"
   template=$backend
   [[ $backend == gloo ]] && template=gloo-ring  # Gloo's ring, as PyTorch's ProcessGroupGloo
+  [[ $backend == gloo && $gloo_pairs != async ]] && template=gloo-hd-sync
   run=$template-$n
   grep -q "name: $run," "$preset" || run=$template-2
   start_others
@@ -198,6 +210,7 @@ run_gradsync() {
       --set train.lr="$lr" --set train.momentum="$momentum" --set comm.bucket_mb="$bucket_mb" \
       --set model.hidden="$hidden" --set output.progress=off "${strategy_sets[@]}" "${sets[@]}" \
       --set comm.desync_check="$([[ $desync == on ]] && echo true || echo false)" \
+      $([[ $backend == gloo ]] && echo --set comm.gloo_pairs="$gloo_pairs") \
       >"$out.log" 2>&1; then
     echo "error: gradsync run $run failed:" >&2
     cat "$out.log" >&2
@@ -238,7 +251,7 @@ print(r["samples_per_s"], r["compute_s"], r["communicate_s"], sys.argv[2], r["bl
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "MLP 784-${hidden//,/-}-10, batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, desync check $desync, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "MLP 784-${hidden//,/-}-10, batch $batch per rank, $steps timed steps, bucket $bucket_mb MiB, desync check $desync, gloo pairs $gloo_pairs, powersgd rank $powersgd_rank from step $start_step; $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 summary=()
 IFS=, read -r -a rank_list <<<"$ranks"
 for n in "${rank_list[@]}"; do

@@ -27,7 +27,7 @@
 // spinning, without sleeping in recv), in pieces of at most
 // GlooMesh::sync_message_floats() (gloo_mesh.h says why); every other collective stays on the
 // async pairs. On a 2-core VM with 2 ranks a 1 MiB halving_doubling took 0.25-0.45 ms on sync
-// pairs against 1.1-2.7 ms for the async ring (allreduce/README.md has the figures).
+// pairs against 1.1-2.0 ms for the async ring (allreduce/README.md has the figures).
 // allreduce_half is gloo::allreduce's RING on 2-byte elements with a reduce function of ours
 // (allreduce/half_sum.h), whatever options.algorithm says (gloo_algorithms.h says why).
 // Broadcast is gloo::broadcast (a binomial tree from the root), allgather gloo::allgather (ring),

@@ -34,6 +34,7 @@ struct RankRun {
   std::vector<std::int64_t> steps_per_rank;  // empty: every rank takes `steps`
   std::string backend = "tcp";               // comm.backend: the communicator under the strategy
   std::string algorithm = "default";
+  std::string gloo_pairs = "async";
   std::string hierarchical = "auto";  // comm.hierarchical
   int ranks_per_host = 0;             // > 0: ranks grouped into hosts of this many (host ids)
   std::vector<std::string>* backends = nullptr;  // when set: each rank's Communicator::backend()
@@ -62,6 +63,7 @@ std::vector<LoopResult> train_ring(
           gradsync::CommunicatorOptions communicator;
           communicator.backend = run.backend;
           communicator.algorithm = run.algorithm;
+          communicator.gloo_pairs = run.gloo_pairs;
           communicator.hierarchical = run.hierarchical;
           communicator.shm_on_one_host = true;
           if (run.ranks_per_host > 0) {
@@ -144,32 +146,36 @@ TEST_CASE("allreduce strategy: N ranks follow `single` on the global batch for 5
 }
 
 TEST_CASE("allreduce strategy: every backend follows `single`, ranks bitwise equal every step") {
-  std::vector<std::pair<std::string, std::string>> backends = {{"tcp", "default"},
-                                                               {"shm", "default"}};
+  // (backend, comm.algorithm, comm.gloo_pairs)
+  std::vector<std::tuple<std::string, std::string, std::string>> backends = {
+      {"tcp", "default", "async"}, {"shm", "default", "async"}};
   for (const std::string& name : gradsync::compiled_backends()) {
     if (name == "gloo") {
       for (const char* algorithm : {"ring", "ring_chunked", "halving_doubling"}) {
-        backends.emplace_back(name, algorithm);
+        backends.emplace_back(name, algorithm, "async");
       }
+      backends.emplace_back(name, "halving_doubling", "sync");
     }
   }
-  for (const auto& [backend, algorithm] : backends) {
+  for (const auto& [backend, algorithm, pairs] : backends) {
     for (int ranks : {2, 4}) {
       CAPTURE(backend);
       CAPTURE(algorithm);
+      CAPTURE(pairs);
       CAPTURE(ranks);
       std::vector<std::vector<std::uint64_t>> digests;
       RankRun run;
       run.bucket_bytes = 4096;
       run.backend = backend;
       run.algorithm = algorithm;
+      run.gloo_pairs = pairs;
       run.digests = &digests;
       const auto results = train_ring(ranks, run, 50);
       REQUIRE(digests.front().size() == 50);
       for (int r = 1; r < ranks; ++r) CHECK(digests[r] == digests.front());
       const double diff = gradsync::testing::max_relative_difference(
           results.front().final_params, train_single(16 * ranks, 50), layers());
-      MESSAGE(backend << "/" << algorithm << " with " << ranks
+      MESSAGE(backend << "/" << algorithm << "/" << pairs << " with " << ranks
                       << " ranks vs single: max relative difference " << diff);
       CHECK(diff <= 1e-5);
     }
