@@ -6,7 +6,9 @@
 #include <gloo/math.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "allreduce/half_sum.h"
@@ -95,13 +97,35 @@ void check_pair_mode(const std::string& pairs, Algorithm algorithm) {
 
 namespace {
 
+// The slots each construction takes from the context's counter (Gloo's own reservations):
+// halving_doubling 2N(N-1), ring_chunked 3.
+template <typename GlooAlgorithm>
+std::int64_t slots_per_construction(int n) {
+  if constexpr (std::is_same_v<GlooAlgorithm, ::gloo::AllreduceHalvingDoubling<float>>) {
+    return 2 * std::int64_t(n) * (n - 1);
+  }
+  (void)n;
+  return 3;
+}
+
 // ring_chunked and halving_doubling over `data` in place, one piece of at most `piece` floats
-// at a time (0: all at once). Each construction takes the context's next slot on every rank
-// alike: every rank cuts the same pieces.
+// at a time (0: all at once). Each construction takes slots from the context's counter on every
+// rank alike: every rank cuts the same pieces. That counter is an int: a run that would wrap it
+// (its old slots would meet buffers still registered, or worse) is refused first, in words.
 template <typename GlooAlgorithm>
 void run_in_pieces(const std::shared_ptr<::gloo::Context>& context, std::span<float> data,
                    std::size_t piece) {
   if (piece == 0) piece = data.size();
+  const std::int64_t pieces = std::int64_t((data.size() + piece - 1) / piece);
+  const std::int64_t need = pieces * slots_per_construction<GlooAlgorithm>(context->size);
+  const std::int64_t taken = context->nextSlot();  // every rank probes alike
+  if (taken + need > INT_MAX) {
+    throw Error("gloo: this allreduce's " + std::to_string(pieces) + " Gloo calls need " +
+                std::to_string(need) + " slots of Gloo's int slot counter, and " +
+                std::to_string(taken) + " of " + std::to_string(INT_MAX) +
+                " are taken: larger pieces (net.core.wmem_max) or comm.gloo_pairs async take "
+                "fewer");
+  }
   for (std::size_t at = 0; at < data.size(); at += piece) {
     const std::size_t count = std::min(piece, data.size() - at);
     std::vector<float*> pointers = {data.data() + at};

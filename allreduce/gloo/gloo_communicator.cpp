@@ -48,7 +48,10 @@ gloo::CollectiveHeader header_of(CollectiveKind kind, std::size_t count, int roo
 // The desync check's round on the sync pairs where there are some: there a header costs one
 // write and one read, on async pairs two hand-offs through Gloo's event loop.
 std::unique_ptr<gloo::HeaderRound> header_round(gloo::GlooMesh& mesh) {
-  if (mesh.sync_context()) return std::make_unique<gloo::SyncHeaderExchange>(*mesh.sync_context());
+  if (mesh.sync_context()) {
+    return std::make_unique<gloo::SyncHeaderExchange>(
+        *mesh.sync_context(), [&mesh](milliseconds left) { mesh.limit_sync_waits(left); });
+  }
   return std::make_unique<gloo::HeaderExchange>(*mesh.context());
 }
 
@@ -110,8 +113,10 @@ class GlooCommunicator final : public Communicator {
             std::memcpy(data.data(), in.data(), in.size_bytes());
             return;
           }
-          // Sync pairs where asked for, in pieces the kernel buffers (gloo_mesh.h).
+          // Sync pairs where asked for, in pieces the kernel buffers (gloo_mesh.h); each of
+          // their reads and writes gets what is left of the deadline when the payload starts.
           const auto& sync = mesh_->sync_context();
+          if (sync) mesh_->limit_sync_waits(gloo::time_left(deadline));
           gloo::allreduce_sum(sync ? sync : mesh_->context(), algorithm_, in, data, tag,
                               gloo::time_left(deadline), sync ? mesh_->sync_message_floats() : 0);
           // The average is the finished sum divided once, as TcpRing divides each

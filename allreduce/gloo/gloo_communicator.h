@@ -98,8 +98,8 @@ namespace gradsync {
 
 // Collective over `size` ranks: each calls it with its own rank. Blocks until every rank has
 // joined (bounded by options.timeout). An unknown options.algorithm is a ConfigError for
-// comm.algorithm; an unknown options.pairs, or sync pairs with the ring, one for
-// comm.gloo_pairs. The Store must outlive the communicator (failure reports go through it).
+// comm.algorithm; an unknown options.pairs, or sync pairs with another algorithm than
+// halving_doubling, one for comm.gloo_pairs. The Store must outlive the communicator (failure reports go through it).
 std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int size,
                                                      const GlooOptions& options);
 

@@ -7,7 +7,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
+#include <sys/time.h>
 
 #include <algorithm>
 #include <cctype>
@@ -59,10 +59,6 @@ GlooMesh::GlooMesh(Store& store, int rank, int size, const GlooOptions& options,
       grace_(grace),
       me_("rank " + std::to_string(rank)) {
   join();
-}
-
-GlooMesh::~GlooMesh() {
-  for (const int fd : sync_sockets_) ::close(fd);
 }
 
 // Connects the full mesh through the gradsync Store, then learns each peer's address as Gloo's
@@ -135,25 +131,55 @@ void GlooMesh::learn_listening_addresses(const std::string& prefix) {
   }
 }
 
+// Each rank publishes under "<store_prefix>/sync/ends/<rank>" the floats one call may carry on
+// its host, then the local address of its connection to each rank, a line per rank. Every rank
+// cuts its allreduces by the smallest of those (the ranks must cut the same pieces: each is a
+// Gloo construction, taking the same slots on every rank), and finds each connection's socket by
+// its two ends (a connecting socket's local port may be shared with connections elsewhere).
 void GlooMesh::join_sync_mesh() {
   const std::string prefix = options_.store_prefix + "/sync";
   sync_context_ = connect(prefix);
   learn_listening_addresses(prefix);
+  auto local_end = [&](int r) {
+    const auto& address =
+        static_cast<const ::gloo::transport::tcp::Address&>(sync_context_->getPair(r)->address());
+    return tcp::format_address(address.getSockaddr());
+  };
+  auto ends_key = [&](int r) { return prefix + "/ends/" + std::to_string(r); };
+  sync_message_floats_ = std::max<std::size_t>(largest_unread_send() / sizeof(float), 1024);
+  std::string mine = std::to_string(sync_message_floats_) + '\n';
+  for (int r = 0; r < size_; ++r) mine += (r == rank_ ? std::string() : local_end(r)) + '\n';
+  store_.set(ends_key(rank_), mine);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const auto& pair = sync_context_->getPair(r);
-    const auto& local =
-        static_cast<const ::gloo::transport::tcp::Address&>(pair->address()).getSockaddr();
-    const int socket = duplicate_socket_bound_to(local);
-    if (socket < 0) {
-      throw Error(me_ + ": gloo sync pair to rank " + std::to_string(r) +
-                  ": no socket of this process is bound to " + tcp::format_address(local) +
-                  " (close() needs it to wake a blocked receive)");
+    std::istringstream lines(store_.get(ends_key(r), options_.timeout));
+    std::vector<std::string> theirs;
+    for (std::string line; std::getline(lines, line);) theirs.push_back(line);
+    if (theirs.size() != std::size_t(size_) + 1) {
+      throw Error(me_ + ": gloo sync pairs: rank " + std::to_string(r) + " published " +
+                  std::to_string(theirs.size()) + " lines under " + ends_key(r) + ", not " +
+                  std::to_string(size_ + 1));
     }
-    sync_sockets_.push_back(socket);
-    pair->setSync(true, options_.pairs == "busy_poll");
+    sync_message_floats_ = std::min<std::size_t>(sync_message_floats_, std::stoull(theirs[0]));
+    const std::string& peer_end = theirs[std::size_t(rank_) + 1];
+    tcp::Socket socket = duplicate_connection(local_end(r), peer_end);
+    if (!socket.valid()) {
+      throw Error(me_ + ": gloo sync pair to rank " + std::to_string(r) +
+                  ": no socket of this process connects " + local_end(r) + " to " + peer_end +
+                  " (closing needs it to wake a blocked read)");
+    }
+    sync_sockets_.push_back(std::move(socket));
+    sync_context_->getPair(r)->setSync(true, options_.pairs == "busy_poll");
   }
-  sync_message_floats_ = std::max<std::size_t>(kernel_send_buffer_limit() / sizeof(float), 1024);
+}
+
+void GlooMesh::limit_sync_waits(std::chrono::milliseconds left) {
+  const auto ms = std::max<long long>(left.count(), 1);  // 0 would mean "wait forever"
+  const timeval limit{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+  for (const tcp::Socket& socket : sync_sockets_) {
+    ::setsockopt(socket.fd(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(socket.fd(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  }
 }
 
 std::string GlooMesh::names_key(int rank) const {
@@ -209,7 +235,7 @@ int GlooMesh::peer_named_in(const std::string& message) {
 void GlooMesh::close() {
   if (!context_) return;
   std::lock_guard lock(close_mutex_);
-  for (const int socket : sync_sockets_) ::shutdown(socket, SHUT_RDWR);
+  for (tcp::Socket& socket : sync_sockets_) socket.shutdown();
   const SigpipeBlocked no_sigpipe;  // posting the receive writes to the peer
   char scratch = 0;
   const auto buffer = context_->createUnboundBuffer(&scratch, sizeof scratch);

@@ -22,9 +22,9 @@
 // thread is blocked reading it (close takes that lock), so the mesh keeps a duplicate of each
 // sync socket and close() shuts those down: the blocked read ends at once, and the peer reads
 // end-of-file. A sync pair writes before it reads, so two ranks that send each other more than
-// the kernel buffers wait for each other until the timeout: sync_message_floats() is the most
-// one message may carry (allreduce_sum cuts its pieces by it). Internal to allreduce/gloo/ (it
-// includes Gloo's headers).
+// the kernel buffers wait for each other until the timeout: allreduce_sum cuts its calls into
+// pieces of sync_message_floats(), whose messages the kernel always takes. Internal to
+// allreduce/gloo/ (it includes Gloo's headers).
 #pragma once
 
 #include <gloo/context.h>
@@ -38,6 +38,7 @@
 
 #include "allreduce/gloo/gloo_options.h"
 #include "allreduce/store.h"
+#include "allreduce/tcp/socket.h"
 
 namespace gradsync::gloo {
 
@@ -48,15 +49,19 @@ class GlooMesh {
            std::chrono::milliseconds grace);
   GlooMesh(const GlooMesh&) = delete;
   GlooMesh& operator=(const GlooMesh&) = delete;
-  ~GlooMesh();
 
   const std::shared_ptr<::gloo::Context>& context() const { return context_; }
   // The sync pairs' context, or null when options.pairs is async.
   const std::shared_ptr<::gloo::Context>& sync_context() const { return sync_context_; }
-  // The most floats one message of a sync pair may carry: net.core.wmem_max bytes, what a send
-  // buffer always takes whatever the peer reads (Gloo sizes each pair's send buffer to its
-  // message, up to that).
+  // The most floats one halving_doubling call on sync pairs may reduce (its messages carry at
+  // most half): net.core.wmem_max bytes up to Gloo's 32 MiB cap, what a send buffer always takes
+  // however little the peer reads (Gloo sizes each pair's send buffer to its message, up to
+  // that); the smallest over the ranks' hosts, agreed at joining.
   std::size_t sync_message_floats() const { return sync_message_floats_; }
+
+  // Every read and write on the sync pairs from now on gives up after `left` (at least 1 ms):
+  // the deadline of the collective about to run. Gloo set the pairs' timeout once, at joining.
+  void limit_sync_waits(std::chrono::milliseconds left);
   int size() const { return size_; }
 
   // "ip:port" that `peer` listened on for us: the endpoint of our errors about it.
@@ -111,7 +116,7 @@ class GlooMesh {
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;       // after device_: the pairs close before the loop
   std::shared_ptr<::gloo::Context> sync_context_;  // null unless options.pairs is sync
-  std::vector<int> sync_sockets_;  // duplicates of the sync pairs' sockets, for close()
+  std::vector<tcp::Socket> sync_sockets_;  // duplicates of the sync pairs' sockets, for close()
   std::size_t sync_message_floats_ = 0;
   std::vector<Peer> peers_;  // by rank; empty for ourselves
   std::mutex close_mutex_;

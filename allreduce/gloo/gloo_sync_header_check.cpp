@@ -2,10 +2,14 @@
 
 #include <gloo/transport/pair.h>
 
+#include <utility>
+
 namespace gradsync::gloo {
 
-SyncHeaderExchange::SyncHeaderExchange(::gloo::Context& context)
+SyncHeaderExchange::SyncHeaderExchange(::gloo::Context& context,
+                                       std::function<void(std::chrono::milliseconds)> limit_waits)
     : rank_(context.rank),
+      limit_waits_(std::move(limit_waits)),
       all_(static_cast<std::size_t>(context.size)),
       sends_(all_.size()),
       receives_(all_.size()) {
@@ -23,13 +27,16 @@ SyncHeaderExchange::SyncHeaderExchange(::gloo::Context& context)
 // receive buffer holds one header at a time. A sync pair's reads come in the socket's order, so
 // a header never overtakes the payload before it.
 std::vector<CollectiveHeader> SyncHeaderExchange::exchange(const CollectiveHeader& mine,
-                                                           Clock::time_point) {
+                                                           Clock::time_point deadline) {
   mine_ = mine;
+  limit_waits_(time_left(deadline));
   for (std::size_t r = 0; r < sends_.size(); ++r) {
     if (sends_[r]) sends_[r]->send();
   }
   for (std::size_t r = 0; r < receives_.size(); ++r) {
-    if (receives_[r]) receives_[r]->waitRecv();
+    if (!receives_[r]) continue;
+    limit_waits_(time_left(deadline));  // a late peer before leaves less for the next
+    receives_[r]->waitRecv();
   }
   for (std::size_t r = 0; r < sends_.size(); ++r) {
     if (sends_[r]) sends_[r]->waitSend();

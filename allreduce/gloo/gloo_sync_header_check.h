@@ -8,16 +8,18 @@
 //
 // On async pairs the same round costs each rank two hand-offs between Gloo's event loop and the
 // waiting thread; here it is one write and one read per peer (allreduce/README.md has the
-// figures). A peer that sends nothing fails the read at the pair's timeout (the communicator's,
-// from the read's start, about the collective's deadline) with Gloo's "Read timeout" naming its
-// address; `deadline` is not consulted. Headers are 32 bytes: a write never waits for the peer
-// to read. Not thread-safe: the communicator's thread only. The context must outlive it.
+// figures). Each write and read is limited to what is left of `deadline` (`limit_waits` sets the
+// sync sockets' timeouts), so a peer that sends nothing fails the round by the deadline, with
+// Gloo's "Read timeout" naming its address. Headers are 32 bytes: a write never waits for the
+// peer to read. Not thread-safe: the communicator's thread only. The context must outlive it.
 // Internal to allreduce/gloo/ (it includes Gloo's headers).
 #pragma once
 
 #include <gloo/context.h>
 #include <gloo/transport/buffer.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,14 +30,17 @@ namespace gradsync::gloo {
 class SyncHeaderExchange final : public HeaderRound {
  public:
   // Takes the context's next slot: every rank must construct it at the same point among the
-  // context's other users (the communicator: once, before any collective).
-  explicit SyncHeaderExchange(::gloo::Context& context);
+  // context's other users (the communicator: once, before any collective). `limit_waits(left)`
+  // bounds the sync pairs' next reads and writes (GlooMesh::limit_sync_waits).
+  SyncHeaderExchange(::gloo::Context& context,
+                     std::function<void(std::chrono::milliseconds)> limit_waits);
 
   std::vector<CollectiveHeader> exchange(const CollectiveHeader& mine,
                                          Clock::time_point deadline) override;
 
  private:
   const int rank_;
+  const std::function<void(std::chrono::milliseconds)> limit_waits_;
   CollectiveHeader mine_;              // what every send buffer sends
   std::vector<CollectiveHeader> all_;  // by rank: each peer's receive buffer is its element
   std::vector<std::unique_ptr<::gloo::transport::Buffer>> sends_, receives_;  // by rank

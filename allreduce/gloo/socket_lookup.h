@@ -1,27 +1,29 @@
 // What the Gloo mesh needs to know about its sync pairs' sockets, which Gloo keeps to itself:
 //
-//   const int socket = duplicate_socket_bound_to(local_address);   // -1 if none; close() it
-//   shutdown(socket, SHUT_RDWR);            // wakes a thread blocked in recv on Gloo's copy
-//   std::size_t bytes = kernel_send_buffer_limit();                // net.core.wmem_max
+//   tcp::Socket socket = duplicate_connection("127.0.0.1:41000", "127.0.0.1:52144");
+//   socket.shutdown();                      // wakes a thread blocked in recv on Gloo's copy
+//   std::size_t bytes = largest_unread_send();   // min(net.core.wmem_max, Gloo's 32 MiB cap)
 //
 // A duplicate, not the number Gloo holds: Gloo may close its descriptor (a failed pair) and the
 // number be reused by anything else; the duplicate keeps naming the same socket until closed.
 // Internal to allreduce/gloo/.
 #pragma once
 
-#include <sys/socket.h>
-
 #include <cstddef>
+#include <string>
+
+#include "allreduce/tcp/socket.h"
 
 namespace gradsync::gloo {
 
-// A close-on-exec duplicate of the connected socket of this process whose local address is
-// `local` (IPv4 or IPv6, address and port), or -1 when there is none.
-int duplicate_socket_bound_to(const sockaddr_storage& local);
+// A close-on-exec duplicate of this process's TCP connection from `local` to `peer` (both as
+// tcp::format_address writes them, "ip:port" or "[ip6]:port"): one socket at most, since a
+// connection's two ends name it. Invalid when there is none.
+tcp::Socket duplicate_connection(const std::string& local, const std::string& peer);
 
-// net.core.wmem_max (/proc/sys/net/core/wmem_max): the largest send buffer an unprivileged
-// setsockopt(SO_SNDBUF) gets, and so the most a blocking send hands to the kernel however little
-// the peer reads. Linux's default, 212992, when the file cannot be read.
-std::size_t kernel_send_buffer_limit();
+// The most bytes a blocking send hands to the kernel however little the peer reads: Gloo asks
+// for a send buffer of the message's size up to 32 MiB, and the kernel grants up to
+// net.core.wmem_max (/proc/sys/net/core/wmem_max; Linux's default 212992 when unreadable).
+std::size_t largest_unread_send();
 
 }  // namespace gradsync::gloo

@@ -75,16 +75,7 @@ TEST_CASE("gloo: ranks agree bit for bit, and with 2 ranks the avg is TcpRing's 
       CAPTURE(algorithm);
       CAPTURE(n);
       const std::size_t length = 100003;
-      gradsync::InMemoryStore store;
-      std::vector<std::vector<float>> gloo(static_cast<std::size_t>(n)), ring(gloo.size());
-      run_ranks(n, [&](int r) {
-        auto comm = gradsync::make_gloo_communicator(store, r, n, gloo_options(algorithm));
-        gloo[std::size_t(r)] = noisy_data(r, length);
-        comm->allreduce(gloo[std::size_t(r)], ReduceOp::kAvg);
-        auto tcp = gradsync::make_tcp_ring(store, r, n, ring_options());
-        ring[std::size_t(r)] = noisy_data(r, length);
-        tcp->allreduce(ring[std::size_t(r)], ReduceOp::kAvg);
-      });
+      const auto [gloo, ring] = average_beside_ring(n, gloo_options(algorithm), length);
       for (int r = 1; r < n; ++r) CHECK(gloo[std::size_t(r)] == gloo[0]);
       std::size_t differ = 0;
       for (std::size_t i = 0; i < length; ++i) differ += gloo[0][i] != ring[0][i] ? 1 : 0;

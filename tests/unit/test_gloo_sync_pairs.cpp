@@ -37,7 +37,7 @@ gradsync::GlooOptions sync_options(const std::string& algorithm, const std::stri
 
 // More floats than one sync message may carry on this machine: three pieces and a bit.
 std::size_t past_one_piece() {
-  return 3 * (gradsync::gloo::kernel_send_buffer_limit() / sizeof(float)) + 7;
+  return 3 * (gradsync::gloo::largest_unread_send() / sizeof(float)) + 7;
 }
 
 }  // namespace
@@ -65,10 +65,11 @@ TEST_CASE("gloo sync pairs: the modes, and which algorithms they take") {
             "unknown mode 'blocking' (valid: async, sync, busy_poll)"));
 }
 
-TEST_CASE("gloo sync pairs: every collective is exact for 1..4 ranks and awkward lengths") {
+TEST_CASE("gloo sync pairs: every collective is exact for 1..5 ranks and awkward lengths") {
+  // 5 ranks: halving-doubling's binary blocks (4 + 1) send across blocks.
   const std::string algorithm = "halving_doubling";
   {
-    for (int n = 1; n <= 4; ++n) {
+    for (int n = 1; n <= 5; ++n) {
       CAPTURE(n);
       // Empty, fewer than ranks, one more than the ranks, ~4 MB no n divides, several pieces.
       const std::vector<std::size_t> lengths = {0, 1, std::size_t(n + 1), 1000003,
@@ -102,18 +103,8 @@ TEST_CASE("gloo busy_poll pairs: exact at 2 ranks, and the ranks agree bit for b
 TEST_CASE("gloo sync pairs: ranks agree bit for bit; 2 ranks average as TcpRing does") {
   for (int n : {2, 3, 4}) {
     CAPTURE(n);
-    const std::size_t length = past_one_piece();
-    gradsync::InMemoryStore store;
-    std::vector<std::vector<float>> gloo(static_cast<std::size_t>(n)), ring(gloo.size());
-    run_ranks(n, [&](int r) {
-      auto comm =
-          gradsync::make_gloo_communicator(store, r, n, sync_options("halving_doubling", "sync"));
-      gloo[std::size_t(r)] = noisy_data(r, length);
-      comm->allreduce(gloo[std::size_t(r)], ReduceOp::kAvg);
-      auto tcp = gradsync::make_tcp_ring(store, r, n, ring_options());
-      ring[std::size_t(r)] = noisy_data(r, length);
-      tcp->allreduce(ring[std::size_t(r)], ReduceOp::kAvg);
-    });
+    const auto [gloo, ring] =
+        average_beside_ring(n, sync_options("halving_doubling", "sync"), past_one_piece());
     for (int r = 1; r < n; ++r) CHECK(gloo[std::size_t(r)] == gloo[0]);
     if (n == 2) CHECK(gloo[0] == ring[0]);  // two addends sum alike in either order
   }
@@ -121,7 +112,8 @@ TEST_CASE("gloo sync pairs: ranks agree bit for bit; 2 ranks average as TcpRing 
 
 TEST_CASE("gloo sync pairs: 64 MiB at 2 ranks completes: no message both peers wait on") {
   // Whole, halving-doubling's first message would be 32 MiB each way, written before either
-  // reads: past any kernel's buffers, both would block until the timeout.
+  // reads: past Debian's default buffers (212992 bytes) and this VM's (4 MiB), both would block
+  // until the timeout (measured with Gloo alone).
   const int n = 2;
   const std::size_t length = std::size_t(16) << 20;
   gradsync::InMemoryStore store;
@@ -165,6 +157,35 @@ TEST_CASE("gloo sync pairs: a silent peer is a TimeoutError naming it, by the ti
                 "sync pairs)"));
     });
   }
+}
+
+TEST_CASE("gloo sync pairs: the header round keeps the collective's deadline across peers") {
+  // Rank 0 reads rank 1's header, which comes 1 s late, then rank 2's, which never comes: the
+  // second read gets what is left of 2 s, not 2 s of its own.
+  const int n = 3;
+  gradsync::InMemoryStore store;
+  Latch failed(2);
+  run_ranks(n, [&](int r) {
+    auto comm = gradsync::make_gloo_communicator(store, r, n,
+                                                 sync_options("halving_doubling", "sync", 2000ms));
+    std::vector<float> data = rank_data(r, 1000);
+    comm->allreduce(data, ReduceOp::kSum);
+    if (r == 2) {
+      CHECK(failed.wait(20s));  // never issues #2
+      return;
+    }
+    if (r == 1) std::this_thread::sleep_for(1000ms);
+    const auto start = Clock::now();
+    const std::string message = error_of<gradsync::TimeoutError>(
+        [&] { comm->allreduce(data, ReduceOp::kSum); }, "collective #2 should have timed out");
+    failed.count_down();
+    MESSAGE("rank " << r << " after " << ms_since(start) << " ms: " << message);
+    if (r == 0) {
+      CHECK(ms_since(start) >= 1900);
+      CHECK(ms_since(start) < 2800);  // by the deadline: not 1 s + 2 s
+      CHECK(has(message, "rank 2"));
+    }
+  });
 }
 
 TEST_CASE("gloo sync pairs: a peer that aborts wakes the others' blocked reads at once") {
