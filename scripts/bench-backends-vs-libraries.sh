@@ -6,7 +6,9 @@
 # plain program of their own library, which is what the wrapper costs. Ranks are processes of
 # this host. Each backend runs in a bench of its own (`--backend tcp`, then `gloo`, then `mpi`),
 # as each plain peer does, so that no backend's rows sit between another's sizes. Rounds
-# alternate all five sides so that drift in the machine's speed hits them alike.
+# alternate all five sides so that drift in the machine's speed hits them alike, each round
+# starting one side later (round 1: tcp first, round 2: gloo first, ...), so that no side always
+# follows the same one.
 #   scripts/bench-backends-vs-libraries.sh [--ranks N[,N...]] [--rounds R] [--desync-check on|off]
 #                                          [--seconds S] [--gloo-algorithm A] [--gloo-pairs P]
 #   (defaults: 2,4, 5, on, 0.3, ring and async)
@@ -59,22 +61,32 @@ rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13,
 
 echo "# $(machine); desync check $desync; ~$seconds s per size and form; gloo $gloo_algorithm on $gloo_pairs pairs"
 IFS=, read -ra world_sizes <<<"$ranks"
-for n in "${world_sizes[@]}"; do
-  for ((r = 1; r <= rounds; r++)); do
-    for backend in tcp gloo mpi; do
+# One side's table for world size $2, round $3, its rows appended to $out/n$2.
+run_side() {
+  local side=$1 n=$2 r=$3 how
+  case $side in
+    tcp | gloo | mpi)
       # Ranks as processes; mpi's are started by mpirun, its default.
       how=(--ranks-as processes)
-      [[ $backend == mpi ]] && how=()
-      table "$gradsync" bench allreduce --backend "$backend" -n "$n" "${sizes[@]}" "${how[@]}" \
-        --desync-check "$desync" --gloo-algorithm "$gloo_algorithm" --gloo-pairs "$gloo_pairs"
-      rows "$backend" "$r" "$backend" <"$out/table" >>"$out/n$n"
+      [[ $side == mpi ]] && how=()
+      table "$gradsync" bench allreduce --backend "$side" -n "$n" "${sizes[@]}" "${how[@]}" \
+        --desync-check "$desync" --gloo-algorithm "$gloo_algorithm" --gloo-pairs "$gloo_pairs" ;;
+    gloo-plain)
+      table "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}" --algorithm "$gloo_algorithm" \
+        --pairs "$gloo_pairs" ;;
+    mpi-plain)
+      table mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp \
+        --mca btl_tcp_if_include lo -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}" ;;
+  esac
+  rows "$side" "$r" "$side" <"$out/table" >>"$out/n$n"
+}
+
+sides=(tcp gloo mpi gloo-plain mpi-plain)
+for n in "${world_sizes[@]}"; do
+  for ((r = 1; r <= rounds; r++)); do
+    for ((k = 0; k < ${#sides[@]}; k++)); do
+      run_side "${sides[(r - 1 + k) % ${#sides[@]}]}" "$n" "$r"
     done
-    table "$bin/gloo_allreduce_plain" -n "$n" "${sizes[@]}" --algorithm "$gloo_algorithm" \
-      --pairs "$gloo_pairs"
-    rows gloo-plain "$r" gloo-plain <"$out/table" >>"$out/n$n"
-    table mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp \
-      --mca btl_tcp_if_include lo -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}"
-    rows mpi-plain "$r" mpi-plain <"$out/table" >>"$out/n$n"
   done
   echo
   echo "N = $n: busbw medians over $rounds rounds (GB/s, out of place / in place), medians of each round's ratio"
