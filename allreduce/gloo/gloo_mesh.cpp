@@ -146,7 +146,9 @@ void GlooMesh::join_sync_mesh() {
     return tcp::format_address(address.getSockaddr());
   };
   auto ends_key = [&](int r) { return prefix + "/ends/" + std::to_string(r); };
-  sync_message_floats_ = std::max<std::size_t>(largest_unread_send() / sizeof(float), 1024);
+  const std::size_t bytes =
+      options_.sync_piece_bytes > 0 ? options_.sync_piece_bytes : largest_unread_send();
+  sync_message_floats_ = std::max<std::size_t>(bytes / sizeof(float), 1024);
   std::string mine = std::to_string(sync_message_floats_) + '\n';
   for (int r = 0; r < size_; ++r) mine += (r == rank_ ? std::string() : local_end(r)) + '\n';
   store_.set(ends_key(rank_), mine);

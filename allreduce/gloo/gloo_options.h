@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 
 namespace gradsync {
@@ -26,6 +27,10 @@ struct GlooOptions {
   // busy_poll take halving_doubling only (gloo_algorithms.h says why); every other collective
   // stays on async pairs.
   std::string pairs = "async";
+  // Sync pairs: the most bytes one halving_doubling call reduces. 0: what this host's kernel
+  // always buffers (net.core.wmem_max, up to Gloo's 32 MiB); a value above that may block both
+  // ranks of a pair until the timeout. The ranks take the smallest of theirs.
+  std::size_t sync_piece_bytes = 0;
 };
 
 }  // namespace gradsync

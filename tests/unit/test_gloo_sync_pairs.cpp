@@ -110,6 +110,22 @@ TEST_CASE("gloo sync pairs: ranks agree bit for bit; 2 ranks average as TcpRing 
   }
 }
 
+TEST_CASE("gloo sync pairs: ranks whose hosts allow different pieces cut the smallest") {
+  // As if rank 0's host had a 16 KiB net.core.wmem_max and the others 1 MiB: every rank must
+  // cut the same pieces (each is a Gloo construction taking the same slots on every rank), or
+  // their messages would meet the wrong buffers.
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    gradsync::InMemoryStore store;
+    run_ranks(n, [&](int r) {
+      auto options = sync_options("halving_doubling", "sync", 10s);
+      options.sync_piece_bytes = r == 0 ? 16 << 10 : 1 << 20;
+      auto comm = gradsync::make_gloo_communicator(store, r, n, options);
+      for (int round = 0; round < 3; ++round) check_collectives_once(*comm, 300007, n - 1);
+    });
+  }
+}
+
 TEST_CASE("gloo sync pairs: 64 MiB at 2 ranks completes: no message both peers wait on") {
   // Whole, halving-doubling's first message would be 32 MiB each way, written before either
   // reads: past Debian's default buffers (212992 bytes) and this VM's (4 MiB), both would block
