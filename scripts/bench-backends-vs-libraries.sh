@@ -5,10 +5,11 @@
 # running mpi_allreduce_plain: MPI_Allreduce), and the `gloo` and `mpi` backends against the
 # plain program of their own library, which is what the wrapper costs. Ranks are processes of
 # this host. Each backend runs in a bench of its own (`--backend tcp`, then `gloo`, then `mpi`),
-# as each plain peer does, so that no backend's rows sit between another's sizes. Rounds
-# alternate all five sides so that drift in the machine's speed hits them alike, each round
-# starting one side later (round 1: tcp first, round 2: gloo first, ...), so that no side always
-# follows the same one.
+# as each plain peer does, so that no backend's rows sit between another's sizes. Each round
+# measures one message size at a time, all five sides in turn (a bench per side and size), so
+# that the busbws a ratio compares are taken seconds apart and drift in the machine's speed
+# hits them alike; each round starts one side later (round 1: tcp first, round 2: gloo first,
+# ...), so that no side always follows the same one.
 #   scripts/bench-backends-vs-libraries.sh [--ranks N[,N...]] [--rounds R] [--desync-check on|off]
 #                                          [--seconds S] [--gloo-algorithm A] [--gloo-pairs P]
 #   (defaults: 2,4, 5, on, 0.3, ring and async)
@@ -54,16 +55,17 @@ fi
 # shellcheck source=scripts/peer-bench-common.sh
 source scripts/peer-bench-common.sh
 need_tools "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"
-sizes=(-b 1M -e 64M -f 4 --seconds "$seconds")
+message_sizes=(1M 4M 16M 64M)
 
 # One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
 rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13, r}'; }
 
 echo "# $(machine); desync check $desync; ~$seconds s per size and form; gloo $gloo_algorithm on $gloo_pairs pairs"
 IFS=, read -ra world_sizes <<<"$ranks"
-# One side's table for world size $2, round $3, its rows appended to $out/n$2.
+# One side's table for world size $2, round $3, message size $4, its row appended to $out/n$2.
 run_side() {
   local side=$1 n=$2 r=$3 how
+  local sizes=(-b "$4" -e "$4" --seconds "$seconds")
   case $side in
     tcp | gloo | mpi)
       # Ranks as processes; mpi's are started by mpirun, its default.
@@ -84,8 +86,10 @@ run_side() {
 sides=(tcp gloo mpi gloo-plain mpi-plain)
 for n in "${world_sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do
-    for ((k = 0; k < ${#sides[@]}; k++)); do
-      run_side "${sides[(r - 1 + k) % ${#sides[@]}]}" "$n" "$r"
+    for size in "${message_sizes[@]}"; do
+      for ((k = 0; k < ${#sides[@]}; k++)); do
+        run_side "${sides[(r - 1 + k) % ${#sides[@]}]}" "$n" "$r" "$size"
+      done
     done
   done
   echo
