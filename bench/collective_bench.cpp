@@ -334,7 +334,7 @@ CollectiveBenchReport run_collective_bench_rank(const CollectiveBenchOptions& op
   // The launcher holds the port for rank 0 (bench/collective_launch.cpp), which shares it.
   const char* held = std::getenv(kStorePortHeldEnv);
   if (rank == 0 && held != nullptr && std::string(held) == "1") {
-    store_options.listen_fd = tcp::listen_on(store_options.host, store_port, 0, true).release();
+    store_options.listen_fd = tcp::listen_on(store_options.host, store_port, {}, true).release();
   }
   // Declared first, so that it outlives every communicator made over it.
   const std::unique_ptr<Store> store = make_tcp_store(store_options);

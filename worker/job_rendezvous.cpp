@@ -83,7 +83,7 @@ std::unique_ptr<Store> connect_store(const RendezvousEnv& env, std::chrono::mill
       const char* held = std::getenv(kStorePortHeldEnv);
       try {
         store_options.listen_fd =
-            tcp::listen_on(env.master_addr, env.store_port, 0, held && std::string(held) == "1")
+            tcp::listen_on(env.master_addr, env.store_port, {}, held && std::string(held) == "1")
                 .release();
       } catch (const Error& e) {
         throw Error("rank 0 cannot serve the rendezvous store at the port from " +

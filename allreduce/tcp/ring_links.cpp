@@ -173,7 +173,7 @@ RingLinks connect_ring(Store& store, int rank, int size, const TcpRingOptions& o
   const std::uint64_t token = ring_token(store, options.store_prefix, rank, start, deadline);
 
   // 1. Listen first, then publish: whoever reads our address can connect at once.
-  Socket listener = listen_on(options.bind_host, 0, kRingSocketBufferBytes);
+  Socket listener = listen_on(options.bind_host, 0, kRingSocketBuffers);
   const std::string me = format_endpoint(options.bind_host, local_port(listener));
   store.set(options.store_prefix + "/addr/" + std::to_string(rank), me);
 
@@ -184,13 +184,13 @@ RingLinks connect_ring(Store& store, int rank, int size, const TcpRingOptions& o
   int port = 0;
   parse_endpoint(links.right_endpoint, host, port);
   std::string last_error;
-  links.right = connect_with_retry(host, port, deadline, last_error, kRingSocketBufferBytes);
+  links.right = connect_with_retry(host, port, deadline, last_error, kRingSocketBuffers);
   if (!links.right.valid()) {
     throw TimeoutError(right, links.right_endpoint, "ring setup",
                        "rank " + std::to_string(rank) + " could not connect within " +
                            ms_since(start) + " ms (" + last_error + ")");
   }
-  tune_socket(links.right.fd(), kRingSocketBufferBytes);
+  tune_socket(links.right.fd(), kRingSocketBuffers);
   send_hello(links.right, rank, size, right, token, links.right_endpoint, deadline);
 
   // 3. Accept the left neighbour and check that it is who it should be, then confirm to it.
@@ -202,7 +202,7 @@ RingLinks connect_ring(Store& store, int rank, int size, const TcpRingOptions& o
                        "rank " + std::to_string(rank) + " waited " + ms_since(start) +
                            " ms for rank " + std::to_string(left) + " to connect");
   }
-  tune_socket(links.left.fd(), kRingSocketBufferBytes);
+  tune_socket(links.left.fd(), kRingSocketBuffers);
   check_neighbour(hello, rank, size, left, links.left_endpoint);
   send_hello(links.left, rank, size, left, token, links.left_endpoint, deadline);
 

@@ -125,7 +125,7 @@ void parse_endpoint(const std::string& endpoint, std::string& host, int& port) {
   }
 }
 
-Socket listen_on(const std::string& host, int port, int buffer_bytes, bool held) {
+Socket listen_on(const std::string& host, int port, SocketBuffers buffers, bool held) {
   const AddrInfoPtr info = resolve(host, port);
   std::string failure = "no address";
   for (const addrinfo* a = info.get(); a != nullptr; a = a->ai_next) {
@@ -139,7 +139,7 @@ Socket listen_on(const std::string& host, int port, int buffer_bytes, bool held)
     const int one = 1;
     ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (held) ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-    if (buffer_bytes > 0) tune_socket(s.fd(), buffer_bytes);
+    tune_socket(s.fd(), buffers);
     if (::bind(s.fd(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(s.fd(), 128) != 0) {
       failure = errno_text(errno);
       continue;
@@ -175,7 +175,7 @@ int local_port(const Socket& socket) {
 }
 
 Socket connect_with_retry(const std::string& host, int port, Clock::time_point deadline,
-                          std::string& last_error, int buffer_bytes) {
+                          std::string& last_error, SocketBuffers buffers) {
   const AddrInfoPtr info = resolve(host, port);
   auto backoff = std::chrono::milliseconds(5);
   last_error = "no attempt before the deadline";
@@ -188,7 +188,7 @@ Socket connect_with_retry(const std::string& host, int port, Clock::time_point d
       }
       // Non-blocking connect so that an unresponsive address (a dropped SYN) cannot hold us past
       // the deadline; the socket goes back to blocking mode for its users.
-      if (buffer_bytes > 0) tune_socket(s.fd(), buffer_bytes);
+      tune_socket(s.fd(), buffers);
       const int flags = ::fcntl(s.fd(), F_GETFL);
       ::fcntl(s.fd(), F_SETFL, flags | O_NONBLOCK);
       int error = 0;
@@ -238,13 +238,16 @@ Socket accept_until(const Socket& listener, Clock::time_point deadline) {
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-void tune_socket(int fd, int buffer_bytes) {
+void tune_socket(int fd, SocketBuffers buffers) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (buffer_bytes > 0) {
-    // Capped by net.core.{w,r}mem_max; a smaller effective buffer only costs bandwidth.
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  // Capped by net.core.{w,r}mem_max; a smaller effective buffer only costs bandwidth.
+  if (buffers.send_bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffers.send_bytes, sizeof(buffers.send_bytes));
+  }
+  if (buffers.receive_bytes > 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffers.receive_bytes,
+                 sizeof(buffers.receive_bytes));
   }
 }
 

@@ -57,11 +57,18 @@ std::string format_address(const sockaddr_storage& address);
 // Splits "host:port"; throws gradsync::Error on anything else.
 void parse_endpoint(const std::string& endpoint, std::string& host, int& port);
 
+// A socket's kernel buffers, set with SO_SNDBUF / SO_RCVBUF (each capped by net.core.wmem_max /
+// rmem_max); 0 leaves that one to the kernel's autotuning.
+struct SocketBuffers {
+  int send_bytes = 0;
+  int receive_bytes = 0;
+};
+
 // Listens on host:port only (port 0: ephemeral). Throws gradsync::Error naming the address.
-// buffer_bytes > 0 applies tune_socket() before listen(), so accepted sockets inherit it.
+// The buffers are set before listen(), so accepted sockets inherit them.
 // `held`: the port is held by hold_port() (in this process or another of the same user), and
 // this listener shares it.
-Socket listen_on(const std::string& host, int port, int buffer_bytes = 0, bool held = false);
+Socket listen_on(const std::string& host, int port, SocketBuffers buffers = {}, bool held = false);
 int local_port(const Socket& socket);
 
 // Holds a free port of `host` for a listener that another process will open, where no socket
@@ -75,15 +82,14 @@ Socket hold_port(const std::string& host);
 // not be listening yet). Returns an invalid Socket on timeout; `last_error` says why the last
 // attempt failed. Throws gradsync::Error only for an unresolvable host.
 Socket connect_with_retry(const std::string& host, int port, Clock::time_point deadline,
-                          std::string& last_error, int buffer_bytes = 0);
+                          std::string& last_error, SocketBuffers buffers = {});
 
 // Accepts one connection; an invalid Socket means the deadline passed.
 Socket accept_until(const Socket& listener, Clock::time_point deadline);
 
 void set_nonblocking(int fd);
-// TCP_NODELAY (headers and small collectives must not wait for Nagle) and, when buffer_bytes > 0,
-// SO_SNDBUF / SO_RCVBUF so that a whole pipeline of chunks fits in flight.
-void tune_socket(int fd, int buffer_bytes);
+// TCP_NODELAY (headers and small collectives must not wait for Nagle) and the buffers.
+void tune_socket(int fd, SocketBuffers buffers = {});
 
 enum class IoStatus { kOk, kTimeout, kClosed };
 struct IoResult {

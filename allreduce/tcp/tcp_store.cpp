@@ -153,7 +153,7 @@ class TcpStore final : public Store {
                              std::to_string(timeout.count()) + " ms (" + last_error +
                              "); is rank 0 running and MASTER_ADDR / MASTER_PORT right?");
     }
-    tcp::tune_socket(conn.fd(), 0);
+    tcp::tune_socket(conn.fd());
     std::string hello;
     tcp::put_u32(hello, tcp::kStoreMagic);
     tcp::put_u32(hello, tcp::kStoreVersion);

@@ -77,7 +77,7 @@ void TcpStoreServer::accept_clients() {
     if (fd < 0) return;  // EAGAIN: no more pending; other errors: the client gave up
     auto client = std::make_unique<Client>();
     client->socket = Socket(fd);
-    tune_socket(fd, 0);
+    tune_socket(fd);
     clients_.push_back(std::move(client));
   }
 }

@@ -17,7 +17,7 @@ TEST_CASE("hold port: a held port refuses every other binder but the listener th
   CHECK_THROWS_WITH_AS(listen_on("127.0.0.1", port), doctest::Contains("Address already in use"),
                        gradsync::Error);
   // The listener the port was held for takes it, and connections reach it (not the holder).
-  const Socket listener = listen_on("127.0.0.1", port, 0, /*held=*/true);
+  const Socket listener = listen_on("127.0.0.1", port, {}, /*held=*/true);
   CHECK(local_port(listener) == port);
   const auto deadline = Clock::now() + std::chrono::seconds(5);
   std::string why;
