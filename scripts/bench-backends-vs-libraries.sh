@@ -57,8 +57,8 @@ source scripts/peer-bench-common.sh
 need_tools "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"
 message_sizes=(1M 4M 16M 64M)
 
-# One table's rows as "side size busbw_oop busbw_ip round", the side named by the caller.
-rows() { awk -v side="$1" -v r="$2" -v b="$3" '$1 == b {print side, $2, $9, $13, r}'; }
+# One table's rows of side $1 (its backend column) as "side size busbw_oop busbw_ip round".
+rows() { awk -v side="$1" -v r="$2" '$1 == side {print side, $2, $9, $13, r}'; }
 
 echo "# $(machine); desync check $desync; ~$seconds s per size and form; gloo $gloo_algorithm on $gloo_pairs pairs"
 IFS=, read -ra world_sizes <<<"$ranks"
@@ -80,7 +80,7 @@ run_side() {
       table mpirun "${root[@]}" --oversubscribe --bind-to none --mca btl self,tcp \
         --mca btl_tcp_if_include lo -np "$n" "$bin/mpi_allreduce_plain" "${sizes[@]}" ;;
   esac
-  rows "$side" "$r" "$side" <"$out/table" >>"$out/n$n"
+  rows "$side" "$r" <"$out/table" >>"$out/n$n"
 }
 
 sides=(tcp gloo mpi gloo-plain mpi-plain)

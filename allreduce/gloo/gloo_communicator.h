@@ -56,8 +56,8 @@
 // gives each of its waits (one that progresses slowly can outlast the deadline), ring_chunked and
 // halving_doubling the whole timeout for each wait; on sync pairs the header round's and
 // halving_doubling's reads and writes get what is left of the deadline (the header round before
-// each read, the payload when it starts: GlooMesh::limit_sync_waits); none waits forever. Gloo's exceptions become
-// gradsync errors naming the collective (its sequence number, operation and size) and, where a
+// each read, the payload when it starts: GlooMesh::limit_sync_waits); none waits forever.
+// Gloo's exceptions become gradsync errors naming the collective (its sequence number, operation and size) and, where a
 // wait of ours or Gloo's message says it, the peer's rank and address: a timeout is a
 // TimeoutError; a closed or reset connection is a PeerError, or a TimeoutError when that peer
 // reported (through the Store) that it had timed out first. A rank whose collective fails
