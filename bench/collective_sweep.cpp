@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -21,6 +22,7 @@ namespace {
 // finishes in seconds), within these bounds.
 constexpr int kMinAutoIters = 5;
 constexpr int kMaxAutoIters = 1000;
+constexpr int kProbeCalls = 3;  // the fewest warm-up calls an auto-iterations estimate times
 // How often a rank waiting for the others' numbers looks for a failure report.
 constexpr std::chrono::milliseconds kFailureCheck{100};
 const std::string kFailedKey = "bench/failed";
@@ -28,26 +30,42 @@ const std::string kFailedKey = "bench/failed";
 // Hexadecimal floating point: the exact double, back through strtod.
 std::string exact(double value) { return sprint("%a", value); }
 
+// The warm-up of an auto-iterations measurement, each call timed (at least kProbeCalls of
+// them), and their median: what one call takes. A single call timed alone, as this was before,
+// ranged 0.5-6 ms for a 1 MiB allreduce at N = 4 on two cores where the calls around it took
+// 0.6-1 ms, so the timed loop ran anything from 80 to 700 iterations, and fewer iterations
+// measure more of the connections' early, slower calls (busbw 2.0 at 100 iterations, 2.4 at
+// 3000). The median leaves out the first call's page faults and a rank's late start alike.
+double median_call_seconds(BenchRank& self, RankBuffers& buffers, bool in_place, int warmup) {
+  std::vector<double> calls;
+  for (int k = 0; k < std::max(warmup, kProbeCalls); ++k) {
+    Stopwatch call;
+    self.run(buffers, in_place);
+    calls.push_back(call.seconds());
+  }
+  std::nth_element(calls.begin(), calls.begin() + std::ptrdiff_t(calls.size() / 2), calls.end());
+  return calls[calls.size() / 2];
+}
+
 Measurement measure(const SweepSpec& spec, int rank, BenchRank& self, RankExchange& exchange,
                     std::size_t count, bool in_place, RankBuffers& buffers) {
   const CollectiveOp& op = *spec.op;
   const int n = spec.ranks;
   op.init(rank, n, count, in_place, buffers);
   self.load(buffers);
-  self.run_many(buffers, in_place, spec.warmup);
   int iters = spec.iters;
   if (iters == 0) {
     // Every rank must run the same number of iterations, so all derive it from the slowest
-    // rank's probe.
-    self.barrier();
-    Stopwatch probe;
-    self.run(buffers, in_place);
+    // rank's estimate of one call: the median of its timed warm-up calls.
+    const double call = median_call_seconds(self, buffers, in_place, spec.warmup);
     double slowest = 1e-7;
-    for (const std::string& p : exchange.all(exact(probe.seconds()))) {
+    for (const std::string& p : exchange.all(exact(call))) {
       slowest = std::max(slowest, std::strtod(p.c_str(), nullptr));
     }
     iters = std::clamp(static_cast<int>(std::ceil(spec.seconds / slowest)), kMinAutoIters,
                        kMaxAutoIters);
+  } else {
+    self.run_many(buffers, in_place, spec.warmup);
   }
   // The barrier lines the ranks up so that no rank's clock includes waiting for a late peer
   // to arrive at the first iteration.

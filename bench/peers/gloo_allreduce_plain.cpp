@@ -230,16 +230,22 @@ struct Form {
 Form measure(Rank& self, const Options& o, std::size_t count, bool in_place) {
   std::vector<float> in, out;
   init(self.rank(), count, in_place, in, out);
-  for (int k = 0; k < o.warmup; ++k) self.allreduce(in, out, in_place);
   using Clock = std::chrono::steady_clock;
   int iters = o.iters;
-  if (iters == 0) {  // enough for ~o.seconds, from the slowest rank's probe (gradsync's rule)
-    self.barrier();
-    const auto start = Clock::now();
-    self.allreduce(in, out, in_place);
-    const double probe = std::chrono::duration<double>(Clock::now() - start).count();
-    const double slowest = std::max(1e-7, self.reduce(probe, max_doubles));
+  if (iters == 0) {
+    // Enough for ~o.seconds, from the slowest rank's median warm-up call, each timed, at least
+    // three of them (gradsync's rule, bench/collective_sweep.cpp).
+    std::vector<double> calls;
+    for (int k = 0; k < std::max(o.warmup, 3); ++k) {
+      const auto start = Clock::now();
+      self.allreduce(in, out, in_place);
+      calls.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::nth_element(calls.begin(), calls.begin() + std::ptrdiff_t(calls.size() / 2), calls.end());
+    const double slowest = std::max(1e-7, self.reduce(calls[calls.size() / 2], max_doubles));
     iters = std::clamp(int(std::ceil(o.seconds / slowest)), 5, 1000);
+  } else {
+    for (int k = 0; k < o.warmup; ++k) self.allreduce(in, out, in_place);
   }
   self.barrier();
   const auto start = Clock::now();

@@ -97,22 +97,46 @@ static void allreduce(float* in, float* out, size_t count, int in_place, int non
   MPI_Wait(&request, MPI_STATUS_IGNORE);
 }
 
-/* One form of one size: warm-up, (auto: a probe, the slowest rank's deciding the iterations
- * for ~o->seconds), a barrier, the timed loop, then a fresh run checked. Returns on every rank the
- * slowest rank's mean time; *wrong is summed over ranks. */
+static int compare_doubles(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* The warm-up with --iters 0: each call timed, at least three of them; returns their median
+ * (gradsync's rule, bench/collective_sweep.cpp). */
+static double median_call(const struct options* o, float* in, float* out, size_t count,
+                          int in_place) {
+  const int calls = o->warmup > 3 ? o->warmup : 3;
+  double* times = malloc(sizeof(double) * (size_t)calls);
+  if (!times) {
+    fprintf(stderr, "mpi_allreduce_plain: out of memory for %d warm-up times (-w)\n", calls);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (int k = 0; k < calls; ++k) {
+    times[k] = MPI_Wtime();
+    allreduce(in, out, count, in_place, o->nonblocking);
+    times[k] = MPI_Wtime() - times[k];
+  }
+  qsort(times, (size_t)calls, sizeof(double), compare_doubles);
+  const double median = times[calls / 2];
+  free(times);
+  return median;
+}
+
+/* One form of one size: warm-up (auto: each call timed, the slowest rank's median deciding the
+ * iterations for ~o->seconds), a barrier, the timed loop, then a fresh run checked. Returns on
+ * every rank the slowest rank's mean time; *wrong is summed over ranks. */
 static double measure(const struct options* o, int rank, int n, size_t count, int in_place,
                       float* in, float* out, double* wrong) {
   init(rank, count, in_place, in, out);
-  for (int k = 0; k < o->warmup; ++k) allreduce(in, out, count, in_place, o->nonblocking);
   int iters = o->iters;
   if (iters == 0) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double probe = MPI_Wtime();
-    allreduce(in, out, count, in_place, o->nonblocking);
-    probe = MPI_Wtime() - probe;
-    MPI_Allreduce(MPI_IN_PLACE, &probe, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    iters = (int)ceil(o->seconds / (probe > 1e-7 ? probe : 1e-7));
+    double call = median_call(o, in, out, count, in_place);
+    MPI_Allreduce(MPI_IN_PLACE, &call, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    iters = (int)ceil(o->seconds / (call > 1e-7 ? call : 1e-7));
     iters = iters < 5 ? 5 : iters > 1000 ? 1000 : iters;
+  } else {
+    for (int k = 0; k < o->warmup; ++k) allreduce(in, out, count, in_place, o->nonblocking);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   double mean = MPI_Wtime();

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,24 @@ class IdleRank final : public BenchRank {
  public:
   void barrier() override {}
   void run(RankBuffers&, bool) override {}
+};
+
+// Each call sleeps `usual`, but the calls numbered in `slow` (from 0) sleep `slow_time`.
+class SleepingRank final : public BenchRank {
+ public:
+  SleepingRank(std::vector<int> slow, std::chrono::milliseconds slow_time,
+               std::chrono::milliseconds usual)
+      : slow_(std::move(slow)), slow_time_(slow_time), usual_(usual) {}
+  void barrier() override {}
+  void run(RankBuffers&, bool) override {
+    const bool is_slow = std::find(slow_.begin(), slow_.end(), calls_++) != slow_.end();
+    std::this_thread::sleep_for(is_slow ? slow_time_ : usual_);
+  }
+
+ private:
+  const std::vector<int> slow_;
+  const std::chrono::milliseconds slow_time_, usual_;
+  int calls_ = 0;
 };
 
 CollectiveBenchOptions tiny(int ranks, const std::string& op) {
@@ -156,6 +175,40 @@ TEST_CASE("a rank that does nothing is counted wrong on every element, in both f
   CHECK(rows[0].in_place.wrong == 3 * 1024);
   CHECK(rows[1].out_of_place.wrong == 3 * 2048);
   CHECK(rows[1].in_place.iters == 2);
+}
+
+TEST_CASE("auto iterations follow the slowest rank's median warm-up call, not one slow call") {
+  SweepSpec spec;
+  spec.op = &find_collective_op("allreduce");
+  spec.ranks = 2;
+  spec.sizes = {4096};
+  spec.warmup = 3;
+  spec.iters = 0;
+  spec.seconds = 0.2;
+  std::vector<RowResult> rows;
+  // Rank 0's calls take 5 ms but its second and fourth 400 ms (as a page fault storm or a late
+  // peer can make one call); rank 1's every call 20 ms. The slowest rank's median is rank 1's
+  // 20 ms: 0.2 s / 20 ms = 10 iterations (fewer where sleeps overrun). Had one call after the
+  // warm-up (the fourth) set them, or the warm-up's mean, they would be 5.
+  sweep_threads(
+      spec,
+      [](int rank, Store&) {
+        using std::chrono::milliseconds;
+        std::vector<BackendRank> ranks;
+        ranks.push_back({"sleep", rank == 0 ? std::make_unique<SleepingRank>(
+                                                  std::vector<int>{1, 3}, milliseconds(400),
+                                                  milliseconds(5))
+                                            : std::make_unique<SleepingRank>(
+                                                  std::vector<int>{}, milliseconds(20),
+                                                  milliseconds(20))});
+        return ranks;
+      },
+      [&](const RowResult& row) { rows.push_back(row); });
+  REQUIRE(rows.size() == 1);
+  for (const Measurement& m : {rows[0].out_of_place, rows[0].in_place}) {
+    CHECK(m.iters >= 7);
+    CHECK(m.iters <= 10);
+  }
 }
 
 TEST_CASE("a failing rank fails the sweep instead of hanging it") {
