@@ -12,7 +12,12 @@
 # ...), so that no side always follows the same one.
 #   scripts/bench-backends-vs-libraries.sh [--ranks N[,N...]] [--rounds R] [--desync-check on|off]
 #                                          [--seconds S] [--gloo-algorithm A] [--gloo-pairs P]
-#   (defaults: 2,4, 5, on, 0.3, ring and async)
+#                                          [--sides SIDE[,SIDE...]]
+#   (defaults: 2,4, 5, on, 0.3, ring, async and all five sides)
+# --sides: which of tcp, gloo, mpi, gloo-plain and mpi-plain run; a ratio is printed where its
+# sides all ran. `--sides gloo,mpi,gloo-plain,mpi-plain` measures the wrappers alone, a fifth
+# faster a round: a run of many rounds is what their ratios need, since at N = 4 (four
+# processes on two cores) one pair's ratio moves by 10% and more from round to round.
 # --gloo-algorithm and --gloo-pairs: Gloo's allreduce on both of its sides, gradsync's gloo
 # backend (comm.algorithm, comm.gloo_pairs) and gloo_allreduce_plain (--algorithm, --pairs):
 # ring or halving_doubling; async, sync or busy_poll (sync pairs with halving_doubling only).
@@ -33,6 +38,8 @@ desync=on
 seconds=0.3
 gloo_algorithm=ring
 gloo_pairs=async
+all_sides=(tcp gloo mpi gloo-plain mpi-plain)
+sides_list=$(IFS=,; echo "${all_sides[*]}")
 while (($#)); do
   case "$1" in
     --ranks) ranks=$2 ;;
@@ -41,6 +48,7 @@ while (($#)); do
     --seconds) seconds=$2 ;;
     --gloo-algorithm) gloo_algorithm=$2 ;;
     --gloo-pairs) gloo_pairs=$2 ;;
+    --sides) sides_list=$2 ;;
     *) echo "error: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
   shift 2
@@ -52,6 +60,12 @@ if [[ $gloo_pairs != async && $gloo_algorithm != halving_doubling ]]; then
   echo "error: --gloo-pairs $gloo_pairs needs --gloo-algorithm halving_doubling" >&2
   exit 2
 fi
+IFS=, read -ra sides <<<"$sides_list"
+((${#sides[@]})) || { echo "error: --sides names no side" >&2; exit 2; }
+for side in "${sides[@]}"; do
+  [[ " ${all_sides[*]} " == *" $side "* ]] ||
+    { echo "error: --sides: unknown side '$side' (tcp, gloo, mpi, gloo-plain, mpi-plain)" >&2; exit 2; }
+done
 # shellcheck source=scripts/peer-bench-common.sh
 source scripts/peer-bench-common.sh
 need_tools "$gradsync" "$bin/gloo_allreduce_plain" "$bin/mpi_allreduce_plain"
@@ -83,7 +97,6 @@ run_side() {
   rows "$side" "$r" <"$out/table" >>"$out/n$n"
 }
 
-sides=(tcp gloo mpi gloo-plain mpi-plain)
 for n in "${world_sizes[@]}"; do
   for ((r = 1; r <= rounds; r++)); do
     for size in "${message_sizes[@]}"; do
@@ -95,13 +108,18 @@ for n in "${world_sizes[@]}"; do
   echo
   echo "N = $n: busbw medians over $rounds rounds (GB/s, out of place / in place), medians of each round's ratio"
   echo
-  /usr/bin/python3 - "$out/n$n" <<'PY'
+  /usr/bin/python3 - "$out/n$n" "${all_sides[@]}" <<'PY'
 import statistics, sys
-SIDES = ["tcp", "gloo", "mpi", "gloo-plain", "mpi-plain"]
 rows = {}  # size -> side -> round -> (oop, ip)
 for line in open(sys.argv[1]):
     side, size, oop, ip, rnd = line.split()
     rows.setdefault(int(size), {}).setdefault(side, {})[int(rnd)] = (float(oop), float(ip))
+ran = {side for s in rows.values() for side in s}
+SIDES = [side for side in sys.argv[2:] if side in ran]  # the script's order
+RATIOS = [(name, a, bs) for name, a, bs in (("tcp / best", "tcp", ["gloo-plain", "mpi-plain"]),
+                                              ("gloo / gloo-plain", "gloo", ["gloo-plain"]),
+                                              ("mpi / mpi-plain", "mpi", ["mpi-plain"]))
+          if {a, *bs} <= ran]
 
 def median(values):
     return statistics.median(values) if values else float("nan")
@@ -118,15 +136,13 @@ def ratio(s, a, bs, form):
 def pair(x, y):
     return f"{x:.2f} / {y:.2f}"
 
-print("| size | " + " | ".join(SIDES) + " | tcp / best | gloo / gloo-plain | mpi / mpi-plain |")
-print("|---:|" + "---|" * (len(SIDES) + 3))
+print("| size | " + " | ".join(SIDES + [name for name, _, _ in RATIOS]) + " |")
+print("|---:|" + "---|" * (len(SIDES) + len(RATIOS)))
 for size in sorted(rows):
     s = rows[size]
     cells = [pair(*(median([v[f] for v in s.get(side, {}).values()]) for f in (0, 1)))
              for side in SIDES]
-    ratios = [pair(*(ratio(s, a, bs, f) for f in (0, 1)))
-              for a, bs in (("tcp", ["gloo-plain", "mpi-plain"]), ("gloo", ["gloo-plain"]),
-                            ("mpi", ["mpi-plain"]))]
+    ratios = [pair(*(ratio(s, a, bs, f) for f in (0, 1))) for _, a, bs in RATIOS]
     label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
     print(f"| {label} | " + " | ".join(cells + ratios) + " |")
 PY
