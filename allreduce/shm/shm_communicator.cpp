@@ -15,6 +15,7 @@
 #include "allreduce/shm/shm_barrier.h"
 #include "allreduce/shm/shm_layout.h"
 #include "allreduce/shm/shm_segment.h"
+#include "allreduce/shm/shm_sum.h"
 #include "allreduce/tcp/work_queue.h"
 #include "common/error.h"
 #include "common/host_id.h"
@@ -26,30 +27,9 @@ using shm::Descriptor;
 using shm::Header;
 using shm::RankCell;
 using shm::ShmLayout;
+using shm::sum_slots;
 using std::chrono::milliseconds;
 using tcp::RingWork;
-
-// out[i] = (((s[0][i] + s[1][i]) + s[2][i]) + ...), divided by `divisor` when it is not 0:
-// the same order for every element, whichever rank sums it. Blocks of 1024 floats keep the
-// running sum in L1 across the slots.
-void sum_slots(float* out, const std::vector<const float*>& slots, std::size_t begin,
-               std::size_t end, float divisor) {
-  constexpr std::size_t kBlock = 1024;
-  for (std::size_t b = begin; b < end; b += kBlock) {
-    const std::size_t e = std::min(end, b + kBlock);
-    float* __restrict o = out + b;
-    const std::size_t n = e - b;
-    const float* __restrict first = slots[0] + b;
-    for (std::size_t i = 0; i < n; ++i) o[i] = first[i];
-    for (std::size_t k = 1; k < slots.size(); ++k) {
-      const float* __restrict s = slots[k] + b;
-      for (std::size_t i = 0; i < n; ++i) o[i] += s[i];
-    }
-    if (divisor != 0.0f) {
-      for (std::size_t i = 0; i < n; ++i) o[i] /= divisor;
-    }
-  }
-}
 
 class ShmCommunicator final : public Communicator {
  public:
