@@ -9,7 +9,7 @@
 
 using gradsync::shm::sum_slots;
 
-TEST_CASE("sum_slots adds the slots in their order over [begin, end) and nothing else") {
+TEST_CASE("sum_slots adds the slots in their order, from begin to end and nothing else") {
   // 1e8 - 1e8 + 1 is 1 in float summed left to right, 0 summed right to left: the order shows.
   const std::size_t n = 2500;  // crosses the 1024-float blocks, with a ragged last one
   std::vector<float> a(n, 1e8f), b(n, -1e8f), c(n, 1.0f), out(n, -7.0f);
