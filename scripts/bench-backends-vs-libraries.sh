@@ -26,11 +26,7 @@
 # which a shared machine's noise can move by 10%.
 # Prints, per world size and message size, each side's median busbw (GB/s, out of place / in
 # place) and the medians of each round's ratios: tcp / best library, gloo / gloo-plain, mpi /
-# mpi-plain (1.00: the same speed); then a second table of each side's best round and the
-# ratios of those bests. The two answer the same question two ways: on a shared machine a
-# round's busbw moves 15% and more with placement and the kernel's socket autotuning, in both
-# directions within a pair, while interference only ever slows a round, so the best of many
-# rounds is each side's speed with the least of it (as timeit takes the minimum). The binaries: $GRADSYNC (default build/bin/gradsync) and,
+# mpi-plain (1.00: the same speed). The binaries: $GRADSYNC (default build/bin/gradsync) and,
 # beside it, gloo_allreduce_plain and mpi_allreduce_plain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -112,15 +108,14 @@ for n in "${world_sizes[@]}"; do
   echo
   echo "N = $n: busbw medians over $rounds rounds (GB/s, out of place / in place), medians of each round's ratio"
   echo
-  /usr/bin/python3 - "$out/n$n" "$n" "${all_sides[@]}" <<'PY'
+  /usr/bin/python3 - "$out/n$n" "${all_sides[@]}" <<'PY'
 import statistics, sys
-N = sys.argv[2]
 rows = {}  # size -> side -> round -> (oop, ip)
 for line in open(sys.argv[1]):
     side, size, oop, ip, rnd = line.split()
     rows.setdefault(int(size), {}).setdefault(side, {})[int(rnd)] = (float(oop), float(ip))
 ran = {side for s in rows.values() for side in s}
-SIDES = [side for side in sys.argv[3:] if side in ran]  # the script's order
+SIDES = [side for side in sys.argv[2:] if side in ran]  # the script's order
 RATIOS = [(name, a, bs) for name, a, bs in (("tcp / best", "tcp", ["gloo-plain", "mpi-plain"]),
                                               ("gloo / gloo-plain", "gloo", ["gloo-plain"]),
                                               ("mpi / mpi-plain", "mpi", ["mpi-plain"]))
@@ -141,27 +136,14 @@ def ratio(s, a, bs, form):
 def pair(x, y):
     return f"{x:.2f} / {y:.2f}"
 
-def table(side_cell, ratio_cell):
-    print("| size | " + " | ".join(SIDES + [name for name, _, _ in RATIOS]) + " |")
-    print("|---:|" + "---|" * (len(SIDES) + len(RATIOS)))
-    for size in sorted(rows):
-        s = rows[size]
-        cells = [pair(*(side_cell(s.get(side, {}), f) for f in (0, 1))) for side in SIDES]
-        ratios = [pair(*(ratio_cell(s, a, bs, f) for f in (0, 1))) for _, a, bs in RATIOS]
-        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-        print(f"| {label} | " + " | ".join(cells + ratios) + " |")
-
-def best(side_rounds, form):
-    return max((v[form] for v in side_rounds.values()), default=float("nan"))
-
-def ratio_of_bests(s, a, bs, form):
-    return best(s.get(a, {}), form) / max(best(s.get(b, {}), form) for b in bs)
-
-table(lambda side_rounds, f: median([v[f] for v in side_rounds.values()]), ratio)
-print()
-print(f"N = {N}: each side's best round (GB/s, out of place / in place), and the ratios of the "
-      "bests (interference only ever slows a round)")
-print()
-table(best, ratio_of_bests)
+print("| size | " + " | ".join(SIDES + [name for name, _, _ in RATIOS]) + " |")
+print("|---:|" + "---|" * (len(SIDES) + len(RATIOS)))
+for size in sorted(rows):
+    s = rows[size]
+    cells = [pair(*(median([v[f] for v in s.get(side, {}).values()]) for f in (0, 1)))
+             for side in SIDES]
+    ratios = [pair(*(ratio(s, a, bs, f) for f in (0, 1))) for _, a, bs in RATIOS]
+    label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+    print(f"| {label} | " + " | ".join(cells + ratios) + " |")
 PY
 done

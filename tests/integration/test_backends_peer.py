@@ -2,9 +2,8 @@
 scripts/bench-backends-vs-libraries.sh measures gradsync's tcp, gloo and mpi backends and the
 libraries called directly (gloo_allreduce_plain; mpi_allreduce_plain under mpirun over TCP) in
 turn, one round at N = 2. Checks that every side printed a busbw for every size from 1 to
-64 MiB in both forms, that the ratios printed are those busbws' own (tcp against the better
-plain library, each wrapper against its own), and that the table of best rounds repeats them.
-No speed is asserted: the figure is the script's.
+64 MiB in both forms, and that the ratios printed are those busbws' own: tcp against the better
+plain library, each wrapper against its own. No speed is asserted: the figure is the script's.
 Skips (77) without mpirun.
 """
 import re
@@ -18,11 +17,8 @@ check = Checks()
 check(code == 0, f"the script exited {code}: {out[-3000:]}")
 pair = r"([\d.]+) / ([\d.]+)"
 rows = re.findall(r"^\| (\d+) MiB \| " + r" \| ".join([pair] * 8) + r" \|$", out, re.M)
-# Two tables: medians, then each side's best round; one round makes them the same numbers.
-check([int(r[0]) for r in rows] == [1, 4, 16, 64] * 2,
-      f"a row per size, 1 to 64 MiB, in each of two tables: {out[-2000:]}")
-check(rows[:4] == rows[4:], f"one round: the best round is the median: {out[-2000:]}")
-for row in rows[:4]:
+check([int(r[0]) for r in rows] == [1, 4, 16, 64], f"a row per size, 1 to 64 MiB: {out[-2000:]}")
+for row in rows:
     size, values = row[0], [float(v) for v in row[1:]]
     # tcp, gloo, mpi, gloo-plain, mpi-plain (out of place, in place), then the three ratios.
     sides = {name: values[2 * i:2 * i + 2] for i, name in
