@@ -33,9 +33,10 @@ std::string exact(double value) { return sprint("%a", value); }
 // The warm-up of an auto-iterations measurement, each call timed (at least kProbeCalls of
 // them), and their median: what one call takes. A single call timed alone, as this was before,
 // ranged 0.5-6 ms for a 1 MiB allreduce at N = 4 on two cores where the calls around it took
-// 0.6-1 ms, so the timed loop ran anything from 80 to 700 iterations, and fewer iterations
-// measure more of the connections' early, slower calls (busbw 2.0 at 100 iterations, 2.4 at
-// 3000). The median leaves out the first call's page faults and a rank's late start alike.
+// 0.6-1 ms, so the timed loop ran anything from 80 to 700 iterations, and the count alone moved
+// the figure: a connection's early calls run at another speed than its later ones (there,
+// busbw 2.0 over 100 iterations, 2.4 over 3000). The median leaves out the first call's page
+// faults and a rank's late start alike.
 double median_call_seconds(BenchRank& self, RankBuffers& buffers, bool in_place, int warmup) {
   std::vector<double> calls;
   for (int k = 0; k < std::max(warmup, kProbeCalls); ++k) {
