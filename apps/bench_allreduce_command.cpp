@@ -105,7 +105,10 @@ Command add_bench_allreduce_command(CLI::App& bench) {
                    "threads (of this process), processes (started by gradsync) or mpirun "
                    "(default: mpirun when --backend has mpi, else threads)")
       ->check(CLI::IsMember({"threads", "processes", "mpirun"}));
-  allreduce->add_option("-w,--warmup", o.warmup, "untimed iterations per size and form")
+  allreduce
+      ->add_option("-w,--warmup", o.warmup,
+                   "iterations per size and form before the timed ones (with --iters 0 at least "
+                   "3, each timed: the slowest rank's median sets the count)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
   allreduce
