@@ -57,17 +57,16 @@
 // halving_doubling the whole timeout for each wait; on sync pairs the header round's and
 // halving_doubling's reads and writes get what is left of the deadline (the header round before
 // each read, the payload when it starts: GlooMesh::limit_sync_waits); none waits forever.
-// Gloo's exceptions become gradsync errors naming the collective (its sequence number, operation and size) and, where a
-// wait of ours or Gloo's message says it, the peer's rank and address: a timeout is a
-// TimeoutError; a closed or reset connection is a PeerError, or a TimeoutError when that peer
-// reported (through the Store) that it had timed out first. A rank whose collective fails
+// Gloo's exceptions become gradsync errors naming the collective (its sequence number, operation
+// and size) and, where a wait of ours or Gloo's message says it, the peer's rank and address: a
+// timeout is a TimeoutError; a closed or reset connection is a PeerError, or a TimeoutError when
+// that peer reported (through the Store) that it had timed out first. A rank whose collective fails
 // publishes why under "<store_prefix>/failed/<rank>" and closes its connections, so that its peers
-// fail at once and can say why (allreduce/gloo/gloo_failures.h). After a failure, every later
-// call throws the same error. abort(reason) publishes `reason` the same way, closes this rank's
+// fail at once and can say why (allreduce/gloo/gloo_failures.h). After a failure, every later call
+// throws the same error. abort(reason) publishes `reason` the same way, closes this rank's
 // connections (its peers' blocked collectives fail at once, naming it), and fails what runs or is
 // queued here and every later call with "this rank aborted: <reason>"; it never waits on a peer.
-// The destructor closes the connections, fails what is queued and joins the thread: it never
-// hangs.
+// The destructor closes the connections, fails what is queued and joins the thread: it never hangs.
 //
 // Mismatched collectives (another operation, size, root or sequence on some rank) fail every rank
 // with a desync PeerError before any payload moves, as TcpRing's do: with more than one rank,
@@ -98,10 +97,10 @@
 
 namespace gradsync {
 
-// Collective over `size` ranks: each calls it with its own rank. Blocks until every rank has
-// joined (bounded by options.timeout). An unknown options.algorithm is a ConfigError for
-// comm.algorithm; an unknown options.pairs, or sync pairs with another algorithm than
-// halving_doubling, one for comm.gloo_pairs. The Store must outlive the communicator (failure reports go through it).
+// Collective over `size` ranks: each calls it with its own rank. Blocks until every rank has joined
+// (bounded by options.timeout). An unknown options.algorithm is a ConfigError for comm.algorithm;
+// an unknown options.pairs, or sync pairs with another algorithm than halving_doubling, one for
+// comm.gloo_pairs. The Store must outlive the communicator (failure reports go through it).
 std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int size,
                                                      const GlooOptions& options);
 
